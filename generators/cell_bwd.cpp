@@ -1,0 +1,77 @@
+// LSTMBlockCellGrad (spec §4.2): one application of the cell backward math with dcs_in = cs_grad
+// and dh = h_grad, writing cs_prev_grad, dicfo and (with peepholes) the batch sums of the
+// peephole gradients. x, h_prev, w and b take no part in the math; the runtime validates them.
+#include "generators/common.h"
+#include "schedules/cpu.h"
+
+namespace blocklstm::gen {
+
+class CellBwd : public Generator<CellBwd> {
+public:
+    GeneratorParam<Type> dtype{"dtype", Float(32)};
+    GeneratorParam<bool> use_peephole{"use_peephole", false};
+    GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
+
+    Input<Buffer<>> *cs_prev, *i, *cs, *f, *o, *ci, *co, *cs_grad, *h_grad, *wci, *wcf, *wco;
+    Output<Buffer<>> *cs_prev_grad, *dicfo, *peephole_grads = nullptr;
+
+    void configure() {
+        for (auto [slot, name] : {std::pair{&cs_prev, "cs_prev"}, {&i, "i"}, {&cs, "cs"},
+                                  {&f, "f"}, {&o, "o"}, {&ci, "ci"}, {&co, "co"},
+                                  {&cs_grad, "cs_grad"}, {&h_grad, "h_grad"}}) {
+            *slot = add_input<Buffer<>>(name, dtype, 2);  // [B,H]
+        }
+        wci = add_input<Buffer<>>("wci", dtype, 1);
+        wcf = add_input<Buffer<>>("wcf", dtype, 1);
+        wco = add_input<Buffer<>>("wco", dtype, 1);
+        cs_prev_grad = add_output<Buffer<>>("cs_prev_grad", dtype, 2);
+        dicfo = add_output<Buffer<>>("dicfo", dtype, 3);  // (j, gate block, n) of [B,4H]
+        if (use_peephole) {  // Tuple (wci_grad, wcf_grad, wco_grad), each [H]
+            peephole_grads = add_output<Buffer<>>("peephole_grads",
+                                                  std::vector<Type>(3, Type(dtype)), 1);
+        }
+    }
+
+    void generate() {
+        Var j("j"), n("n"), g("g");
+        auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, n)); };
+        CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),
+                                       f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)),
+                                       in(h_grad), in(cs_grad), use_peephole);
+        Func cell("cell_grads");
+        cell(j, n) = Tuple(r.di, r.dci, r.df, r.do_, r.cs_prev_grad);
+
+        const Type t = dtype;
+        std::vector<Expr> blocks(4);
+        blocks[gate_block(layout, gate_i)] = cell(j, n)[0];
+        blocks[gate_block(layout, gate_c)] = cell(j, n)[1];
+        blocks[gate_block(layout, gate_f)] = cell(j, n)[2];
+        blocks[gate_block(layout, gate_o)] = cell(j, n)[3];
+        (*dicfo)(j, g, n) = cast(t, mux(g, blocks));
+        (*cs_prev_grad)(j, n) = cast(t, cell(j, n)[4]);
+
+        const Target target = get_target();
+        cell.compute_root();
+        schedules::schedule_elementwise_cpu(cell, j, n, target);
+        schedules::schedule_gate_blocks_cpu(*dicfo, j, g, n, target);
+        schedules::schedule_elementwise_cpu(*cs_prev_grad, j, n, target);
+
+        if (use_peephole) {
+            RDom rows(0, cs_prev->dim(1).extent(), "rows");
+            PeepholeGradTerms terms = peephole_grad_terms(
+                cell(j, rows)[0], cell(j, rows)[2], cell(j, rows)[3],
+                f32((*cs_prev)(j, rows)), f32((*cs)(j, rows)));
+            Func sums("peephole_sums");
+            sums(j) = Tuple(0.0f, 0.0f, 0.0f);
+            sums(j) = Tuple(sums(j)[0] + terms.wci, sums(j)[1] + terms.wcf,
+                            sums(j)[2] + terms.wco);
+            (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
+                                         cast(t, sums(j)[2]));
+            schedules::schedule_column_sum_cpu(sums, j, {rows.x}, target);
+        }
+    }
+};
+
+}  // namespace blocklstm::gen
+
+HALIDE_REGISTER_GENERATOR(blocklstm::gen::CellBwd, cell_bwd)

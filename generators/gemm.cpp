@@ -1,0 +1,54 @@
+// The batched matrix products of the sequence ops (DESIGN.md §3), run once per call:
+//   nn_bias  c[M,N] (f32)   = a[M,K] (dtype) . b[K,N] (dtype) + bias[N]   input projection x.W_x + b
+//   nn       c[M,N] (dtype) = a[M,K] (f32)   . b[K,N] (dtype)             x_grad, h_prev_grad (b = W^T)
+//   tn       c[M,N] (dtype) = a[K,M]^T (dtype) . b[K,N] (f32)             w_grad = [x | h_prev_seq]^T . dgates
+// The float32 side is the runtime's workspace (projections, gate gradients); float16 variants
+// round once, when c is stored.
+#include "generators/common.h"
+#include "schedules/cpu.h"
+
+namespace blocklstm::gen {
+
+enum class GemmForm { nn_bias, nn, tn };
+
+class Gemm : public Generator<Gemm> {
+public:
+    GeneratorParam<Type> dtype{"dtype", Float(32)};
+    GeneratorParam<GemmForm> form{"form", GemmForm::nn,
+                                  {{"nn_bias", GemmForm::nn_bias},
+                                   {"nn", GemmForm::nn},
+                                   {"tn", GemmForm::tn}}};
+
+    Input<Buffer<>> *a = nullptr, *b = nullptr, *bias = nullptr;
+    Output<Buffer<>> *c = nullptr;
+
+    void configure() {
+        const Type f32_type = Float(32);
+        const bool a_is_f32 = form == GemmForm::nn;
+        const bool b_is_f32 = form == GemmForm::tn;
+        a = add_input<Buffer<>>("a", a_is_f32 ? f32_type : Type(dtype), 2);
+        b = add_input<Buffer<>>("b", b_is_f32 ? f32_type : Type(dtype), 2);
+        if (form == GemmForm::nn_bias) bias = add_input<Buffer<>>("bias", dtype, 1);
+        c = add_output<Buffer<>>("c", form == GemmForm::nn_bias ? f32_type : Type(dtype), 2);
+    }
+
+    void generate() {
+        Var x("x"), y("y");  // column, row of c
+        const bool transpose_a = form == GemmForm::tn;
+        Expr rows = c->dim(1).extent(), cols = c->dim(0).extent();
+        Expr depth = transpose_a ? a->dim(1).extent() : a->dim(0).extent();
+        MatrixProduct p = matrix_product(
+            "c",
+            [&](Expr k, Expr yy) { return transpose_a ? (*a)(yy, k) : (*a)(k, yy); },
+            [&](Expr xx, Expr k) { return (*b)(xx, k); },
+            [&](Expr xx, Expr) { return bias ? f32((*bias)(xx)) : Expr(0.0f); },
+            rows, cols, depth, x, y);
+        (*c)(x, y) = cast(c->types()[0], p.acc(x, y));
+
+        schedules::schedule_gemm_cpu({*c, p.acc, p.panel, x, y, p.k.x, true}, get_target());
+    }
+};
+
+}  // namespace blocklstm::gen
+
+HALIDE_REGISTER_GENERATOR(blocklstm::gen::Gemm, gemm)

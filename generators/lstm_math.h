@@ -1,0 +1,101 @@
+// The LSTM gate math and its derivatives, written once as Halide expressions and used by every
+// generator (spec §2 forward, §3 backward). All arithmetic is float32: float16 variants convert
+// on load and round once on store (DESIGN.md §2). Association order follows TF's kernels.
+#pragma once
+
+#include "Halide.h"
+
+namespace blocklstm::gen {
+
+using Halide::Expr;
+
+// Gate blocks of the 4H-wide gate dimension, in the order of the block index (0..3).
+enum class Layout { icfo, ifco };
+enum Gate { gate_i, gate_c, gate_f, gate_o };
+
+// Block index of a gate in a layout: ICFO = [i | c | f | o], IFCO = [i | f | c | o].
+inline int gate_block(Layout layout, Gate gate) {
+    if (layout == Layout::ifco && gate == gate_c) return 2;
+    if (layout == Layout::ifco && gate == gate_f) return 1;
+    return static_cast<int>(gate);
+}
+
+// exp on [-80, 80]: Halide's fast_exp is a vectorisable polynomial (5 ulp) but returns nonsense
+// beyond +-88; libm's expf would be called once per lane.
+inline Expr exp_clamped(const Expr &z) {
+    return Halide::fast_exp(Halide::clamp(z, -80.0f, 80.0f));
+}
+
+inline Expr sigmoid(const Expr &z) {
+    return 1.0f / (1.0f + exp_clamped(-z));
+}
+
+// tanh(z) = sign(z) (1 - e) / (1 + e), e = exp(-2|z|) <= 1: no overflow, absolute error ~1e-7.
+inline Expr tanh_act(const Expr &z) {
+    Expr e = exp_clamped(-2.0f * Halide::abs(z));
+    Expr t = (1.0f - e) / (1.0f + e);
+    return Halide::select(z < 0.0f, -t, t);
+}
+
+// Clip the new cell state only when cell_clip > 0 (TF: clip disabled for cell_clip <= 0).
+inline Expr clip_cell(const Expr &cs, const Expr &cell_clip) {
+    return Halide::select(cell_clip > 0.0f, Halide::clamp(cs, -cell_clip, cell_clip), cs);
+}
+
+struct CellForward {
+    Expr i, cs, f, o, ci, co, h;
+};
+
+// One forward step for one (batch row, unit): gate pre-activations (bias included) and the state
+// entering the step. Peepholes: wci and wcf see cs_prev, wco sees the new, clipped cs.
+inline CellForward cell_forward(const Expr &gate_i_in, const Expr &gate_c_in,
+                                const Expr &gate_f_in, const Expr &gate_o_in,
+                                const Expr &cs_prev, const Expr &wci, const Expr &wcf,
+                                const Expr &wco, const Expr &forget_bias, const Expr &cell_clip,
+                                bool use_peephole) {
+    CellForward r;
+    r.i = sigmoid(use_peephole ? gate_i_in + cs_prev * wci : gate_i_in);
+    r.ci = tanh_act(gate_c_in);
+    Expr zf = gate_f_in + forget_bias;
+    r.f = sigmoid(use_peephole ? zf + cs_prev * wcf : zf);
+    r.cs = clip_cell(r.i * r.ci + r.f * cs_prev, cell_clip);
+    r.co = tanh_act(r.cs);
+    r.o = sigmoid(use_peephole ? gate_o_in + r.cs * wco : gate_o_in);
+    r.h = r.o * r.co;
+    return r;
+}
+
+struct CellBackward {
+    Expr di, dci, df, do_;  // gradients w.r.t. the gate pre-activations
+    Expr cs_prev_grad;      // gradient w.r.t. the cell state entering the step
+};
+
+// One backward step from the stored activations (sigma' = s(1-s), tanh' = 1-t^2). dh and dcs_in
+// are the total gradients reaching h and cs of this step. The cell clip is straight-through,
+// as in TF (spec §3).
+inline CellBackward cell_backward(const Expr &i, const Expr &f, const Expr &o, const Expr &ci,
+                                  const Expr &co, const Expr &cs_prev, const Expr &wci,
+                                  const Expr &wcf, const Expr &wco, const Expr &dh,
+                                  const Expr &dcs_in, bool use_peephole) {
+    CellBackward r;
+    r.do_ = ((o * (1.0f - o)) * dh) * co;
+    Expr dcs = (((1.0f - co * co) * dh) * o) + dcs_in;
+    if (use_peephole) dcs = dcs + r.do_ * wco;
+    r.dci = ((1.0f - ci * ci) * dcs) * i;
+    r.df = ((f * (1.0f - f)) * dcs) * cs_prev;
+    r.di = ((i * (1.0f - i)) * dcs) * ci;
+    r.cs_prev_grad = dcs * f;
+    if (use_peephole) r.cs_prev_grad = (r.cs_prev_grad + r.di * wci) + r.df * wcf;
+    return r;
+}
+
+// The per-element terms summed into the peephole gradients (spec §3 step 8).
+struct PeepholeGradTerms {
+    Expr wci, wcf, wco;
+};
+inline PeepholeGradTerms peephole_grad_terms(const Expr &di, const Expr &df, const Expr &do_,
+                                             const Expr &cs_prev, const Expr &cs) {
+    return {di * cs_prev, df * cs_prev, do_ * cs};
+}
+
+}  // namespace blocklstm::gen

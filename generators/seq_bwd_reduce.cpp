@@ -1,0 +1,71 @@
+// After the backward loop (DESIGN.md §3): the reductions over the whole sequence.
+//   b_grad[g]    = sum over (t, n) of dgates[t, n, g]
+//   wci_grad[j]  = sum of di * cs_prev_t, wcf_grad = sum of df * cs_prev_t, wco_grad = sum of do * cs[t]
+//                  (cs_prev_t = cs_prev at t = 0, else cs[t-1]; only with peepholes)
+//   cs_prev_grad = the final cell-state carry, rounded to dtype.
+#include "generators/common.h"
+#include "schedules/cpu.h"
+
+namespace blocklstm::gen {
+
+class SeqBwdReduce : public Generator<SeqBwdReduce> {
+public:
+    GeneratorParam<Type> dtype{"dtype", Float(32)};
+    GeneratorParam<bool> use_peephole{"use_peephole", false};
+    GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
+
+    Input<Buffer<>> *dgates, *cs, *cs_prev, *dcs_carry;
+    Output<Buffer<>> *b_grad, *cs_prev_grad, *peephole_grads = nullptr;
+
+    void configure() {
+        dgates = add_input<Buffer<>>("dgates", Float(32), 2);  // [L*B, 4H]
+        cs = add_input<Buffer<>>("cs", dtype, 3);              // [L,B,H]
+        cs_prev = add_input<Buffer<>>("cs_prev", dtype, 2);    // [B,H]
+        dcs_carry = add_input<Buffer<>>("dcs_carry", Float(32), 2);
+        b_grad = add_output<Buffer<>>("b_grad", dtype, 1);
+        cs_prev_grad = add_output<Buffer<>>("cs_prev_grad", dtype, 2);
+        if (use_peephole) {  // Tuple (wci_grad, wcf_grad, wco_grad), each [H]
+            peephole_grads = add_output<Buffer<>>("peephole_grads",
+                                                  std::vector<Type>(3, Type(dtype)), 1);
+        }
+    }
+
+    void generate() {
+        Var x("x"), j("j"), n("n");
+        const Type t = dtype;
+        const Target target = get_target();
+
+        RDom rows(0, dgates->dim(1).extent(), "rows");
+        Func bias_sum("bias_sum");
+        bias_sum(x) = 0.0f;
+        bias_sum(x) += (*dgates)(x, rows);
+        (*b_grad)(x) = cast(t, bias_sum(x));
+        schedules::schedule_column_sum_cpu(bias_sum, x, {rows.x}, target);
+
+        (*cs_prev_grad)(j, n) = cast(t, (*dcs_carry)(j, n));
+        schedules::schedule_elementwise_cpu(*cs_prev_grad, j, n, target);
+
+        if (use_peephole) {
+            Expr H = cs->dim(0).extent(), B = cs->dim(1).extent();
+            RDom r(0, B, 0, cs->dim(2).extent(), "steps");  // (n, t)
+            Expr row = r.y * B + r.x;
+            auto gate = [&](Gate g) { return (*dgates)(j + gate_block(layout, g) * H, row); };
+            Expr cs_prev_t = select(r.y == 0, f32((*cs_prev)(j, r.x)),
+                                    f32((*cs)(j, r.x, max(r.y - 1, 0))));
+            PeepholeGradTerms terms = peephole_grad_terms(gate(gate_i), gate(gate_f),
+                                                          gate(gate_o), cs_prev_t,
+                                                          f32((*cs)(j, r.x, r.y)));
+            Func sums("peephole_sums");
+            sums(j) = Tuple(0.0f, 0.0f, 0.0f);
+            sums(j) = Tuple(sums(j)[0] + terms.wci, sums(j)[1] + terms.wcf,
+                            sums(j)[2] + terms.wco);
+            (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
+                                         cast(t, sums(j)[2]));
+            schedules::schedule_column_sum_cpu(sums, j, {r.x, r.y}, target);
+        }
+    }
+};
+
+}  // namespace blocklstm::gen
+
+HALIDE_REGISTER_GENERATOR(blocklstm::gen::SeqBwdReduce, seq_bwd_reduce)

@@ -1,0 +1,77 @@
+// One step of the backward recurrence (DESIGN.md §3), in reverse time:
+//   dh      = h_grad[t] + dgates[t+1] . W_h^T          (the recurrent product)
+//   dcs_in  = cs_grad[t] + dcs_carry
+//   cell backward math -> dgates[t] (kept for all t) and the new dcs_carry.
+// Everything else (x_grad, w_grad, b_grad, peephole grads) is batched after the loop.
+#include "generators/common.h"
+#include "schedules/cpu.h"
+
+namespace blocklstm::gen {
+
+class SeqBwdStep : public Generator<SeqBwdStep> {
+public:
+    GeneratorParam<Type> dtype{"dtype", Float(32)};
+    GeneratorParam<bool> use_peephole{"use_peephole", false};
+    GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
+
+    Input<Buffer<>> *dgates_next, *w_h_t, *h_grad, *cs_grad, *dcs_carry;
+    Input<Buffer<>> *i, *f, *o, *ci, *co, *cs_prev, *wci, *wcf, *wco;
+    Output<Buffer<>> *dgates, *dcs_carry_out;
+
+    void configure() {
+        dgates_next = add_input<Buffer<>>("dgates_next", Float(32), 2);  // [B,4H], zeros at t = L-1
+        w_h_t = add_input<Buffer<>>("w_h_t", dtype, 2);                  // [4H,H] = W_h^T
+        h_grad = add_input<Buffer<>>("h_grad", dtype, 2);                // [B,H]
+        cs_grad = add_input<Buffer<>>("cs_grad", dtype, 2);
+        dcs_carry = add_input<Buffer<>>("dcs_carry", Float(32), 2);
+        i = add_input<Buffer<>>("i", dtype, 2);
+        f = add_input<Buffer<>>("f", dtype, 2);
+        o = add_input<Buffer<>>("o", dtype, 2);
+        ci = add_input<Buffer<>>("ci", dtype, 2);
+        co = add_input<Buffer<>>("co", dtype, 2);
+        cs_prev = add_input<Buffer<>>("cs_prev", dtype, 2);
+        wci = add_input<Buffer<>>("wci", dtype, 1);
+        wcf = add_input<Buffer<>>("wcf", dtype, 1);
+        wco = add_input<Buffer<>>("wco", dtype, 1);
+        dgates = add_output<Buffer<>>("dgates", Float(32), 3);  // (j, gate block, n) of [B,4H]
+        dcs_carry_out = add_output<Buffer<>>("dcs_carry_out", Float(32), 2);
+    }
+
+    void generate() {
+        Var x("x"), y("y"), j("j"), n("n"), g("g");
+        Expr H = h_grad->dim(0).extent(), B = h_grad->dim(1).extent();
+
+        MatrixProduct p = matrix_product(
+            "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
+            [&](Expr xx, Expr k) { return (*w_h_t)(xx, k); },
+            [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H, x, y);
+        Func dh("dh");
+        dh(x, y) = p.acc(x, y);
+
+        auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, n)); };
+        CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),
+                                       f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)), dh(j, n),
+                                       in(cs_grad) + (*dcs_carry)(j, n), use_peephole);
+        Func cell("cell_grads");
+        cell(j, n) = Tuple(r.di, r.dci, r.df, r.do_, r.cs_prev_grad);
+
+        std::vector<Expr> blocks(4);
+        blocks[gate_block(layout, gate_i)] = cell(j, n)[0];
+        blocks[gate_block(layout, gate_c)] = cell(j, n)[1];
+        blocks[gate_block(layout, gate_f)] = cell(j, n)[2];
+        blocks[gate_block(layout, gate_o)] = cell(j, n)[3];
+        (*dgates)(j, g, n) = mux(g, blocks);
+        (*dcs_carry_out)(j, n) = cell(j, n)[4];
+
+        const Target t = get_target();
+        schedules::schedule_gemm_cpu({dh, p.acc, p.panel, x, y, p.k.x, false}, t);
+        cell.compute_root();
+        schedules::schedule_elementwise_cpu(cell, j, n, t);
+        schedules::schedule_gate_blocks_cpu(*dgates, j, g, n, t);
+        schedules::schedule_elementwise_cpu(*dcs_carry_out, j, n, t);
+    }
+};
+
+}  // namespace blocklstm::gen
+
+HALIDE_REGISTER_GENERATOR(blocklstm::gen::SeqBwdStep, seq_bwd_step)

@@ -1,0 +1,57 @@
+// One forward LSTM step (spec §2): gates = xw + h_prev . W_h, then the gate math. xw = x.W_x + b
+// is precomputed for all steps by one gemm (nn_bias); for LSTMBlockCell it is that gemm over one
+// step. Writes the seven outputs i, cs, f, o, ci, co, h of the step.
+#include "generators/common.h"
+#include "schedules/cpu.h"
+
+namespace blocklstm::gen {
+
+class SeqFwdStep : public Generator<SeqFwdStep> {
+public:
+    GeneratorParam<Type> dtype{"dtype", Float(32)};
+    GeneratorParam<bool> use_peephole{"use_peephole", false};
+    GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
+
+    Input<Buffer<>> *xw, *h_prev, *w_h, *cs_prev, *wci, *wcf, *wco;
+    Input<float> forget_bias{"forget_bias"};
+    Input<float> cell_clip{"cell_clip"};
+    Output<Buffer<>> *lstm;  // Tuple (i, cs, f, o, ci, co, h), each [B,H]
+
+    void configure() {
+        xw = add_input<Buffer<>>("xw", Float(32), 2);       // [B,4H] x.W_x + b
+        h_prev = add_input<Buffer<>>("h_prev", dtype, 2);   // [B,H]
+        w_h = add_input<Buffer<>>("w_h", dtype, 2);         // [H,4H] rows I.. of w
+        cs_prev = add_input<Buffer<>>("cs_prev", dtype, 2); // [B,H]
+        wci = add_input<Buffer<>>("wci", dtype, 1);
+        wcf = add_input<Buffer<>>("wcf", dtype, 1);
+        wco = add_input<Buffer<>>("wco", dtype, 1);
+        lstm = add_output<Buffer<>>("lstm", std::vector<Type>(7, Type(dtype)), 2);
+    }
+
+    void generate() {
+        Var x("x"), y("y"), j("j"), n("n");
+        Expr H = cs_prev->dim(0).extent(), B = cs_prev->dim(1).extent();
+
+        MatrixProduct p = matrix_product(
+            "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
+            [&](Expr xx, Expr k) { return (*w_h)(xx, k); },
+            [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H, x, y);
+        Func gates("gates");
+        gates(x, y) = p.acc(x, y);
+
+        auto gate = [&](Gate g) { return gates(j + gate_block(layout, g) * H, n); };
+        CellForward r = cell_forward(gate(gate_i), gate(gate_c), gate(gate_f), gate(gate_o),
+                                     f32((*cs_prev)(j, n)), f32((*wci)(j)), f32((*wcf)(j)),
+                                     f32((*wco)(j)), forget_bias, cell_clip, use_peephole);
+        const Type t = dtype;
+        (*lstm)(j, n) = Tuple(cast(t, r.i), cast(t, r.cs), cast(t, r.f), cast(t, r.o),
+                              cast(t, r.ci), cast(t, r.co), cast(t, r.h));
+
+        schedules::schedule_gemm_cpu({gates, p.acc, p.panel, x, y, p.k.x, false}, get_target());
+        schedules::schedule_elementwise_cpu(*lstm, j, n, get_target());
+    }
+};
+
+}  // namespace blocklstm::gen
+
+HALIDE_REGISTER_GENERATOR(blocklstm::gen::SeqFwdStep, seq_fwd_step)

@@ -1,0 +1,209 @@
+// blocklstm — TensorFlow's fused LSTM block ops as ahead-of-time Halide kernels.
+//
+// One function per TF op, named after it, taking the op's inputs in TF's order, writing TF's
+// outputs (in TF's order) into caller-owned tensors, with the op's attrs and TF's defaults.
+// A second overload of each op allocates its outputs and returns them.
+//
+// Semantics: ../shared/spec/tf-lstm-semantics.md; where blocklstm differs from TF, README.md
+// ("Differences from TensorFlow") says how and why.
+//
+// Every input is validated before any kernel runs. On bad input a blocklstm::Error is thrown
+// whose message names the op, the argument, the expected and the actual value, and no output
+// has been written.
+//
+// Thread safety: every op may be called concurrently from several threads on different outputs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+// Symbols of the shared library that users may call.
+#if defined(_WIN32)
+#define BLOCKLSTM_API
+#else
+#define BLOCKLSTM_API __attribute__((visibility("default")))
+#endif
+
+namespace blocklstm {
+
+enum class DType : int { f16, f32 };
+enum class Device : int { cpu, cuda };
+
+BLOCKLSTM_API const char *to_string(DType dtype);    // "float16", "float32"
+BLOCKLSTM_API const char *to_string(Device device);  // "cpu", "cuda"
+BLOCKLSTM_API std::size_t size_of(DType dtype);      // bytes per element
+
+// The one exception type of the library.
+class BLOCKLSTM_API Error : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+// A non-owning view of a dense, row-major (C order) tensor.
+struct BLOCKLSTM_API TensorView {
+    void *data = nullptr;
+    DType dtype = DType::f32;
+    std::vector<int64_t> shape;
+    Device device = Device::cpu;
+
+    int rank() const { return static_cast<int>(shape.size()); }
+    int64_t num_elements() const;
+    std::size_t num_bytes() const { return static_cast<std::size_t>(num_elements()) * size_of(dtype); }
+};
+
+// An owning, zero-initialised host tensor; converts to a TensorView.
+class BLOCKLSTM_API Tensor {
+public:
+    Tensor() = default;
+    Tensor(DType dtype, std::vector<int64_t> shape);
+
+    DType dtype() const { return view_.dtype; }
+    const std::vector<int64_t> &shape() const { return view_.shape; }
+    int64_t num_elements() const { return view_.num_elements(); }
+    std::size_t num_bytes() const { return view_.num_bytes(); }
+    void *data() const { return view_.data; }
+    template <typename T>
+    T *data_as() const { return static_cast<T *>(view_.data); }
+
+    const TensorView &view() const { return view_; }
+    operator const TensorView &() const { return view_; }
+
+private:
+    std::shared_ptr<std::byte[]> storage_;
+    TensorView view_;
+};
+
+// float16 <-> float32 conversions (IEEE binary16, round to nearest even).
+BLOCKLSTM_API uint16_t float_to_half(float value);
+BLOCKLSTM_API float half_to_float(uint16_t bits);
+
+// ---- Attributes, with TF's defaults -------------------------------------------------------
+
+struct LSTMBlockCellAttrs {
+    float forget_bias = 1.0f;
+    float cell_clip = 3.0f;  // clipping only when > 0
+    bool use_peephole = false;
+};
+struct BlockLSTMAttrs {
+    float forget_bias = 1.0f;
+    float cell_clip = 3.0f;
+    bool use_peephole = false;
+};
+// BlockLSTMV2 has no forget_bias attr: its forget bias is exactly 0.
+struct BlockLSTMV2Attrs {
+    float cell_clip = 0.0f;
+    bool use_peephole = false;
+};
+// TF makes use_peephole a required attr of the grad ops; false here.
+struct GradAttrs {
+    bool use_peephole = false;
+};
+
+// ---- Output bundles, in TF's output order ----------------------------------------------------
+// T is TensorView (caller-owned outputs) or Tensor (allocated by the convenience overloads).
+
+// LSTMBlockCell ([B,H] each) and BlockLSTM / BlockLSTMV2 ([T,B,H] each).
+template <typename T>
+struct LSTMOutputs {
+    T i, cs, f, o, ci, co, h;
+};
+// LSTMBlockCellGrad.
+template <typename T>
+struct LSTMBlockCellGradOutputs {
+    T cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad;
+};
+// BlockLSTMGrad / BlockLSTMGradV2.
+template <typename T>
+struct BlockLSTMGradOutputs {
+    T x_grad, cs_prev_grad, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad, b_grad;
+};
+
+using TV = TensorView;
+
+// ---- The six ops ------------------------------------------------------------------------------
+
+// One LSTM step, gate layout ICFO. x [B,I], cs_prev/h_prev [B,H], w [I+H,4H], wci/wcf/wco [H], b [4H].
+BLOCKLSTM_API void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
+                   const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out,
+                   const LSTMBlockCellAttrs &attrs = {});
+BLOCKLSTM_API LSTMOutputs<Tensor> LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
+                                  const TV &wci, const TV &wcf, const TV &wco, const TV &b,
+                                  const LSTMBlockCellAttrs &attrs = {});
+
+// Gradient of one LSTMBlockCell step (ICFO): dicfo [B,4H] = pre-activation gate gradients.
+BLOCKLSTM_API void LSTMBlockCellGrad(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
+                       const TV &wcf, const TV &wco, const TV &b, const TV &i, const TV &cs,
+                       const TV &f, const TV &o, const TV &ci, const TV &co, const TV &cs_grad,
+                       const TV &h_grad, const LSTMBlockCellGradOutputs<TV> &out,
+                       const GradAttrs &attrs = {});
+BLOCKLSTM_API LSTMBlockCellGradOutputs<Tensor> LSTMBlockCellGrad(
+    const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci, const TV &wcf,
+    const TV &wco, const TV &b, const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
+    const TV &co, const TV &cs_grad, const TV &h_grad, const GradAttrs &attrs = {});
+
+// The whole sequence, ICFO, seq_len_max steps of x [T,B,I]; every output is zero past seq_len_max.
+BLOCKLSTM_API void BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
+               const TV &wci, const TV &wcf, const TV &wco, const TV &b,
+               const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs = {});
+BLOCKLSTM_API LSTMOutputs<Tensor> BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev,
+                              const TV &h_prev, const TV &w, const TV &wci, const TV &wcf,
+                              const TV &wco, const TV &b, const BlockLSTMAttrs &attrs = {});
+
+// As BlockLSTM with gate layout IFCO and no forget bias.
+BLOCKLSTM_API void BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev,
+                 const TV &w, const TV &wci, const TV &wcf, const TV &wco, const TV &b,
+                 const LSTMOutputs<TV> &out, const BlockLSTMV2Attrs &attrs = {});
+BLOCKLSTM_API LSTMOutputs<Tensor> BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev,
+                                const TV &h_prev, const TV &w, const TV &wci, const TV &wcf,
+                                const TV &wco, const TV &b, const BlockLSTMV2Attrs &attrs = {});
+
+// Gradient of BlockLSTM (ICFO). i..h are BlockLSTM's outputs, cs_grad/h_grad [T,B,H].
+BLOCKLSTM_API void BlockLSTMGrad(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev,
+                   const TV &w, const TV &wci, const TV &wcf, const TV &wco, const TV &b,
+                   const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
+                   const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
+                   const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs = {});
+BLOCKLSTM_API BlockLSTMGradOutputs<Tensor> BlockLSTMGrad(
+    int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
+    const TV &wci, const TV &wcf, const TV &wco, const TV &b, const TV &i, const TV &cs,
+    const TV &f, const TV &o, const TV &ci, const TV &co, const TV &h, const TV &cs_grad,
+    const TV &h_grad, const GradAttrs &attrs = {});
+
+// The exact gradient of BlockLSTMV2 (IFCO).
+BLOCKLSTM_API void BlockLSTMGradV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev,
+                     const TV &w, const TV &wci, const TV &wcf, const TV &wco, const TV &b,
+                     const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
+                     const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
+                     const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs = {});
+BLOCKLSTM_API BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(
+    int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
+    const TV &wci, const TV &wcf, const TV &wco, const TV &b, const TV &i, const TV &cs,
+    const TV &f, const TV &o, const TV &ci, const TV &co, const TV &h, const TV &cs_grad,
+    const TV &h_grad, const GradAttrs &attrs = {});
+
+// ---- Kernels and threads -------------------------------------------------------------------
+
+// One compiled kernel of the variant table (runtime/kernels.inc).
+struct KernelInfo {
+    std::string name;    // e.g. "seq_bwd_step__cpu_f32_peephole_icfo"
+    std::string family;  // e.g. "seq_bwd_step"
+    std::string ops;     // the TF ops that run it, e.g. "BlockLSTMGrad BlockLSTMGradV2"
+    Device backend;
+    DType dtype;
+    bool peephole;
+    std::string layout;   // "icfo", "ifco" or "any"
+    std::string targets;  // the Halide targets compiled into it, ','-separated, best first
+};
+BLOCKLSTM_API std::vector<KernelInfo> kernels();
+
+// The Halide target of the multi-target CPU kernels that runs on this machine.
+BLOCKLSTM_API std::string cpu_target_in_use();
+
+// Threads of the CPU kernels (Halide's thread pool); 0 = one per core. Call before any op.
+BLOCKLSTM_API void set_num_threads(int threads);
+
+}  // namespace blocklstm

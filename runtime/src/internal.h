@@ -1,0 +1,130 @@
+// Runtime internals: Halide buffer views, the kernel table and kernel calls, validation.
+#pragma once
+
+#include <blocklstm/blocklstm.h>
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "HalideRuntime.h"
+
+namespace blocklstm::detail {
+
+enum class Layout { icfo, ifco };
+
+// ---- Halide buffers over caller memory ----------------------------------------------------------
+
+// A halide_buffer_t over host memory. Shapes are given outermost first, as TF writes them; the
+// Halide dimensions are innermost first. The object is self-contained (owns its dims array), so
+// the time loops move one along a sequence by changing `host` only.
+class Buf {
+public:
+    // Dense row-major tensor of the given shape.
+    Buf(void *data, DType dtype, std::initializer_list<int64_t> shape);
+    // Row-major matrix with a row stride (in elements), e.g. a column block of a wider matrix.
+    static Buf matrix(void *data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride);
+    // [rows, 4H] viewed as (unit j, gate block, row): what the gate-gradient kernels write.
+    static Buf gate_blocks(void *data, DType dtype, int64_t rows, int64_t cell_size);
+
+    halide_buffer_t *get() { return &buf_; }
+    void set_host(void *data) { buf_.host = static_cast<uint8_t *>(data); }  // non-null
+
+    Buf(const Buf &other);
+    Buf &operator=(const Buf &other);
+
+private:
+    Buf() = default;
+    halide_buffer_t buf_{};
+    halide_dimension_t dims_[4]{};
+};
+
+inline std::byte *offset_bytes(const void *p, int64_t elements, DType dtype) {
+    return static_cast<std::byte *>(const_cast<void *>(p)) + elements * static_cast<int64_t>(size_of(dtype));
+}
+
+// ---- The kernel table (runtime/kernels.inc) -------------------------------------------------------
+
+struct KernelEntry {
+    const char *name;
+    const char *family;
+    Device backend;
+    DType dtype;
+    bool peephole;
+    const char *layout;  // "icfo", "ifco", "any"
+    int (*argv)(void **);
+    const halide_filter_metadata_t *(*metadata)();
+};
+
+// The kernel of `family` for these flags (layout ignored for "any" kernels). Throws if absent.
+const KernelEntry &find_kernel(const char *family, DType dtype, bool peephole, Layout layout);
+
+// One call of a kernel with its arguments bound by name (the generator's input/output names;
+// Tuple outputs as "name.0", "name.1", ...). Binding is checked against the kernel's metadata, so
+// a mismatch between runtime and generator is an error, not a silent misread. A call object may
+// be run many times; the bound buffers may be moved (Buf::set_host) between runs.
+class KernelCall {
+public:
+    explicit KernelCall(const KernelEntry &kernel);
+    KernelCall &buffer(const char *name, Buf &buf);
+    KernelCall &scalar(const char *name, float *value);
+    void run();
+
+private:
+    int index_of(const char *name, bool is_buffer) const;
+    const KernelEntry &kernel_;
+    std::vector<std::string> names_;
+    std::vector<void *> args_;
+};
+
+// ---- Validation -------------------------------------------------------------------------------------
+
+// Checks of one op's arguments, collected in the order they are made; the first failure throws
+// blocklstm::Error naming the op and the argument.
+class Validator {
+public:
+    explicit Validator(const char *op) : op_(op) {}
+
+    [[noreturn]] void fail(const std::string &what) const;
+    [[noreturn]] void fail_arg(const char *arg, const std::string &what) const;
+
+    // rank, then every dim; dims < 0 in `expected` are not checked.
+    void shape(const char *arg, const TensorView &t, const std::vector<int64_t> &expected) const;
+    void rank(const char *arg, const TensorView &t, int expected) const;
+    // dtype and device of every float tensor (the first one given sets the dtype), a non-null
+    // pointer when there is data, and every extent the kernels index with int32.
+    void tensor(const char *arg, const TensorView &t);
+    void output(const char *arg, const TensorView &t);
+    // No output may overlap an input or another output.
+    void no_overlaps() const;
+    DType dtype() const { return dtype_; }
+
+private:
+    struct Range {
+        const char *arg;
+        uintptr_t begin, end;
+        bool is_output;
+    };
+    const char *op_;
+    DType dtype_ = DType::f32;
+    bool have_dtype_ = false;
+    std::vector<Range> ranges_;
+};
+
+std::string shape_string(const std::vector<int64_t> &shape);
+
+// The product of sizes, saturated at INT64_MAX instead of overflowing.
+int64_t saturating_product(std::initializer_list<int64_t> factors);
+
+// Products of sizes that become Halide extents or strides must fit int32.
+void check_int32_extent(const Validator &v, const char *what, int64_t value);
+
+// The value of a float attr as the kernels see it: TF converts forget_bias and cell_clip to the
+// element type first, so float16 ops use the half-rounded value.
+float attr_in_dtype(float value, DType dtype);
+
+// Host workspace for the f32 intermediates of one call.
+std::vector<float> workspace(int64_t elements);
+
+}  // namespace blocklstm::detail

@@ -1,0 +1,133 @@
+// Tensor views, owning tensors, float16 conversions and Halide buffers over caller memory.
+#include <cstring>
+
+#include "runtime/src/internal.h"
+
+namespace blocklstm {
+
+const char *to_string(DType dtype) { return dtype == DType::f16 ? "float16" : "float32"; }
+const char *to_string(Device device) { return device == Device::cpu ? "cpu" : "cuda"; }
+std::size_t size_of(DType dtype) { return dtype == DType::f16 ? 2 : 4; }
+
+int64_t TensorView::num_elements() const {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape) {
+    view_.dtype = dtype;
+    view_.shape = std::move(shape);
+    for (int64_t d : view_.shape) {
+        if (d < 0) throw Error("Tensor: negative dimension in shape " + detail::shape_string(view_.shape));
+    }
+    const std::size_t bytes = view_.num_bytes();
+    storage_ = std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]());
+    view_.data = storage_.get();
+}
+
+uint16_t float_to_half(float value) {
+    uint32_t x;
+    std::memcpy(&x, &value, 4);
+    const uint32_t sign = (x >> 16) & 0x8000u;
+    const uint32_t abs = x & 0x7fffffffu;
+    if (abs >= 0x7f800000u) {  // inf or nan
+        return static_cast<uint16_t>(sign | 0x7c00u | (abs > 0x7f800000u ? 0x200u : 0u));
+    }
+    if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds past 65504
+    if (abs < 0x38800000u) {  // subnormal half (or zero): round |x| * 2^24 to an integer
+        float f;
+        const uint32_t a = abs;
+        std::memcpy(&f, &a, 4);
+        const float scaled = f * 16777216.0f;  // exact
+        uint32_t m = static_cast<uint32_t>(scaled);
+        const float rest = scaled - static_cast<float>(m);
+        if (rest > 0.5f || (rest == 0.5f && (m & 1u))) ++m;
+        return static_cast<uint16_t>(sign | m);
+    }
+    // normal: rebias the exponent, round the mantissa to 10 bits, nearest even
+    uint32_t h = ((abs - 0x38000000u) >> 13);
+    const uint32_t rest = abs & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+    return static_cast<uint16_t>(sign | h);
+}
+
+float half_to_float(uint16_t bits) { return halide_float16_bits_to_float(bits); }
+
+}  // namespace blocklstm
+
+namespace blocklstm::detail {
+
+namespace {
+// Halide reads a buffer whose host pointer is null as a bounds query and computes nothing; empty
+// tensors may come with a null pointer, so they get this address instead (never dereferenced).
+alignas(64) std::byte empty_tensor_storage[64];
+
+uint8_t *host_pointer(void *data) {
+    return static_cast<uint8_t *>(data ? data : static_cast<void *>(empty_tensor_storage));
+}
+
+halide_type_t halide_type(DType dtype) {
+    return halide_type_t(halide_type_float, dtype == DType::f16 ? 16 : 32, 1);
+}
+}  // namespace
+
+Buf::Buf(void *data, DType dtype, std::initializer_list<int64_t> shape) {
+    buf_.host = host_pointer(data);
+    buf_.type = halide_type(dtype);
+    buf_.dimensions = static_cast<int32_t>(shape.size());
+    buf_.dim = dims_;
+    int64_t stride = 1;
+    const std::vector<int64_t> s(shape);  // outermost first; Halide's dims are innermost first
+    for (int i = 0; i < buf_.dimensions; ++i) {
+        const int64_t extent = s[s.size() - 1 - i];
+        dims_[i] = halide_dimension_t(0, static_cast<int32_t>(extent), static_cast<int32_t>(stride));
+        stride *= extent;
+    }
+}
+
+Buf Buf::matrix(void *data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride) {
+    Buf b;
+    b.buf_.host = host_pointer(data);
+    b.buf_.type = halide_type(dtype);
+    b.buf_.dimensions = 2;
+    b.buf_.dim = b.dims_;
+    b.dims_[0] = halide_dimension_t(0, static_cast<int32_t>(cols), 1);
+    b.dims_[1] = halide_dimension_t(0, static_cast<int32_t>(rows), static_cast<int32_t>(row_stride));
+    return b;
+}
+
+Buf Buf::gate_blocks(void *data, DType dtype, int64_t rows, int64_t cell_size) {
+    Buf b;
+    b.buf_.host = host_pointer(data);
+    b.buf_.type = halide_type(dtype);
+    b.buf_.dimensions = 3;
+    b.buf_.dim = b.dims_;
+    const auto h = static_cast<int32_t>(cell_size);
+    b.dims_[0] = halide_dimension_t(0, h, 1);
+    b.dims_[1] = halide_dimension_t(0, 4, h);
+    b.dims_[2] = halide_dimension_t(0, static_cast<int32_t>(rows), 4 * h);
+    return b;
+}
+
+Buf::Buf(const Buf &other) : buf_(other.buf_) {
+    std::memcpy(dims_, other.dims_, sizeof(dims_));
+    buf_.dim = dims_;
+}
+
+Buf &Buf::operator=(const Buf &other) {
+    buf_ = other.buf_;
+    std::memcpy(dims_, other.dims_, sizeof(dims_));
+    buf_.dim = dims_;
+    return *this;
+}
+
+std::vector<float> workspace(int64_t elements) {
+    return std::vector<float>(static_cast<std::size_t>(elements > 0 ? elements : 0), 0.0f);
+}
+
+float attr_in_dtype(float value, DType dtype) {
+    return dtype == DType::f16 ? half_to_float(float_to_half(value)) : value;
+}
+
+}  // namespace blocklstm::detail

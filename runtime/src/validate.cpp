@@ -1,0 +1,105 @@
+// Argument checks shared by the ops. Every check runs before any kernel; the first failure throws
+// blocklstm::Error naming the op, the argument, what was expected and what was given.
+#include <climits>
+
+#include "runtime/src/internal.h"
+
+namespace blocklstm::detail {
+
+std::string shape_string(const std::vector<int64_t> &shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i) s += ',';
+        s += shape[i] < 0 ? std::string("?") : std::to_string(shape[i]);
+    }
+    return s + "]";
+}
+
+void Validator::fail(const std::string &what) const { throw Error(std::string(op_) + ": " + what); }
+
+void Validator::fail_arg(const char *arg, const std::string &what) const {
+    fail(std::string("argument '") + arg + "' " + what);
+}
+
+void Validator::rank(const char *arg, const TensorView &t, int expected) const {
+    if (t.rank() != expected) {
+        fail_arg(arg, "must be rank " + std::to_string(expected) + ": expected rank " +
+                          std::to_string(expected) + ", got rank " + std::to_string(t.rank()) +
+                          " (shape " + shape_string(t.shape) + ")");
+    }
+}
+
+void Validator::shape(const char *arg, const TensorView &t, const std::vector<int64_t> &expected) const {
+    rank(arg, t, static_cast<int>(expected.size()));
+    for (std::size_t d = 0; d < expected.size(); ++d) {
+        if (expected[d] >= 0 && t.shape[d] != expected[d]) {
+            fail_arg(arg, "has shape " + shape_string(t.shape) + ": expected " + shape_string(expected));
+        }
+    }
+}
+
+int64_t saturating_product(std::initializer_list<int64_t> factors) {
+    int64_t p = 1;
+    for (int64_t f : factors) {
+        if (__builtin_mul_overflow(p, f, &p)) return INT64_MAX;
+    }
+    return p;
+}
+
+void check_int32_extent(const Validator &v, const char *what, int64_t value) {
+    if (value > INT32_MAX) {
+        v.fail(std::string(what) + " has " + std::to_string(value) +
+               " elements: expected at most " + std::to_string(INT32_MAX) +
+               " (the kernels index with int32)");
+    }
+}
+
+void Validator::tensor(const char *arg, const TensorView &t) {
+    if (t.device != Device::cpu) {
+        fail_arg(arg, std::string("is on device ") + to_string(t.device) +
+                          ": expected cpu (this build has no CUDA kernels)");
+    }
+    if (!have_dtype_) {
+        dtype_ = t.dtype;
+        have_dtype_ = true;
+    } else if (t.dtype != dtype_) {
+        fail_arg(arg, std::string("has dtype ") + to_string(t.dtype) + ": expected " +
+                          to_string(dtype_) + " like the op's other float tensors");
+    }
+    int64_t elements = 1;
+    for (int64_t d : t.shape) {
+        if (d < 0) fail_arg(arg, "has shape " + shape_string(t.shape) + ": expected no negative dimension");
+        if (__builtin_mul_overflow(elements, d, &elements)) elements = INT64_MAX;
+    }
+    if (elements > INT32_MAX) {
+        fail_arg(arg, "has shape " + shape_string(t.shape) + " = " + std::to_string(elements) +
+                          " elements: expected at most " + std::to_string(INT32_MAX) +
+                          " (the kernels index with int32)");
+    }
+    if (elements > 0 && t.data == nullptr) {
+        fail_arg(arg, "has a null data pointer: expected data for " + std::to_string(elements) +
+                          " elements");
+    }
+    const auto begin = reinterpret_cast<uintptr_t>(t.data);
+    ranges_.push_back({arg, begin, begin + static_cast<uintptr_t>(elements) * size_of(t.dtype), false});
+}
+
+void Validator::output(const char *arg, const TensorView &t) {
+    tensor(arg, t);
+    ranges_.back().is_output = true;
+}
+
+void Validator::no_overlaps() const {
+    for (std::size_t a = 0; a < ranges_.size(); ++a) {
+        if (!ranges_[a].is_output || ranges_[a].begin == ranges_[a].end) continue;
+        for (std::size_t b = 0; b < ranges_.size(); ++b) {
+            if (a == b || ranges_[b].begin == ranges_[b].end) continue;
+            if (ranges_[a].begin < ranges_[b].end && ranges_[b].begin < ranges_[a].end) {
+                fail_arg(ranges_[a].arg, std::string("(an output) overlaps argument '") +
+                                             ranges_[b].arg + "': expected separate memory");
+            }
+        }
+    }
+}
+
+}  // namespace blocklstm::detail

@@ -1,0 +1,21 @@
+// Tile sizes of the CPU schedules, per target. The register budget sets the accumulator tile:
+// AVX2 and SSE4.1 have 16 vector registers, AVX-512 has 32.
+#pragma once
+
+#include "Halide.h"
+
+namespace blocklstm::schedules {
+
+// Columns of a GEMM accumulator tile: two vectors.
+inline int gemm_tile_cols(const Halide::Target &t) { return 2 * t.natural_vector_size<float>(); }
+
+// Rows of a GEMM accumulator tile: 2 x 6 = 12 accumulators + 2 B vectors + 1 broadcast fit 16
+// registers (AVX2, SSE4.1); 2 x 12 = 24 + 3 fit AVX-512's 32.
+inline int gemm_tile_rows(const Halide::Target &t) {
+    return t.has_feature(Halide::Target::AVX512) ? 12 : 6;
+}
+
+// Register tiles per row block: the rows of A a packed panel is reused for (6 x 16 = 96 rows).
+constexpr int gemm_row_block_tiles = 16;
+
+}  // namespace blocklstm::schedules
