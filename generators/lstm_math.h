@@ -20,19 +20,16 @@ inline int gate_block(Layout layout, Gate gate) {
     return static_cast<int>(gate);
 }
 
-// exp on [-80, 80]: Halide's fast_exp is a vectorisable polynomial (5 ulp) but returns nonsense
-// beyond +-88; libm's expf would be called once per lane.
-inline Expr exp_clamped(const Expr &z) {
-    return Halide::fast_exp(Halide::clamp(z, -80.0f, 80.0f));
-}
-
+// Halide 21's exp is inlined and vectorised (max relative error 1.3e-7 on [-5, 5]); fast_exp
+// (1.7e-6) failed TF's 1e-6 tolerance, and Halide's tanh calls libm's tanhf once per lane.
+// Large |z|: exp(-z) -> inf gives sigmoid 0, and the tanh form below never overflows.
 inline Expr sigmoid(const Expr &z) {
-    return 1.0f / (1.0f + exp_clamped(-z));
+    return 1.0f / (1.0f + Halide::exp(-z));
 }
 
 // tanh(z) = sign(z) (1 - e) / (1 + e), e = exp(-2|z|) <= 1: no overflow, absolute error ~1e-7.
 inline Expr tanh_act(const Expr &z) {
-    Expr e = exp_clamped(-2.0f * Halide::abs(z));
+    Expr e = Halide::exp(-2.0f * Halide::abs(z));
     Expr t = (1.0f - e) / (1.0f + e);
     return Halide::select(z < 0.0f, -t, t);
 }
