@@ -3,6 +3,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "Halide.h"
@@ -17,12 +18,16 @@ inline const std::map<std::string, Layout> layout_names{{"icfo", Layout::icfo},
 
 inline Expr f32(const Expr &e) { return cast<float>(e); }
 
-// acc(x, y) = init(x, y) + sum_k a(k, y) * b(x, k), accumulated in float32. `panel` is b converted
-// to float32 (the schedule packs it). Reads past the last row / column are clamped to it, so the
-// schedule may compute whole register tiles at the edges; those lanes are never stored.
+// sum(x, y) = init(x, y) + sum_k a(k, y) * b(x, k), accumulated in float32, with the reduction
+// blocked: part(x, y, kb) is the product over one block of k_block steps of k, so a register tile
+// of part and the packed operand panels of one block stay in L1 (DESIGN.md §4: packing and cache
+// blocking of K are where the other half of GEMM speed lives). The panels are float32 views of a
+// and b; b's is zero past the last k, so the last, partial block adds a(last k) * 0. Reads past
+// the last row / column / k are clamped (min(likely(...)) lets Halide split off the edge
+// iterations), so a schedule may compute whole register tiles and blocks at the edges.
 struct MatrixProduct {
-    Func acc, panel;
-    RDom k;
+    Func sum, part, a_panel, b_panel;
+    RDom k_in_block, blocks;
 };
 
 inline MatrixProduct matrix_product(const std::string &name,
@@ -30,12 +35,21 @@ inline MatrixProduct matrix_product(const std::string &name,
                                     const std::function<Expr(Expr x, Expr k)> &b,
                                     const std::function<Expr(Expr x, Expr y)> &init,
                                     const Expr &rows, const Expr &cols, const Expr &depth,
-                                    const Var &x, const Var &y) {
-    MatrixProduct p{Func(name + "_acc"), Func(name + "_panel"), RDom(0, depth, name + "_k")};
-    Expr xc = min(x, cols - 1), yc = min(y, rows - 1);
-    p.panel(x, y) = f32(b(xc, y));
-    p.acc(x, y) = f32(init(xc, yc));
-    p.acc(x, y) += f32(a(p.k, yc)) * p.panel(x, p.k);
+                                    int k_block, const Var &x, const Var &y,
+                                    std::optional<Func> sum = std::nullopt) {
+    MatrixProduct p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"), Func(name + "_a_panel"), Func(name + "_b_panel"),
+                    RDom(0, k_block, name + "_k"),
+                    RDom(0, (depth + (k_block - 1)) / k_block, name + "_kb")};
+    Var k("k"), kb("kb");
+    Expr xc = min(likely(x), cols - 1), yc = min(likely(y), rows - 1);
+    Expr kc = min(likely(k), max(depth - 1, 0));
+    p.a_panel(k, y) = f32(a(kc, yc));
+    p.b_panel(x, k) = select(k < depth, f32(b(xc, kc)), 0.0f);
+    Expr kk = kb * k_block + p.k_in_block;
+    p.part(x, y, kb) = 0.0f;
+    p.part(x, y, kb) += p.a_panel(kk, y) * p.b_panel(x, kk);
+    p.sum(x, y) = f32(init(xc, yc));
+    p.sum(x, y) += p.part(x, y, p.blocks);
     return p;
 }
 

@@ -37,15 +37,21 @@ public:
         const bool transpose_a = form == GemmForm::tn;
         Expr rows = c->dim(1).extent(), cols = c->dim(0).extent();
         Expr depth = transpose_a ? a->dim(1).extent() : a->dim(0).extent();
+        // A float32 c is the accumulator itself; a float16 c is one rounding of it.
+        const bool c_is_f32 = c->types()[0] == Float(32);
         MatrixProduct p = matrix_product(
             "c",
             [&](Expr k, Expr yy) { return transpose_a ? (*a)(yy, k) : (*a)(k, yy); },
             [&](Expr xx, Expr k) { return (*b)(xx, k); },
             [&](Expr xx, Expr) { return bias ? f32((*bias)(xx)) : Expr(0.0f); },
-            rows, cols, depth, x, y);
-        (*c)(x, y) = cast(c->types()[0], p.acc(x, y));
+            rows, cols, depth, schedules::gemm_k_block(get_target()), x, y,
+            c_is_f32 ? std::optional<Func>(Func(*c)) : std::nullopt);
+        if (!c_is_f32) (*c)(x, y) = cast(c->types()[0], p.sum(x, y));
 
-        schedules::schedule_gemm_cpu({*c, p.acc, p.panel, x, y, p.k.x, true}, get_target());
+        const Target t = get_target();
+        schedules::schedule_gemm_cpu({p.sum, p.part, p.a_panel, p.b_panel, x, y,
+                                      p.k_in_block.x, p.blocks.x, c_is_f32, transpose_a}, t);
+        if (!c_is_f32) schedules::schedule_elementwise_cpu(*c, x, y, t);
     }
 };
 

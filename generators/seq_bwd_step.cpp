@@ -44,9 +44,9 @@ public:
         MatrixProduct p = matrix_product(
             "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
             [&](Expr xx, Expr k) { return (*w_h_t)(xx, k); },
-            [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H, x, y);
-        Func dh("dh");
-        dh(x, y) = p.acc(x, y);
+            [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H,
+            schedules::gemm_k_block(get_target()), x, y, Func("dh"));
+        Func dh = p.sum;
 
         auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, n)); };
         CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),
@@ -64,7 +64,9 @@ public:
         (*dcs_carry_out)(j, n) = cell(j, n)[4];
 
         const Target t = get_target();
-        schedules::schedule_gemm_cpu({dh, p.acc, p.panel, x, y, p.k.x, false}, t);
+        schedules::schedule_gemm_cpu({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
+                                      p.blocks.x, false},
+                                     t);
         cell.compute_root();
         schedules::schedule_elementwise_cpu(cell, j, n, t);
         schedules::schedule_gate_blocks_cpu(*dgates, j, g, n, t);

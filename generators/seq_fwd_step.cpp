@@ -35,9 +35,9 @@ public:
         MatrixProduct p = matrix_product(
             "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
             [&](Expr xx, Expr k) { return (*w_h)(xx, k); },
-            [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H, x, y);
-        Func gates("gates");
-        gates(x, y) = p.acc(x, y);
+            [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H,
+            schedules::gemm_k_block(get_target()), x, y, Func("gates"));
+        Func gates = p.sum;
 
         auto gate = [&](Gate g) { return gates(j + gate_block(layout, g) * H, n); };
         CellForward r = cell_forward(gate(gate_i), gate(gate_c), gate(gate_f), gate(gate_o),
@@ -47,7 +47,9 @@ public:
         (*lstm)(j, n) = Tuple(cast(t, r.i), cast(t, r.cs), cast(t, r.f), cast(t, r.o),
                               cast(t, r.ci), cast(t, r.co), cast(t, r.h));
 
-        schedules::schedule_gemm_cpu({gates, p.acc, p.panel, x, y, p.k.x, false}, get_target());
+        schedules::schedule_gemm_cpu({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
+                                      p.blocks.x, false},
+                                     get_target());
         schedules::schedule_elementwise_cpu(*lstm, j, n, get_target());
     }
 };

@@ -12,24 +12,25 @@ namespace blocklstm::schedules {
 
 using namespace Halide;
 
-// A matrix product: `out(x, y)` (x = column, contiguous; y = row) is a pointwise function of
-// `acc`, the float32 accumulator acc(x, y) = init; acc(x, y) += a(k, y) * panel(x, k) over `k`.
-// `panel` is the B operand converted to float32; `a` reads are clamped to the last row and
-// `panel` reads to the last column by the algorithm, so a tile may run past the edges.
+// A matrix product (generators/common.h: matrix_product): `sum(x, y)` (x = column, contiguous;
+// y = row) = init + the sum over k blocks `blocks` of `part(x, y, kb)`, each a product over one
+// block `k` of k; `a_panel` and `b_panel` are the float32 operands of a block.
 struct GemmFuncs {
-    Func out;    // the consumer (an output, or an internal Func computed at root)
-    Func acc;    // the accumulator: pure init + one update over k
-    Func panel;  // B operand as float32, packed per column tile
-    Var x, y;    // out's and acc's pure vars
-    RVar k;      // acc's reduction
-    bool out_is_output = true;
+    Func sum, part, a_panel, b_panel;
+    Var x, y;
+    RVar k, blocks;
+    bool sum_is_output = true;
+    bool pack_a = false;  // a's rows are not contiguous in k (a transposed operand)
 };
 
-// Register-blocked, packed GEMM: an accumulator tile of gemm_tile_cols(t) x gemm_tile_rows(t)
-// lives in vector registers across the whole k loop; the B panel of a column tile is packed into a
-// contiguous [K][tile_cols] float32 buffer once per (row block, column tile) and reused by
-// gemm_row_block_tiles register tiles; the parallel loop covers row blocks x column tiles, so both
-// tall GEMMs (L*B rows) and short per-step products (B rows, 4H columns) use both cores.
+// Register-blocked, packed, K-blocked GEMM. For each block of k (outermost, so one block's panels
+// are what the caches hold): a B panel of gemm_tile_cols(t) columns x one k block is packed per
+// (row block, column tile) and reused by gemm_row_block_tiles register tiles; an A panel of
+// gemm_tile_rows(t) rows is packed per register tile when a is transposed (rows interleaved, so
+// one cache line feeds all broadcasts of a k step; otherwise a's rows are read in place, each
+// contiguous in k); the accumulator tile lives in vector registers for the whole block.
+// The parallel loop covers row blocks x column tiles, so tall GEMMs (L*B rows) and short
+// per-step products (B rows, 4H columns) both use every core.
 inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
     const int vec = t.natural_vector_size<float>();
     const int tile_cols = gemm_tile_cols(t);
@@ -37,10 +38,12 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xv("xv"), xl("xl"), yb("yb"), tile("tile");
     Var x = g.x, y = g.y;
 
-    if (!g.out_is_output) g.out.compute_root();
-    g.out.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
+    if (!g.sum_is_output) g.sum.compute_root();
+    g.sum.vectorize(x, vec, TailStrategy::GuardWithIf).parallel(y);
+    g.sum.update()
+        .tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
         .split(yo, yb, yo, gemm_row_block_tiles, TailStrategy::GuardWithIf)
-        .reorder(xi, yi, yo, xo, yb)
+        .reorder(xi, yi, yo, xo, yb, g.blocks)
         .fuse(xo, yb, tile)
         .parallel(tile)
         .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
@@ -48,19 +51,27 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
         .unroll(yi);
 
     // Accumulators: tile_cols/vec x tile_rows vector registers, constant extent even at the edges.
-    g.acc.compute_at(g.out, yo)
+    g.part.compute_at(g.sum, yo)
         .bound_extent(x, tile_cols)
         .bound_extent(y, tile_rows)
         .vectorize(x, vec)
         .unroll(y);
-    g.acc.update()
+    g.part.update()
         .reorder(x, y, g.k)
         .split(x, xl, xv, vec)
         .vectorize(xv)
         .unroll(xl)
         .unroll(y);
 
-    g.panel.compute_at(g.out, tile)
+    if (g.pack_a) {
+        const std::vector<Var> a_args = g.a_panel.args();  // (k, y)
+        g.a_panel.compute_at(g.sum, yo)
+            .bound_extent(a_args[1], tile_rows)
+            .reorder_storage(a_args[1], a_args[0])
+            .reorder(a_args[1], a_args[0])
+            .unroll(a_args[1]);
+    }
+    g.b_panel.compute_at(g.sum, tile)
         .bound_extent(x, tile_cols)
         .vectorize(x, vec);
 }

@@ -124,6 +124,11 @@ void check_int32_extent(const Validator &v, const char *what, int64_t value);
 // element type first, so float16 ops use the half-rounded value.
 float attr_in_dtype(float value, DType dtype);
 
+// xw[rows, 4H] = x[rows, I] . w[0:I, :] + b in float32 (gemm_nn_bias): the input projection of
+// every step of a sequence at once (rows = L*B), or of one cell step (rows = B).
+void input_projection(DType dtype, const void *x, int64_t rows, int64_t input_size,
+                      int64_t cell_size, const void *w, const void *b, float *xw);
+
 // Host workspace for the f32 intermediates of one call.
 std::vector<float> workspace(int64_t elements);
 

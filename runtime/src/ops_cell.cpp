@@ -119,14 +119,8 @@ void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w
     const int64_t B = d.B, I = d.I, H = d.H;
 
     std::vector<float> xw = detail::workspace(B * 4 * H);
+    detail::input_projection(dt, x.data, B, I, H, w.data, b.data, xw.data());
     Buf xw_buf = Buf::matrix(xw.data(), DType::f32, B, 4 * H, 4 * H);
-    {
-        Buf a = Buf::matrix(x.data, dt, B, I, I);
-        Buf w_x = Buf::matrix(w.data, dt, I, 4 * H, 4 * H);
-        Buf bias(b.data, dt, {4 * H});
-        KernelCall(find_kernel("gemm_nn_bias", dt, false, Layout::icfo))
-            .buffer("a", a).buffer("b", w_x).buffer("bias", bias).buffer("c", xw_buf).run();
-    }
     float fb = detail::attr_in_dtype(attrs.forget_bias, dt);
     float clip = detail::attr_in_dtype(attrs.cell_clip, dt);
     Buf h_prev_buf(h_prev.data, dt, {B, H}), cs_prev_buf(cs_prev.data, dt, {B, H});

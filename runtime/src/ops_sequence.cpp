@@ -157,16 +157,9 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     if (L == 0 || B == 0) return;
     (void)T;
 
-    // xw = x . W_x + b for all L steps in one GEMM: [L*B, I] . [I, 4H] -> float32 workspace.
+    // xw = x . W_x + b for all L steps in one GEMM.
     std::vector<float> xw = workspace(L * B * 4 * H);
-    {
-        Buf a = Buf::matrix(in.x.data, dt, L * B, I, I);
-        Buf w_x = Buf::matrix(in.w.data, dt, I, 4 * H, 4 * H);
-        Buf bias(in.b.data, dt, {4 * H});
-        Buf c = Buf::matrix(xw.data(), DType::f32, L * B, 4 * H, 4 * H);
-        KernelCall(find_kernel("gemm_nn_bias", dt, false, layout))
-            .buffer("a", a).buffer("b", w_x).buffer("bias", bias).buffer("c", c).run();
-    }
+    input_projection(dt, in.x.data, L * B, I, H, in.w.data, in.b.data, xw.data());
 
     // The recurrence: one seq_fwd_step per step; step t reads the outputs of step t-1.
     float fb = attr_in_dtype(forget_bias, dt), clip = attr_in_dtype(cell_clip, dt);
@@ -329,6 +322,27 @@ BlockLSTMGradOutputs<TV> views(const BlockLSTMGradOutputs<T> &o) {
 }
 
 }  // namespace
+
+void input_projection(DType dt, const void *x, int64_t rows, int64_t input_size,
+                      int64_t cell_size, const void *w, const void *b, float *xw) {
+    const int64_t I = input_size, G = 4 * cell_size;
+    // With I = 0 the product is empty, but a Halide kernel cannot be handed an operand of extent 0
+    // that it indexes: x . W_x is then an exact zero, computed from one zero column.
+    std::vector<std::byte> zero_x, zero_w;
+    if (I == 0) {
+        zero_x.assign(static_cast<std::size_t>(rows) * size_of(dt), std::byte{0});
+        zero_w.assign(static_cast<std::size_t>(G) * size_of(dt), std::byte{0});
+        x = zero_x.data(), w = zero_w.data();
+    }
+    const int64_t depth = std::max<int64_t>(I, 1);
+    Buf a = Buf::matrix(const_cast<void *>(x), dt, rows, depth, depth);
+    Buf w_x = Buf::matrix(const_cast<void *>(w), dt, depth, G, G);
+    Buf bias(const_cast<void *>(b), dt, {G});
+    Buf c = Buf::matrix(xw, DType::f32, rows, G, G);
+    KernelCall(find_kernel("gemm_nn_bias", dt, false, Layout::icfo))
+        .buffer("a", a).buffer("b", w_x).buffer("bias", bias).buffer("c", c).run();
+}
+
 }  // namespace detail
 
 using detail::Layout;
