@@ -18,10 +18,15 @@ int64_t TensorView::num_elements() const {
 Tensor::Tensor(DType dtype, std::vector<int64_t> shape) {
     view_.dtype = dtype;
     view_.shape = std::move(shape);
+    int64_t bytes_signed = static_cast<int64_t>(size_of(dtype));
     for (int64_t d : view_.shape) {
         if (d < 0) throw Error("Tensor: negative dimension in shape " + detail::shape_string(view_.shape));
+        if (__builtin_mul_overflow(bytes_signed, d, &bytes_signed)) {
+            throw Error("Tensor: shape " + detail::shape_string(view_.shape) +
+                        " has more bytes than a 64-bit size can count");
+        }
     }
-    const std::size_t bytes = view_.num_bytes();
+    const auto bytes = static_cast<std::size_t>(bytes_signed);
     storage_ = std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]());
     view_.data = storage_.get();
 }

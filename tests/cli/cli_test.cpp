@@ -1,0 +1,777 @@
+// Tests of the `blocklstm` command-line tool: runs the built executable on .npy files written with
+// the tool's own npy writer and compares its outputs, bit for bit, with the library API called
+// directly on the same inputs; checks that malformed input exits with code 2, names the culprit
+// and leaves no output behind; checks `list` and the npy reader itself.
+//
+// The executable's path comes from the compile definition BLOCKLSTM_CLI (or argv[1] / the
+// environment variable BLOCKLSTM_CLI), the variant table's from BLOCKLSTM_KERNELS_INC.
+#include <gtest/gtest.h>
+
+#include <blocklstm/blocklstm.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <vector>
+
+#include "npy.h"
+
+namespace fs = std::filesystem;
+using blocklstm::DType;
+using blocklstm::Tensor;
+namespace npy = blocklstm::npy;
+
+namespace {
+
+std::string g_cli =
+#ifdef BLOCKLSTM_CLI
+    BLOCKLSTM_CLI;
+#else
+    "blocklstm";
+#endif
+
+std::string g_kernels_inc =
+#ifdef BLOCKLSTM_KERNELS_INC
+    BLOCKLSTM_KERNELS_INC;
+#else
+    "";
+#endif
+
+// ---- Running the tool -------------------------------------------------------------------------
+
+struct Result {
+    int code = -1;
+    std::string out, err;
+};
+
+std::string slurp(const std::string &path) {
+    std::ifstream f(path, std::ios::binary);
+    std::ostringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+
+class TempDir {
+public:
+    TempDir() {
+        const char *base = std::getenv("TMPDIR");
+        std::string tmpl = std::string(base && *base ? base : "/tmp") + "/blocklstm_cli_test.XXXXXX";
+        std::vector<char> buf(tmpl.begin(), tmpl.end());
+        buf.push_back('\0');
+        if (!::mkdtemp(buf.data())) throw std::runtime_error("mkdtemp failed");
+        path_ = buf.data();
+    }
+    ~TempDir() {
+        std::error_code ec;
+        fs::remove_all(path_, ec);
+    }
+    const std::string &path() const { return path_; }
+    std::string operator/(const std::string &name) const { return (fs::path(path_) / name).string(); }
+
+private:
+    std::string path_;
+};
+
+Result run_cli(const std::vector<std::string> &args) {
+    TempDir io;
+    const std::string out_path = io / "stdout", err_path = io / "stderr";
+    const pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+        const int o = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (o < 0 || e < 0) ::_exit(127);
+        ::dup2(o, 1);
+        ::dup2(e, 2);
+        std::vector<char *> argv;
+        argv.push_back(const_cast<char *>(g_cli.c_str()));
+        for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
+        argv.push_back(nullptr);
+        ::execv(g_cli.c_str(), argv.data());
+        ::_exit(127);
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    Result r;
+    r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    r.out = slurp(out_path);
+    r.err = slurp(err_path);
+    return r;
+}
+
+std::string describe(const Result &r) {
+    return "exit code " + std::to_string(r.code) + "\n--- stdout ---\n" + r.out + "--- stderr ---\n" + r.err;
+}
+
+bool dir_is_empty_or_missing(const std::string &dir) {
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) return true;
+    return fs::is_empty(dir, ec);
+}
+
+std::string listing(const std::string &dir) {
+    std::string s;
+    std::error_code ec;
+    if (!fs::exists(dir, ec)) return "(missing)";
+    for (const auto &e : fs::directory_iterator(dir)) s += e.path().filename().string() + " ";
+    return s;
+}
+
+// ---- Problems ---------------------------------------------------------------------------------
+
+constexpr int64_t kT = 5, kB = 3, kI = 4, kH = 6;
+
+npy::Type npy_type(DType d) { return d == DType::f16 ? npy::Type::f16 : npy::Type::f32; }
+
+Tensor random_tensor(std::mt19937_64 &rng, DType dtype, std::vector<int64_t> shape, double lo,
+                     double hi) {
+    Tensor t(dtype, std::move(shape));
+    std::uniform_real_distribution<double> dist(lo, hi);
+    for (int64_t k = 0; k < t.num_elements(); ++k) {
+        const float v = static_cast<float>(dist(rng));
+        if (dtype == DType::f32)
+            t.data_as<float>()[k] = v;
+        else
+            t.data_as<uint16_t>()[k] = blocklstm::float_to_half(v);
+    }
+    return t;
+}
+
+void write_tensor(const std::string &path, const Tensor &t) {
+    npy::write(path, npy_type(t.dtype()), t.shape(), t.data(), t.num_bytes());
+}
+
+void write_seq_len_max(const std::string &path, int64_t L, std::vector<int64_t> shape = {}) {
+    npy::write(path, npy::Type::i64, shape, &L, sizeof L);
+}
+
+bool is_sequence(const std::string &op) { return op.rfind("Block", 0) == 0; }
+bool is_grad(const std::string &op) { return op.find("Grad") != std::string::npos; }
+
+// A consistent random problem for `op`: every input by TF name (seq_len_max separately); the
+// activations of grad ops come from the matching forward op.
+struct Problem {
+    std::string op;
+    DType dtype;
+    bool peephole;
+    int64_t seq_len_max;
+    std::map<std::string, Tensor> in;
+
+    void write(const std::string &dir) const {
+        fs::create_directories(dir);
+        if (is_sequence(op)) write_seq_len_max((fs::path(dir) / "seq_len_max.npy").string(), seq_len_max);
+        for (const auto &[name, t] : in) write_tensor((fs::path(dir) / (name + ".npy")).string(), t);
+    }
+    const Tensor &operator[](const std::string &name) const { return in.at(name); }
+};
+
+Problem make_problem(const std::string &op, DType dtype, bool peephole, int64_t L, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    Problem p{op, dtype, peephole, L, {}};
+    const bool seq = is_sequence(op);
+    const std::vector<int64_t> xs = seq ? std::vector<int64_t>{kT, kB, kI} : std::vector<int64_t>{kB, kI};
+    const std::vector<int64_t> act = seq ? std::vector<int64_t>{kT, kB, kH} : std::vector<int64_t>{kB, kH};
+    p.in["x"] = random_tensor(rng, dtype, xs, -1, 1);
+    p.in["cs_prev"] = random_tensor(rng, dtype, {kB, kH}, -1, 1);
+    p.in["h_prev"] = random_tensor(rng, dtype, {kB, kH}, -1, 1);
+    p.in["w"] = random_tensor(rng, dtype, {kI + kH, 4 * kH}, -0.5, 0.5);
+    p.in["wci"] = random_tensor(rng, dtype, {kH}, -0.5, 0.5);
+    p.in["wcf"] = random_tensor(rng, dtype, {kH}, -0.5, 0.5);
+    p.in["wco"] = random_tensor(rng, dtype, {kH}, -0.5, 0.5);
+    p.in["b"] = random_tensor(rng, dtype, {4 * kH}, -0.5, 0.5);
+    if (is_grad(op)) {
+        blocklstm::LSTMOutputs<Tensor> fw;
+        if (op == "LSTMBlockCellGrad") {
+            blocklstm::LSTMBlockCellAttrs a;
+            a.use_peephole = peephole;
+            fw = blocklstm::LSTMBlockCell(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["wci"],
+                                          p["wcf"], p["wco"], p["b"], a);
+        } else if (op == "BlockLSTMGrad") {
+            blocklstm::BlockLSTMAttrs a;
+            a.use_peephole = peephole;
+            fw = blocklstm::BlockLSTM(L, p["x"], p["cs_prev"], p["h_prev"], p["w"], p["wci"],
+                                      p["wcf"], p["wco"], p["b"], a);
+        } else {
+            blocklstm::BlockLSTMV2Attrs a;
+            a.use_peephole = peephole;
+            fw = blocklstm::BlockLSTMV2(L, p["x"], p["cs_prev"], p["h_prev"], p["w"], p["wci"],
+                                        p["wcf"], p["wco"], p["b"], a);
+        }
+        p.in["i"] = fw.i;
+        p.in["cs"] = fw.cs;
+        p.in["f"] = fw.f;
+        p.in["o"] = fw.o;
+        p.in["ci"] = fw.ci;
+        p.in["co"] = fw.co;
+        if (seq) p.in["h"] = fw.h;
+        p.in["cs_grad"] = random_tensor(rng, dtype, act, -1, 1);
+        p.in["h_grad"] = random_tensor(rng, dtype, act, -1, 1);
+    }
+    return p;
+}
+
+struct Attrs {
+    std::optional<float> forget_bias, cell_clip;
+};
+
+// The library's outputs on the problem, by TF output name.
+std::vector<std::pair<std::string, Tensor>> expected(const Problem &p, const Attrs &at) {
+    const bool peep = p.peephole;
+    auto fwd = [](blocklstm::LSTMOutputs<Tensor> r) {
+        return std::vector<std::pair<std::string, Tensor>>{
+            {"i", r.i}, {"cs", r.cs}, {"f", r.f}, {"o", r.o}, {"ci", r.ci}, {"co", r.co}, {"h", r.h}};
+    };
+    auto seqgrad = [](blocklstm::BlockLSTMGradOutputs<Tensor> r) {
+        return std::vector<std::pair<std::string, Tensor>>{
+            {"x_grad", r.x_grad},     {"cs_prev_grad", r.cs_prev_grad},
+            {"h_prev_grad", r.h_prev_grad}, {"w_grad", r.w_grad},
+            {"wci_grad", r.wci_grad}, {"wcf_grad", r.wcf_grad},
+            {"wco_grad", r.wco_grad}, {"b_grad", r.b_grad}};
+    };
+    blocklstm::GradAttrs ga;
+    ga.use_peephole = peep;
+    if (p.op == "LSTMBlockCell") {
+        blocklstm::LSTMBlockCellAttrs a;
+        if (at.forget_bias) a.forget_bias = *at.forget_bias;
+        if (at.cell_clip) a.cell_clip = *at.cell_clip;
+        a.use_peephole = peep;
+        return fwd(blocklstm::LSTMBlockCell(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["wci"],
+                                            p["wcf"], p["wco"], p["b"], a));
+    }
+    if (p.op == "BlockLSTM") {
+        blocklstm::BlockLSTMAttrs a;
+        if (at.forget_bias) a.forget_bias = *at.forget_bias;
+        if (at.cell_clip) a.cell_clip = *at.cell_clip;
+        a.use_peephole = peep;
+        return fwd(blocklstm::BlockLSTM(p.seq_len_max, p["x"], p["cs_prev"], p["h_prev"], p["w"],
+                                        p["wci"], p["wcf"], p["wco"], p["b"], a));
+    }
+    if (p.op == "BlockLSTMV2") {
+        blocklstm::BlockLSTMV2Attrs a;
+        if (at.cell_clip) a.cell_clip = *at.cell_clip;
+        a.use_peephole = peep;
+        return fwd(blocklstm::BlockLSTMV2(p.seq_len_max, p["x"], p["cs_prev"], p["h_prev"], p["w"],
+                                          p["wci"], p["wcf"], p["wco"], p["b"], a));
+    }
+    if (p.op == "LSTMBlockCellGrad") {
+        auto r = blocklstm::LSTMBlockCellGrad(p["x"], p["cs_prev"], p["h_prev"], p["w"], p["wci"],
+                                              p["wcf"], p["wco"], p["b"], p["i"], p["cs"], p["f"],
+                                              p["o"], p["ci"], p["co"], p["cs_grad"], p["h_grad"], ga);
+        return {{"cs_prev_grad", r.cs_prev_grad}, {"dicfo", r.dicfo}, {"wci_grad", r.wci_grad},
+                {"wcf_grad", r.wcf_grad}, {"wco_grad", r.wco_grad}};
+    }
+    auto fn = p.op == "BlockLSTMGrad"
+                  ? static_cast<blocklstm::BlockLSTMGradOutputs<Tensor> (*)(
+                        int64_t, const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::GradAttrs &)>(
+                        &blocklstm::BlockLSTMGrad)
+                  : static_cast<blocklstm::BlockLSTMGradOutputs<Tensor> (*)(
+                        int64_t, const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::GradAttrs &)>(
+                        &blocklstm::BlockLSTMGradV2);
+    return seqgrad(fn(p.seq_len_max, p["x"], p["cs_prev"], p["h_prev"], p["w"], p["wci"], p["wcf"],
+                      p["wco"], p["b"], p["i"], p["cs"], p["f"], p["o"], p["ci"], p["co"], p["h"],
+                      p["cs_grad"], p["h_grad"], ga));
+}
+
+// ---- run: every op, both dtypes, against the library -------------------------------------------
+
+struct RunCase {
+    std::string op;
+    DType dtype;
+    bool peephole;
+    int64_t seq_len_max;
+    Attrs attrs;
+    std::string label;
+};
+
+std::vector<RunCase> run_cases() {
+    std::vector<RunCase> cases;
+    const char *ops[] = {"LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM",
+                         "BlockLSTMGrad", "BlockLSTMV2",       "BlockLSTMGradV2"};
+    for (const char *op : ops)
+        for (DType d : {DType::f32, DType::f16})
+            for (bool peep : {false, true}) {
+                RunCase c{op, d, peep, kT, {}, ""};
+                c.label = std::string(op) + "_" + (d == DType::f32 ? "f32" : "f16") +
+                          (peep ? "_peephole" : "_plain");
+                cases.push_back(c);
+            }
+    // Attrs and a partial sequence.
+    cases.push_back({"BlockLSTM", DType::f32, true, 3, {0.25f, 0.4f}, "BlockLSTM_f32_attrs_L3"});
+    cases.push_back({"BlockLSTM", DType::f16, false, 0, {}, "BlockLSTM_f16_L0"});
+    cases.push_back({"BlockLSTMV2", DType::f32, true, 4, {std::nullopt, 0.3f}, "BlockLSTMV2_f32_clip_L4"});
+    cases.push_back({"LSTMBlockCell", DType::f16, true, 0, {0.0f, 0.0f}, "LSTMBlockCell_f16_attrs"});
+    cases.push_back({"BlockLSTMGrad", DType::f32, true, 2, {}, "BlockLSTMGrad_f32_L2"});
+    cases.push_back({"BlockLSTMGradV2", DType::f16, true, 3, {}, "BlockLSTMGradV2_f16_L3"});
+    return cases;
+}
+
+std::string fmt_float(float v) {
+    std::ostringstream s;
+    s.precision(9);
+    s << v;
+    return s.str();
+}
+
+void PrintTo(const RunCase &c, std::ostream *os) { *os << c.label; }
+
+class RunOp : public ::testing::TestWithParam<RunCase> {};
+
+TEST_P(RunOp, MatchesLibrary) {
+    const RunCase &c = GetParam();
+    TempDir tmp;
+    const std::string in = tmp / "in", out = tmp / "out/nested";  // out is created by the tool
+    const Problem p = make_problem(c.op, c.dtype, c.peephole, c.seq_len_max,
+                                   std::hash<std::string>{}(c.label));
+    p.write(in);
+    std::vector<std::string> args = {"run", c.op, "--in", in, "--out", out, "--device", "cpu"};
+    if (c.peephole) args.push_back("--use-peephole");
+    if (c.attrs.forget_bias) {
+        args.push_back("--forget-bias");
+        args.push_back(fmt_float(*c.attrs.forget_bias));
+    }
+    if (c.attrs.cell_clip) {
+        args.push_back("--cell-clip=" + fmt_float(*c.attrs.cell_clip));
+    }
+    const Result r = run_cli(args);
+    ASSERT_EQ(r.code, 0) << describe(r);
+    EXPECT_TRUE(r.err.empty()) << describe(r);
+
+    const auto want = expected(p, c.attrs);
+    std::size_t files = 0;
+    for (const auto &e : fs::directory_iterator(out)) {
+        (void)e;
+        ++files;
+    }
+    EXPECT_EQ(files, want.size()) << "files in --out: " << listing(out);
+    for (const auto &[name, t] : want) {
+        SCOPED_TRACE(name + ".npy");
+        npy::Array got;
+        ASSERT_NO_THROW(got = npy::read((fs::path(out) / (name + ".npy")).string()));
+        EXPECT_EQ(got.type, npy_type(c.dtype));
+        EXPECT_EQ(got.shape, t.shape());
+        ASSERT_EQ(got.data.size(), t.num_bytes());
+        EXPECT_TRUE(t.num_bytes() == 0 || std::memcmp(got.data.data(), t.data(), t.num_bytes()) == 0)
+            << name << " differs from the library's output";
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllOps, RunOp, ::testing::ValuesIn(run_cases()),
+                         [](const ::testing::TestParamInfo<RunCase> &info) { return info.param.label; });
+
+// ---- run: inputs in other .npy versions and shapes ---------------------------------------------
+
+// Re-encodes a valid file as format version 2.0 or 3.0 (4-byte header length).
+std::string as_version(const std::string &bytes, int major) {
+    const npy::Header h = npy::parse_header(reinterpret_cast<const unsigned char *>(bytes.data()),
+                                            bytes.size(), "file");
+    std::string dict = bytes.substr(10, h.data_offset - 10);
+    std::string out = bytes.substr(0, 6);
+    out += static_cast<char>(major);
+    out += '\0';
+    const uint32_t len = static_cast<uint32_t>(dict.size());
+    for (int k = 0; k < 4; ++k) out += static_cast<char>((len >> (8 * k)) & 0xff);
+    return out + dict + bytes.substr(h.data_offset);
+}
+
+TEST(RunInputs, AcceptsVersion2And3AndOneElementSeqLenMax) {
+    TempDir tmp;
+    const std::string in = tmp / "in", out = tmp / "out";
+    const Problem p = make_problem("BlockLSTM", DType::f32, false, kT, 7);
+    p.write(in);
+    for (const char *name : {"x", "w"}) {
+        const std::string path = (fs::path(in) / (std::string(name) + ".npy")).string();
+        npy::write_bytes(path, as_version(slurp(path), name[0] == 'x' ? 2 : 3));
+    }
+    write_seq_len_max(in + "/seq_len_max.npy", kT, {1});
+    const Result r = run_cli({"run", "BlockLSTM", "--in", in, "--out", out});
+    ASSERT_EQ(r.code, 0) << describe(r);
+    const auto want = expected(p, {});
+    const npy::Array h = npy::read(out + "/h.npy");
+    const Tensor &h_want = want.back().second;
+    ASSERT_EQ(h.data.size(), h_want.num_bytes());
+    EXPECT_EQ(std::memcmp(h.data.data(), h_want.data(), h_want.num_bytes()), 0);
+}
+
+// ---- run: malformed input -------------------------------------------------------------------
+
+struct BadCase {
+    std::string label;
+    std::string op;
+    std::function<void(const std::string &in)> corrupt;  // applied to a valid input dir
+    std::vector<std::string> extra_args;
+    std::vector<std::string> stderr_has;  // substrings (or regex when starting with "re:")
+};
+
+std::string file_in(const std::string &dir, const std::string &name) {
+    return (fs::path(dir) / (name + ".npy")).string();
+}
+
+void replace_file(const std::string &dir, const std::string &name,
+                  const std::function<std::string(std::string)> &edit) {
+    const std::string path = file_in(dir, name);
+    npy::write_bytes(path, edit(slurp(path)));
+}
+
+std::string header_text(const std::string &bytes) {
+    return bytes.substr(10, static_cast<unsigned char>(bytes[8]) | static_cast<unsigned char>(bytes[9]) << 8);
+}
+
+std::vector<BadCase> bad_cases() {
+    std::vector<BadCase> c;
+    c.push_back({"truncated_data", "BlockLSTM",
+                 [](const std::string &in) {
+                     replace_file(in, "x", [](std::string s) { return s.substr(0, s.size() - 3); });
+                 },
+                 {}, {"x.npy", "truncated"}});
+    c.push_back({"header_past_eof", "BlockLSTM",
+                 [](const std::string &in) {
+                     replace_file(in, "cs_prev", [](std::string s) { return s.substr(0, 40); });
+                 },
+                 {}, {"cs_prev.npy", "header length"}});
+    c.push_back({"bad_magic", "BlockLSTM",
+                 [](const std::string &in) {
+                     replace_file(in, "w", [](std::string s) {
+                         s[1] = 'X';
+                         return s;
+                     });
+                 },
+                 {}, {"w.npy", "magic"}});
+    c.push_back({"bad_header", "LSTMBlockCell",
+                 [](const std::string &in) {
+                     replace_file(in, "b", [](std::string s) {
+                         const auto pos = s.find("'shape'");
+                         s.replace(pos, 7, "'shap\"'");
+                         return s;
+                     });
+                 },
+                 {}, {"b.npy", "header"}});
+    c.push_back({"bad_header_dict", "LSTMBlockCellGrad",
+                 [](const std::string &in) {
+                     replace_file(in, "h_grad", [](std::string s) {
+                         s[10] = '[';
+                         return s;
+                     });
+                 },
+                 {}, {"h_grad.npy", "header"}});
+    c.push_back({"bad_version", "BlockLSTMGrad",
+                 [](const std::string &in) {
+                     replace_file(in, "h", [](std::string s) {
+                         s[6] = 4;
+                         return s;
+                     });
+                 },
+                 {}, {"h.npy", "version"}});
+    c.push_back({"fortran_order", "BlockLSTM",
+                 [](const std::string &in) {
+                     const npy::Array a = npy::read(file_in(in, "x"));
+                     npy::write_bytes(file_in(in, "x"), npy::encode_raw("<f4", true, a.shape,
+                                                                        a.data.data(), a.data.size()));
+                 },
+                 {}, {"x.npy", "fortran_order"}});
+    c.push_back({"big_endian", "BlockLSTMV2",
+                 [](const std::string &in) {
+                     const npy::Array a = npy::read(file_in(in, "h_prev"));
+                     npy::write_bytes(file_in(in, "h_prev"), npy::encode_raw(">f4", false, a.shape,
+                                                                             a.data.data(), a.data.size()));
+                 },
+                 {}, {"h_prev.npy", "big-endian"}});
+    c.push_back({"float64", "BlockLSTM",
+                 [](const std::string &in) {
+                     const npy::Array a = npy::read(file_in(in, "cs_prev"));
+                     std::vector<double> d(a.num_elements(), 0.5);
+                     npy::write(file_in(in, "cs_prev"), npy::Type::f64, a.shape, d.data(), d.size() * 8);
+                 },
+                 {}, {"cs_prev.npy", "float64"}});
+    c.push_back({"mixed_f16_f32", "BlockLSTMGradV2",
+                 [](const std::string &in) {
+                     const npy::Array a = npy::read(file_in(in, "wci"));
+                     std::vector<uint16_t> d(a.num_elements(), blocklstm::float_to_half(0.25f));
+                     npy::write(file_in(in, "wci"), npy::Type::f16, a.shape, d.data(), d.size() * 2);
+                 },
+                 {}, {"wci.npy", "float16", "float32"}});
+    c.push_back({"missing_file", "BlockLSTM",
+                 [](const std::string &in) { fs::remove(file_in(in, "wco")); }, {},
+                 {"wco.npy"}});
+    c.push_back({"missing_seq_len_max", "BlockLSTMGrad",
+                 [](const std::string &in) { fs::remove(file_in(in, "seq_len_max")); }, {},
+                 {"seq_len_max.npy"}});
+    c.push_back({"wrong_shape", "BlockLSTM",
+                 [](const std::string &in) {
+                     std::vector<float> d((kI + kH + 1) * 4 * kH, 0.1f);
+                     npy::write(file_in(in, "w"), npy::Type::f32, {kI + kH + 1, 4 * kH}, d.data(),
+                                d.size() * 4);
+                 },
+                 {}, {"BlockLSTM", "re:\\bw\\b"}});
+    c.push_back({"wrong_shape_grad", "LSTMBlockCellGrad",
+                 [](const std::string &in) {
+                     std::vector<float> d(kB * (kH + 1), 0.1f);
+                     npy::write(file_in(in, "cs_grad"), npy::Type::f32, {kB, kH + 1}, d.data(), d.size() * 4);
+                 },
+                 {}, {"LSTMBlockCellGrad", "cs_grad"}});
+    c.push_back({"seq_len_max_negative", "BlockLSTM",
+                 [](const std::string &in) { write_seq_len_max(file_in(in, "seq_len_max"), -1); },
+                 {}, {"seq_len_max"}});
+    c.push_back({"seq_len_max_too_large", "BlockLSTMGrad",
+                 [](const std::string &in) { write_seq_len_max(file_in(in, "seq_len_max"), kT + 1); },
+                 {}, {"seq_len_max"}});
+    c.push_back({"seq_len_max_2d", "BlockLSTMV2",
+                 [](const std::string &in) {
+                     write_seq_len_max(file_in(in, "seq_len_max"), 2, {1, 1});
+                 },
+                 {}, {"seq_len_max.npy", "(1, 1)"}});
+    c.push_back({"seq_len_max_float", "BlockLSTM",
+                 [](const std::string &in) {
+                     const float v = 2;
+                     npy::write(file_in(in, "seq_len_max"), npy::Type::f32, {}, &v, 4);
+                 },
+                 {}, {"seq_len_max.npy", "int64"}});
+    c.push_back({"unknown_op", "FooLSTM", [](const std::string &) {}, {}, {"FooLSTM"}});
+    c.push_back({"forget_bias_v2", "BlockLSTMV2", [](const std::string &) {},
+                 {"--forget-bias", "1.0"}, {"--forget-bias", "BlockLSTMV2"}});
+    c.push_back({"cell_clip_grad", "BlockLSTMGrad", [](const std::string &) {},
+                 {"--cell-clip", "1.0"}, {"--cell-clip", "BlockLSTMGrad"}});
+    c.push_back({"unknown_option", "BlockLSTM", [](const std::string &) {}, {"--bogus"},
+                 {"--bogus"}});
+    c.push_back({"bad_float", "BlockLSTM", [](const std::string &) {}, {"--cell-clip", "abc"},
+                 {"--cell-clip", "abc"}});
+    c.push_back({"device_cuda", "BlockLSTM", [](const std::string &) {}, {"--device", "cuda"},
+                 {"cuda"}});
+    c.push_back({"device_unknown", "BlockLSTM", [](const std::string &) {}, {"--device", "tpu"},
+                 {"--device", "tpu"}});
+    return c;
+}
+
+void PrintTo(const BadCase &c, std::ostream *os) { *os << c.label; }
+
+class BadInput : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(BadInput, ExitsTwoNamesCulpritWritesNothing) {
+    const BadCase &c = GetParam();
+    TempDir tmp;
+    const std::string in = tmp / "in", out = tmp / "out";
+    const std::string base_op = c.op == "FooLSTM" ? "BlockLSTM" : c.op;
+    make_problem(base_op, DType::f32, true, kT, 11).write(in);
+    c.corrupt(in);
+    fs::create_directories(out);
+    std::vector<std::string> args = {"run", c.op, "--in", in, "--out", out};
+    args.insert(args.end(), c.extra_args.begin(), c.extra_args.end());
+    const Result r = run_cli(args);
+    EXPECT_EQ(r.code, 2) << describe(r);
+    EXPECT_EQ(r.err.rfind("blocklstm: ", 0), 0u) << describe(r);
+    for (const std::string &s : c.stderr_has) {
+        if (s.rfind("re:", 0) == 0)
+            EXPECT_TRUE(std::regex_search(r.err, std::regex(s.substr(3)))) << s << "\n" << describe(r);
+        else
+            EXPECT_NE(r.err.find(s), std::string::npos) << "stderr lacks '" << s << "'\n" << describe(r);
+    }
+    EXPECT_TRUE(r.out.empty()) << describe(r);
+    EXPECT_TRUE(dir_is_empty_or_missing(out)) << "left in --out: " << listing(out);
+}
+
+INSTANTIATE_TEST_SUITE_P(Malformed, BadInput, ::testing::ValuesIn(bad_cases()),
+                         [](const ::testing::TestParamInfo<BadCase> &info) { return info.param.label; });
+
+TEST(BadInput, OutDirNotCreatedOnError) {
+    TempDir tmp;
+    const std::string in = tmp / "in", out = tmp / "never";
+    make_problem("BlockLSTM", DType::f32, false, kT, 3).write(in);
+    write_seq_len_max(file_in(in, "seq_len_max"), kT + 7);
+    const Result r = run_cli({"run", "BlockLSTM", "--in", in, "--out", out});
+    EXPECT_EQ(r.code, 2) << describe(r);
+    EXPECT_FALSE(fs::exists(out)) << listing(out);
+}
+
+TEST(BadInput, ExistingOutputsUntouchedOnError) {
+    TempDir tmp;
+    const std::string in = tmp / "in", out = tmp / "out";
+    make_problem("BlockLSTM", DType::f32, false, kT, 3).write(in);
+    ASSERT_EQ(run_cli({"run", "BlockLSTM", "--in", in, "--out", out}).code, 0);
+    const std::string h_before = slurp(out + "/h.npy");
+    write_seq_len_max(file_in(in, "seq_len_max"), -3);
+    const Result r = run_cli({"run", "BlockLSTM", "--in", in, "--out", out});
+    EXPECT_EQ(r.code, 2) << describe(r);
+    EXPECT_EQ(slurp(out + "/h.npy"), h_before);
+    std::size_t files = 0;
+    for (const auto &e : fs::directory_iterator(out)) {
+        (void)e;
+        ++files;
+    }
+    EXPECT_EQ(files, 7u) << listing(out);  // no temporaries left behind
+}
+
+// ---- usage ------------------------------------------------------------------------------------
+
+TEST(Usage, NoArgumentsExitsTwoWithUsage) {
+    const Result r = run_cli({});
+    EXPECT_EQ(r.code, 2);
+    EXPECT_NE(r.err.find("usage:"), std::string::npos) << describe(r);
+}
+
+TEST(Usage, HelpExitsZero) {
+    const Result r = run_cli({"--help"});
+    EXPECT_EQ(r.code, 0) << describe(r);
+    EXPECT_NE(r.out.find("usage:"), std::string::npos) << describe(r);
+}
+
+TEST(Usage, UnknownCommandAndMissingOptions) {
+    for (const std::vector<std::string> &args :
+         {std::vector<std::string>{"frobnicate"}, {"run"}, {"run", "BlockLSTM", "--in", "x"},
+          {"run", "BlockLSTM", "--out"}, {"list", "extra"}, {"demo", "--steps", "0"}}) {
+        const Result r = run_cli(args);
+        EXPECT_EQ(r.code, 2) << args[0] << " " << describe(r);
+        EXPECT_NE(r.err.find("usage:"), std::string::npos) << describe(r);
+    }
+}
+
+// ---- list ---------------------------------------------------------------------------------------
+
+TEST(List, PrintsEveryKernelOfTheTable) {
+    ASSERT_FALSE(g_kernels_inc.empty()) << "BLOCKLSTM_KERNELS_INC not defined";
+    std::ifstream f(g_kernels_inc);
+    ASSERT_TRUE(f) << g_kernels_inc;
+    const std::regex line_re(
+        R"(^\s*BLOCKLSTM_KERNEL\(\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*,\s*(\w+)\s*\))");
+    std::vector<std::string> names;
+    std::string line;
+    while (std::getline(f, line)) {
+        std::smatch m;
+        if (std::regex_search(line, m, line_re))
+            names.push_back(m[1].str() + "__" + m[2].str() + "_" + m[3].str() + "_" + m[4].str() +
+                            "_" + m[5].str());
+    }
+    ASSERT_FALSE(names.empty());
+    const Result r = run_cli({"list"});
+    ASSERT_EQ(r.code, 0) << describe(r);
+    for (const auto &n : names)
+        EXPECT_TRUE(std::regex_search(r.out, std::regex("(^|\\n)" + n + "\\s"))) << n << "\n" << r.out;
+    EXPECT_NE(r.out.find(blocklstm::cpu_target_in_use()), std::string::npos) << r.out;
+    EXPECT_EQ(blocklstm::kernels().size(), names.size());
+}
+
+// ---- npy ------------------------------------------------------------------------------------
+
+std::string sample_file() {
+    const float d[6] = {1, 2, 3, 4, 5, 6};
+    return npy::encode(npy::Type::f32, {2, 3}, d, sizeof d);
+}
+
+npy::Array parse_str(const std::string &s) {
+    return npy::parse(reinterpret_cast<const unsigned char *>(s.data()), s.size(), "t.npy");
+}
+
+TEST(Npy, WriterFormat) {
+    const std::string s = sample_file();
+    EXPECT_EQ(s.substr(0, 8), std::string("\x93NUMPY\x01\x00", 8));
+    const npy::Header h = npy::parse_header(reinterpret_cast<const unsigned char *>(s.data()), s.size(), "t");
+    EXPECT_EQ(h.data_offset % 64, 0u);
+    EXPECT_EQ(s[h.data_offset - 1], '\n');
+    EXPECT_EQ(header_text(s).rfind("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 0), 0u);
+    const npy::Array a = parse_str(s);
+    EXPECT_EQ(a.shape, (std::vector<int64_t>{2, 3}));
+    float back[6];
+    std::memcpy(back, a.data.data(), sizeof back);
+    EXPECT_EQ(back[5], 6.0f);
+    EXPECT_NE(header_text(npy::encode(npy::Type::i64, {}, "12345678", 8)).find("'shape': ()"),
+              std::string::npos);
+    EXPECT_NE(header_text(npy::encode(npy::Type::f16, {7}, "12345678901234", 14)).find("'shape': (7,)"),
+              std::string::npos);
+}
+
+TEST(Npy, HeaderVariants) {
+    auto make = [](const std::string &dict, const std::string &data) {
+        std::string hdr = dict;
+        while ((10 + hdr.size() + 1) % 64) hdr += ' ';
+        hdr += '\n';
+        std::string s("\x93NUMPY\x01\x00", 8);
+        s += static_cast<char>(hdr.size() & 0xff);
+        s += static_cast<char>(hdr.size() >> 8);
+        return s + hdr + data;
+    };
+    const std::string d8(8, '\0');
+    EXPECT_EQ(parse_str(make("{'shape': (2,), 'descr': '<f4', 'fortran_order': False}", d8)).shape,
+              (std::vector<int64_t>{2}));
+    EXPECT_EQ(parse_str(make("{ \"fortran_order\" :False,'shape':( 1 , 2 ,),'descr':'<f2' , }", std::string(4, '\0'))).shape,
+              (std::vector<int64_t>{1, 2}));
+    EXPECT_EQ(parse_str(make("{'descr': '<i8', 'fortran_order': False, 'shape': ()}", d8)).type, npy::Type::i64);
+    const char *bad[] = {
+        "{'descr': '<f4', 'fortran_order': False}",                           // no shape
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2)}",             // int, not tuple
+        "{'descr': '<f4', 'fortran_order': False, 'shape': [2]}",             // list
+        "{'descr': '<f4', 'fortran_order': false, 'shape': (2,)}",            // lowercase
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (-2,)}",           // negative
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), 'x': 1}",    // extra key
+        "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,)}",  // duplicate
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} junk",       // trailing text
+        "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,)}",   // structured
+        "{'descr': '<c8', 'fortran_order': False, 'shape': (1,)}",            // complex
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999, 9999999999)}",
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}",
+        "{'descr': '<f4' 'fortran_order': False, 'shape': (2,)}",             // missing comma
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)",             // unclosed
+    };
+    for (const char *dict : bad) EXPECT_THROW(parse_str(make(dict, d8)), npy::Error) << dict;
+}
+
+TEST(Npy, EveryTruncationAndByteFlipIsRejectedOrValid) {
+    const std::string s = sample_file();
+    for (std::size_t n = 0; n < s.size(); ++n) {
+        try {
+            parse_str(s.substr(0, n));
+            ADD_FAILURE() << "prefix of " << n << " bytes accepted";
+        } catch (const npy::Error &e) {
+            EXPECT_EQ(std::string(e.what()).rfind("t.npy: ", 0), 0u) << e.what();
+        }
+    }
+    for (std::size_t k = 0; k < s.size(); ++k)
+        for (int v : {0, 0x20, 0x7f, 0xff}) {
+            std::string t = s;
+            t[k] = static_cast<char>(v);
+            try {
+                const npy::Array a = parse_str(t);
+                EXPECT_EQ(a.data.size(), static_cast<std::size_t>(a.num_elements()) * npy::itemsize_of(a.type));
+            } catch (const npy::Error &) {
+            }
+        }
+    EXPECT_THROW(parse_str(s + "x"), npy::Error);  // trailing bytes
+}
+
+TEST(Npy, ReadErrorsNameThePath) {
+    TempDir tmp;
+    try {
+        npy::read(tmp / "absent.npy");
+        ADD_FAILURE();
+    } catch (const npy::Error &e) {
+        EXPECT_NE(std::string(e.what()).find("absent.npy"), std::string::npos);
+    }
+    EXPECT_THROW(npy::read(tmp.path()), npy::Error);  // a directory
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+    ::testing::InitGoogleTest(&argc, argv);
+    if (argc > 1) g_cli = argv[1];
+    if (const char *e = std::getenv("BLOCKLSTM_CLI")) g_cli = e;
+    return RUN_ALL_TESTS();
+}

@@ -1,0 +1,257 @@
+// The `blocklstm` command-line tool: argument parsing and the subcommands run, list, demo.
+// Exit codes: 0 success, 2 usage or input error (one message on stderr naming the file or
+// argument), 1 a failed demo self-check.
+#include <blocklstm/blocklstm.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include "cli.h"
+
+namespace blocklstm::cli {
+namespace {
+
+constexpr const char *kUsage =
+    "usage: blocklstm run <OpName> --in DIR --out DIR [--device cpu] [--forget-bias F]\n"
+    "                     [--cell-clip C] [--use-peephole] [--threads N]\n"
+    "       blocklstm list\n"
+    "       blocklstm demo [--steps N] [--seed S] [--device cpu] [--threads N]\n"
+    "       blocklstm --help\n";
+
+constexpr const char *kHelp =
+    "\n"
+    "Commands:\n"
+    "  run <OpName>   Run one TensorFlow LSTM op on .npy files. OpName is one of LSTMBlockCell,\n"
+    "                 LSTMBlockCellGrad, BlockLSTM, BlockLSTMGrad, BlockLSTMV2, BlockLSTMGradV2.\n"
+    "                 --in DIR holds one .npy per input, named as TF names the argument\n"
+    "                 (seq_len_max.npy as int64, x.npy, cs_prev.npy, ...; float inputs all\n"
+    "                 float16 or all float32, C order, little-endian). One .npy per output is\n"
+    "                 written to --out DIR (created if missing) in the input dtype, named as TF\n"
+    "                 names the output. Attr defaults are TF's: forget_bias 1.0 and cell_clip 3.0\n"
+    "                 for LSTMBlockCell and BlockLSTM; cell_clip 0.0 and no forget_bias for\n"
+    "                 BlockLSTMV2; the grad ops take only --use-peephole. use_peephole defaults\n"
+    "                 to false. On error nothing is written.\n"
+    "  list           List every compiled kernel variant and the CPU target in use.\n"
+    "  demo           Train a small peephole LSTM (BlockLSTM + BlockLSTMGrad, Adam) on noisy\n"
+    "                 sums of sines, then check one BlockLSTMGrad against the float64 reference.\n"
+    "\n"
+    "Exit status: 0 success, 2 usage or input error, 1 demo self-check failure.\n";
+
+class UsageError : public CliError {
+public:
+    using CliError::CliError;
+};
+
+float parse_float(const std::string &option, const std::string &text) {
+    char *end = nullptr;
+    errno = 0;
+    const double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) ||
+        std::fabs(v) > 3.4e38)
+        throw UsageError(option + ": '" + text + "' is not a finite number");
+    return static_cast<float>(v);
+}
+
+long long parse_int(const std::string &option, const std::string &text, long long lo,
+                    long long hi) {
+    char *end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+        throw UsageError(option + ": '" + text + "' is not an integer in [" + std::to_string(lo) +
+                         ", " + std::to_string(hi) + "]");
+    return v;
+}
+
+// Iterates over "--name value", "--name=value" and flags.
+class Args {
+public:
+    Args(int argc, char **argv, int start) : argv_(argv + start, argv + argc) {}
+
+    bool done() const { return pos_ >= argv_.size(); }
+    const std::string &peek() const { return argv_[pos_]; }
+
+    // If the next argument is option `name`, consumes it and (when `value` is given) its value.
+    bool take(const std::string &name, std::string *value = nullptr) {
+        const std::string &a = argv_[pos_];
+        if (value) {
+            if (a == name) {
+                if (pos_ + 1 >= argv_.size()) throw UsageError(name + ": missing value");
+                *value = argv_[pos_ + 1];
+                pos_ += 2;
+                return true;
+            }
+            if (a.compare(0, name.size() + 1, name + "=") == 0) {
+                *value = a.substr(name.size() + 1);
+                ++pos_;
+                return true;
+            }
+            return false;
+        }
+        if (a == name) {
+            ++pos_;
+            return true;
+        }
+        if (a.compare(0, name.size() + 1, name + "=") == 0)
+            throw UsageError(name + ": takes no value");
+        return false;
+    }
+    std::string next() { return argv_[pos_++]; }
+
+private:
+    std::vector<std::string> argv_;
+    std::size_t pos_ = 0;
+};
+
+[[noreturn]] void unknown(const std::string &command, const std::string &arg) {
+    if (arg.size() > 1 && arg[0] == '-') throw UsageError(command + ": unknown option '" + arg + "'");
+    throw UsageError(command + ": unexpected argument '" + arg + "'");
+}
+
+void set_threads(const std::string &text) {
+    set_num_threads(static_cast<int>(parse_int("--threads", text, 0, 1024)));
+}
+
+int cmd_run(Args &args) {
+    RunOptions o;
+    bool have_in = false, have_out = false;
+    std::string v, threads;
+    std::vector<std::string> positional;
+    while (!args.done()) {
+        if (args.take("--in", &v)) {
+            o.in_dir = v;
+            have_in = true;
+        } else if (args.take("--out", &v)) {
+            o.out_dir = v;
+            have_out = true;
+        } else if (args.take("--device", &v)) {
+            o.device = v;
+        } else if (args.take("--forget-bias", &v)) {
+            o.forget_bias = parse_float("--forget-bias", v);
+        } else if (args.take("--cell-clip", &v)) {
+            o.cell_clip = parse_float("--cell-clip", v);
+        } else if (args.take("--use-peephole")) {
+            o.use_peephole = true;
+        } else if (args.take("--threads", &v)) {
+            threads = v;
+        } else if (args.peek().size() > 1 && args.peek()[0] == '-') {
+            unknown("run", args.peek());
+        } else {
+            positional.push_back(args.next());
+        }
+    }
+    if (positional.empty()) throw UsageError("run: missing <OpName>");
+    if (positional.size() > 1) unknown("run", positional[1]);
+    o.op = positional[0];
+    if (!is_op_name(o.op)) {
+        std::string known;
+        for (const auto &n : op_names()) known += (known.empty() ? "" : ", ") + n;
+        throw CliError("unknown op '" + o.op + "' (expected one of: " + known + ")");
+    }
+    if (!have_in) throw UsageError("run: missing --in DIR");
+    if (!have_out) throw UsageError("run: missing --out DIR");
+    if (o.in_dir.empty()) throw UsageError("--in: empty directory name");
+    if (o.out_dir.empty()) throw UsageError("--out: empty directory name");
+    if (!threads.empty()) set_threads(threads);
+    run_op(o);
+    return 0;
+}
+
+int cmd_list(Args &args) {
+    if (!args.done()) unknown("list", args.peek());
+    list_kernels();
+    return 0;
+}
+
+int cmd_demo(Args &args) {
+    DemoOptions o;
+    std::string v;
+    while (!args.done()) {
+        if (args.take("--steps", &v)) {
+            o.steps = static_cast<int>(parse_int("--steps", v, 1, 1000000));
+        } else if (args.take("--seed", &v)) {
+            o.seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX));
+        } else if (args.take("--device", &v)) {
+            o.device = v;
+        } else if (args.take("--threads", &v)) {
+            set_threads(v);
+        } else {
+            unknown("demo", args.peek());
+        }
+    }
+    check_device(o.device);
+    return demo(o);
+}
+
+}  // namespace
+
+void list_kernels() {
+    const std::vector<KernelInfo> ks = kernels();
+    const char *headers[] = {"name", "ops", "backend", "dtype", "peephole", "layout", "targets"};
+    std::vector<std::vector<std::string>> rows;
+    for (const auto &k : ks)
+        rows.push_back({k.name, k.family + " (" + k.ops + ")", to_string(k.backend),
+                        to_string(k.dtype), k.peephole ? "yes" : "no", k.layout, k.targets});
+    std::size_t width[7];
+    for (int c = 0; c < 7; ++c) {
+        width[c] = std::string(headers[c]).size();
+        for (const auto &r : rows) width[c] = std::max(width[c], r[c].size());
+    }
+    auto print_row = [&](const std::vector<std::string> &r) {
+        std::string line;
+        for (int c = 0; c < 7; ++c) {
+            line += r[c];
+            if (c < 6) line += std::string(width[c] - r[c].size() + 2, ' ');
+        }
+        std::printf("%s\n", line.c_str());
+    };
+    print_row({headers, headers + 7});
+    for (const auto &r : rows) print_row(r);
+    std::printf("\n%zu kernels. CPU target in use on this machine: %s\n", ks.size(),
+                cpu_target_in_use().c_str());
+}
+
+}  // namespace blocklstm::cli
+
+int main(int argc, char **argv) {
+    using namespace blocklstm::cli;
+    if (argc < 2) {
+        std::fputs(kUsage, stderr);
+        return 2;
+    }
+    const std::string command = argv[1];
+    bool help = command == "help";
+    for (int k = 1; k < argc; ++k)
+        help = help || std::string(argv[k]) == "--help" || std::string(argv[k]) == "-h";
+    if (help) {
+        std::fputs(kUsage, stdout);
+        std::fputs(kHelp, stdout);
+        return 0;
+    }
+    try {
+        Args args(argc, argv, 2);
+        if (command == "run") return cmd_run(args);
+        if (command == "list") return cmd_list(args);
+        if (command == "demo") return cmd_demo(args);
+        throw UsageError("unknown command '" + command + "'");
+    } catch (const UsageError &e) {
+        std::fprintf(stderr, "blocklstm: %s\n%s", e.what(), kUsage);
+        return 2;
+    } catch (const CliError &e) {
+        std::fprintf(stderr, "blocklstm: %s\n", e.what());
+        return 2;
+    } catch (const blocklstm::Error &e) {
+        std::fprintf(stderr, "blocklstm: %s\n", e.what());
+        return 2;
+    } catch (const std::exception &e) {
+        std::fprintf(stderr, "blocklstm: error: %s\n", e.what());
+        return 2;
+    }
+}
