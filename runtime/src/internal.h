@@ -117,8 +117,9 @@ std::string shape_string(const std::vector<int64_t> &shape);
 // The product of sizes, saturated at INT64_MAX instead of overflowing.
 int64_t saturating_product(std::initializer_list<int64_t> factors);
 
-// Products of sizes that become Halide extents or strides must fit int32.
-void check_int32_extent(const Validator &v, const char *what, int64_t value);
+// Products of sizes that become Halide extents or strides must fit int32; `arg` is the input
+// whose size sets the product.
+void check_int32_extent(const Validator &v, const char *arg, const char *what, int64_t value);
 
 // The value of a float attr as the kernels see it: TF converts forget_bias and cell_clip to the
 // element type first, so float16 ops use the half-rounded value.

@@ -53,6 +53,7 @@ CellDims validate_cell_inputs(Validator &v, const CellInputs &in) {
     v.shape("wcf", in.wcf, {d.H});
     v.shape("wco", in.wco, {d.H});
     v.shape("b", in.b, {4 * d.H});
+    check_int32_extent(v, "x", "a gate workspace [B, 4*cell_size]", saturating_product({d.B, 4, d.H}));
     return d;
 }
 

@@ -86,7 +86,7 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
                                       std::to_string(d.T) + "] (x has " + std::to_string(d.T) +
                                       " time steps)");
     }
-    check_int32_extent(v, "the gate workspace [T*B, 4*cell_size]", saturating_product({d.T, d.B, 4, d.H}));
+    check_int32_extent(v, "x", "a gate workspace [T*B, 4*cell_size]", saturating_product({d.T, d.B, 4, d.H}));
     return d;
 }
 

@@ -46,11 +46,11 @@ int64_t saturating_product(std::initializer_list<int64_t> factors) {
     return p;
 }
 
-void check_int32_extent(const Validator &v, const char *what, int64_t value) {
+void check_int32_extent(const Validator &v, const char *arg, const char *what, int64_t value) {
     if (value > INT32_MAX) {
-        v.fail(std::string(what) + " has " + std::to_string(value) +
-               " elements: expected at most " + std::to_string(INT32_MAX) +
-               " (the kernels index with int32)");
+        v.fail_arg(arg, std::string("needs ") + what + " of " + std::to_string(value) +
+                            " elements: expected at most " + std::to_string(INT32_MAX) +
+                            " (the kernels index with int32)");
     }
 }
 

@@ -1,0 +1,564 @@
+// Bad input: every validation check, one test each. Each asserts that a blocklstm::Error is
+// thrown whose message names the op and the argument and says what was expected, and that no
+// output buffer (pre-filled with a sentinel) was touched. Also the valid empty cases.
+#include <sys/resource.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "test_util.h"
+
+namespace blt {
+namespace {
+
+using namespace blocklstm;
+
+enum class OpId { cell, cell_grad, seq, seq_v2, grad, grad_v2 };
+const char *op_name(OpId op) {
+    switch (op) {
+    case OpId::cell: return "LSTMBlockCell";
+    case OpId::cell_grad: return "LSTMBlockCellGrad";
+    case OpId::seq: return "BlockLSTM";
+    case OpId::seq_v2: return "BlockLSTMV2";
+    case OpId::grad: return "BlockLSTMGrad";
+    case OpId::grad_v2: return "BlockLSTMGradV2";
+    }
+    return "?";
+}
+const std::vector<OpId> kAllOps = {OpId::cell, OpId::cell_grad, OpId::seq, OpId::seq_v2, OpId::grad, OpId::grad_v2};
+
+constexpr float kSentinel = 12345.0f;
+
+// One op call: named input and output views (TF order) plus the storage behind them.
+struct Call {
+    OpId op;
+    int64_t L = 0;
+    DType dtype = DType::f32;
+    std::vector<std::string> names;  // inputs then outputs
+    std::size_t num_inputs = 0;
+    std::map<std::string, TensorView> v;
+    std::vector<Tensor> storage;
+
+    bool is_output(const std::string &n) const {
+        return std::find(names.begin() + num_inputs, names.end(), n) != names.end();
+    }
+    // A fresh tensor for argument n with this shape and dtype: inputs filled with 0.25,
+    // outputs with the sentinel.
+    void set(const std::string &n, std::vector<int64_t> shape, DType dt) {
+        Array a = ref::zeros(std::move(shape));
+        std::fill(a.data.begin(), a.data.end(), is_output(n) ? kSentinel : 0.25);
+        storage.push_back(ref::to_tensor(a, dt));
+        v[n] = storage.back().view();
+    }
+    void set(const std::string &n, std::vector<int64_t> shape) { set(n, std::move(shape), dtype); }
+
+    void invoke() const {
+        auto g = [&](const char *n) -> const TensorView & { return v.at(n); };
+        switch (op) {
+        case OpId::cell:
+            LSTMBlockCell(g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"),
+                          LSTMOutputs<TV>{g("i"), g("cs"), g("f"), g("o"), g("ci"), g("co"), g("h")},
+                          LSTMBlockCellAttrs{1.0f, 0.0f, true});
+            break;
+        case OpId::cell_grad:
+            LSTMBlockCellGrad(g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"), g("i"),
+                              g("cs"), g("f"), g("o"), g("ci"), g("co"), g("cs_grad"), g("h_grad"),
+                              LSTMBlockCellGradOutputs<TV>{g("cs_prev_grad"), g("dicfo"), g("wci_grad"),
+                                                           g("wcf_grad"), g("wco_grad")},
+                              GradAttrs{true});
+            break;
+        case OpId::seq:
+        case OpId::seq_v2: {
+            const LSTMOutputs<TV> out{g("i"), g("cs"), g("f"), g("o"), g("ci"), g("co"), g("h")};
+            if (op == OpId::seq)
+                BlockLSTM(L, g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"), out,
+                          BlockLSTMAttrs{1.0f, 0.0f, true});
+            else
+                BlockLSTMV2(L, g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"), out,
+                            BlockLSTMV2Attrs{0.0f, true});
+            break;
+        }
+        case OpId::grad:
+        case OpId::grad_v2: {
+            const BlockLSTMGradOutputs<TV> out{g("x_grad"),   g("cs_prev_grad"), g("h_prev_grad"), g("w_grad"),
+                                               g("wci_grad"), g("wcf_grad"),     g("wco_grad"),    g("b_grad")};
+            auto fn = [&](auto &&opfn) {
+                opfn(L, g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"), g("i"),
+                     g("cs"), g("f"), g("o"), g("ci"), g("co"), g("h"), g("cs_grad"), g("h_grad"), out,
+                     GradAttrs{true});
+            };
+            if (op == OpId::grad)
+                fn([](auto &&...a) { BlockLSTMGrad(a...); });
+            else
+                fn([](auto &&...a) { BlockLSTMGradV2(a...); });
+            break;
+        }
+        }
+    }
+};
+
+// A valid call: T=3, B=2, I=3, H=4, L=2 (sequence ops); B=2, I=3, H=4 (cell ops).
+Call valid_call(OpId op, DType dtype = DType::f32, int64_t T = 3, int64_t B = 2, int64_t I = 3, int64_t H = 4,
+                int64_t L = 2) {
+    Call c;
+    c.op = op;
+    c.L = L;
+    c.dtype = dtype;
+    const bool cell = op == OpId::cell || op == OpId::cell_grad;
+    const bool grad = op == OpId::grad || op == OpId::grad_v2;
+    c.names = {"x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b"};
+    if (op == OpId::cell_grad)
+        for (const char *n : {"i", "cs", "f", "o", "ci", "co", "cs_grad", "h_grad"}) c.names.push_back(n);
+    if (grad)
+        for (const char *n : {"i", "cs", "f", "o", "ci", "co", "h", "cs_grad", "h_grad"}) c.names.push_back(n);
+    c.num_inputs = c.names.size();
+    if (op == OpId::cell || op == OpId::seq || op == OpId::seq_v2)
+        for (const char *n : {"i", "cs", "f", "o", "ci", "co", "h"}) c.names.push_back(n);
+    if (op == OpId::cell_grad)
+        for (const char *n : {"cs_prev_grad", "dicfo", "wci_grad", "wcf_grad", "wco_grad"}) c.names.push_back(n);
+    if (grad)
+        for (const char *n : {"x_grad", "cs_prev_grad", "h_prev_grad", "w_grad", "wci_grad", "wcf_grad", "wco_grad",
+                              "b_grad"})
+            c.names.push_back(n);
+    const std::vector<int64_t> seqBH = cell ? std::vector<int64_t>{B, H} : std::vector<int64_t>{T, B, H};
+    for (const auto &n : c.names) {
+        std::vector<int64_t> s;
+        if (n == "x") s = cell ? std::vector<int64_t>{B, I} : std::vector<int64_t>{T, B, I};
+        else if (n == "x_grad") s = {T, B, I};
+        else if (n == "cs_prev" || n == "h_prev" || n == "cs_prev_grad" || n == "h_prev_grad") s = {B, H};
+        else if (n == "w" || n == "w_grad") s = {I + H, 4 * H};
+        else if (n.rfind("wc", 0) == 0) s = {H};
+        else if (n == "b" || n == "b_grad") s = {4 * H};
+        else if (n == "dicfo") s = {B, 4 * H};
+        else s = seqBH;  // i cs f o ci co h cs_grad h_grad
+        c.set(n, s);
+    }
+    return c;
+}
+
+std::vector<std::vector<uint8_t>> snapshot(const Call &c) {
+    std::vector<std::vector<uint8_t>> s;
+    for (std::size_t k = c.num_inputs; k < c.names.size(); ++k) {
+        const TensorView &t = c.v.at(c.names[k]);
+        const auto *p = static_cast<const uint8_t *>(t.data);
+        s.emplace_back(p && t.device == Device::cpu ? std::vector<uint8_t>(p, p + t.num_bytes()) : std::vector<uint8_t>{});
+    }
+    return s;
+}
+
+bool names_op(const std::string &m, const std::string &op) {
+    for (std::size_t at = m.find(op); at != std::string::npos; at = m.find(op, at + 1)) {
+        const std::size_t e = at + op.size();
+        if ((at == 0 || !std::isalnum(static_cast<unsigned char>(m[at - 1]))) &&
+            (e == m.size() || !(std::isalnum(static_cast<unsigned char>(m[e])) || m[e] == '_')))
+            return true;
+    }
+    return false;
+}
+
+// Runs the call; expects blocklstm::Error naming the op, one of `accepted` (quoted) and
+// "expected", and every output unchanged. An empty `accepted` accepts any argument of the op.
+void expect_rejected(const Call &c, std::set<std::string> accepted, bool check_outputs = true,
+                     bool require_argument = true) {
+    if (accepted.empty()) {
+        accepted.insert(c.names.begin(), c.names.end());
+        accepted.insert("seq_len_max");
+    }
+    const auto before = check_outputs ? snapshot(c) : std::vector<std::vector<uint8_t>>{};
+    std::string msg;
+    try {
+        c.invoke();
+        ADD_FAILURE() << op_name(c.op) << ": no exception thrown";
+        return;
+    } catch (const Error &e) {
+        msg = e.what();
+    } catch (const std::exception &e) {
+        ADD_FAILURE() << op_name(c.op) << ": threw a non-blocklstm exception: " << e.what();
+        return;
+    }
+    std::cout << "[ message  ] " << msg << std::endl;
+    EXPECT_TRUE(names_op(msg, op_name(c.op))) << "message does not name the op " << op_name(c.op) << ": " << msg;
+    bool named = false;
+    for (const auto &a : accepted) named |= msg.find("'" + a + "'") != std::string::npos;
+    std::string list;
+    for (const auto &a : accepted) list += " '" + a + "'";
+    if (require_argument) EXPECT_TRUE(named) << "message names none of" << list << ": " << msg;
+    EXPECT_NE(msg.find("expected"), std::string::npos) << "message does not say what was expected: " << msg;
+    if (check_outputs) {
+        const auto after = snapshot(c);
+        for (std::size_t k = 0; k < before.size(); ++k)
+            EXPECT_TRUE(before[k] == after[k]) << "output '" << c.names[c.num_inputs + k] << "' was written";
+    }
+}
+
+std::string label(OpId op, const std::string &what) { return std::string(op_name(op)) + ": " + what; }
+
+// Whether a dim of an argument defines a size (T, B, I or H) that the other arguments are
+// checked against: changing it may legitimately be reported against another argument.
+bool defining_dim(OpId op, const std::string &n, std::size_t k) {
+    if (n == "x") return true;
+    if (n == "cs_prev" && k == 1) return true;
+    (void)op;
+    return false;
+}
+
+// ---- The valid calls are valid (so every rejection below is caused by the one change) ----------
+TEST(BadInput, BaseCallsAreValid) {
+    for (OpId op : kAllOps) {
+        for (DType dt : {DType::f32, DType::f16}) {
+            SCOPED_TRACE(op_name(op));
+            const Call c = valid_call(op, dt);
+            EXPECT_NO_THROW(c.invoke());
+        }
+    }
+}
+
+TEST(BadInput, WrongRank) {
+    for (OpId op : kAllOps) {
+        const Call base = valid_call(op);
+        for (const auto &n : base.names) {
+            const auto shape = base.v.at(n).shape;
+            {
+                SCOPED_TRACE(label(op, n + " rank + 1"));
+                Call c = valid_call(op);
+                auto s = shape;
+                s.push_back(1);
+                c.set(n, s);
+                expect_rejected(c, {n});
+            }
+            {
+                SCOPED_TRACE(label(op, n + " rank - 1"));
+                Call c = valid_call(op);
+                auto s = shape;
+                s.pop_back();
+                c.set(n, s);
+                expect_rejected(c, {n});
+            }
+        }
+    }
+}
+
+TEST(BadInput, WrongDims) {
+    for (OpId op : kAllOps) {
+        const Call base = valid_call(op);
+        for (const auto &n : base.names) {
+            const auto shape = base.v.at(n).shape;
+            for (std::size_t k = 0; k < shape.size(); ++k) {
+                SCOPED_TRACE(label(op, n + " dim " + std::to_string(k) + " + 1"));
+                Call c = valid_call(op);
+                auto s = shape;
+                ++s[k];
+                c.set(n, s);
+                if (defining_dim(op, n, k))
+                    expect_rejected(c, {});
+                else
+                    expect_rejected(c, {n});
+            }
+        }
+    }
+}
+
+TEST(BadInput, CellSizeZero) {
+    for (OpId op : kAllOps) {
+        SCOPED_TRACE(label(op, "H = 0"));
+        expect_rejected(valid_call(op, DType::f32, 3, 2, 3, 0), {});
+    }
+}
+
+TEST(BadInput, CellOpEmptyState) {
+    for (OpId op : {OpId::cell, OpId::cell_grad}) {
+        SCOPED_TRACE(label(op, "B = 0"));
+        expect_rejected(valid_call(op, DType::f32, 3, 0, 3, 4), {});
+    }
+}
+
+TEST(BadInput, SeqLenMaxOutOfRange) {
+    for (OpId op : {OpId::seq, OpId::seq_v2, OpId::grad, OpId::grad_v2}) {
+        for (int64_t L : {int64_t{-1}, int64_t{4}, int64_t{1} << 40}) {
+            SCOPED_TRACE(label(op, "seq_len_max = " + std::to_string(L)));
+            Call c = valid_call(op);
+            c.L = L;
+            expect_rejected(c, {"seq_len_max"});
+        }
+    }
+}
+
+TEST(BadInput, GradWColumnsNotPositiveMultipleOf4) {
+    for (OpId op : {OpId::grad, OpId::grad_v2}) {
+        for (int64_t cols : {int64_t{18}, int64_t{15}, int64_t{0}}) {
+            SCOPED_TRACE(label(op, "w [7," + std::to_string(cols) + "]"));
+            Call c = valid_call(op);
+            c.set("w", {7, cols});
+            expect_rejected(c, cols == 0 ? std::set<std::string>{} : std::set<std::string>{"w"});
+        }
+    }
+}
+
+TEST(BadInput, BiasLength4HPlus3) {
+    for (OpId op : kAllOps) {
+        SCOPED_TRACE(label(op, "b [19]"));
+        Call c = valid_call(op);
+        c.set("b", {19});
+        expect_rejected(c, {"b"});
+    }
+}
+
+TEST(BadInput, MixedDtypes) {
+    for (OpId op : kAllOps) {
+        for (DType base_dt : {DType::f32, DType::f16}) {
+            const DType other = base_dt == DType::f32 ? DType::f16 : DType::f32;
+            const Call base = valid_call(op, base_dt);
+            for (const auto &n : base.names) {
+                SCOPED_TRACE(label(op, n + " is " + to_string(other) + ", the rest " + to_string(base_dt)));
+                Call c = valid_call(op, base_dt);
+                c.set(n, base.v.at(n).shape, other);
+                // The dtype of the call may be taken from x; then the first other argument is blamed.
+                expect_rejected(c, n == "x" ? std::set<std::string>{} : std::set<std::string>{n});
+            }
+        }
+    }
+}
+
+TEST(BadInput, NullDataWithNonZeroSize) {
+    for (OpId op : kAllOps) {
+        const Call base = valid_call(op);
+        for (const auto &n : base.names) {
+            SCOPED_TRACE(label(op, n + " data = nullptr"));
+            Call c = valid_call(op);
+            c.v[n].data = nullptr;
+            expect_rejected(c, {n});
+        }
+    }
+}
+
+// The CPU kernels cannot read device memory. Until the library supports CUDA tensors, a cuda
+// tensor must be rejected with an Error; if it is supported, the call may run. Either way it must
+// not crash. (The data here are host pointers, so "runs" is only acceptable if the library copes.)
+TEST(BadInput, CudaTensorOnCpuPath) {
+    for (OpId op : kAllOps) {
+        for (const char *n : {"x", "w"}) {
+            SCOPED_TRACE(label(op, std::string(n) + " device = cuda"));
+            Call c = valid_call(op);
+            c.v[n].device = Device::cuda;
+            try {
+                c.invoke();
+                std::cout << "[ note     ] " << op_name(op) << " accepted a cuda " << n << std::endl;
+            } catch (const Error &e) {
+                const std::string m = e.what();
+                std::cout << "[ message  ] " << m << std::endl;
+                EXPECT_TRUE(names_op(m, op_name(op))) << m;
+                EXPECT_NE(m.find(std::string("'") + n + "'"), std::string::npos) << m;
+            } catch (const std::exception &e) {
+                ADD_FAILURE() << "non-blocklstm exception: " << e.what();
+            }
+        }
+    }
+}
+
+// An output sharing memory with an input or with another output.
+TEST(BadInput, OutputOverlapsInput) {
+    for (OpId op : kAllOps) {
+        const Call base = valid_call(op);
+        for (std::size_t k = base.num_inputs; k < base.names.size(); ++k) {
+            const std::string &out = base.names[k];
+            for (const std::string &in : {std::string("x"), std::string("cs_prev"), base.names[base.num_inputs - 1]}) {
+                for (bool partial : {false, true}) {
+                    SCOPED_TRACE(label(op, out + (partial ? " partially overlaps " : " aliases ") + in));
+                    Call c = valid_call(op);
+                    // One buffer holding both, big enough for either view; the output starts at
+                    // the input (or one element into it).
+                    TensorView &vi = c.v[in], &vo = c.v[out];
+                    const std::size_t off = partial ? size_of(c.dtype) : 0;
+                    Tensor big(DType::f32, {static_cast<int64_t>((vi.num_bytes() + vo.num_bytes() + off) / 4 + 1)});
+                    c.storage.push_back(big);
+                    auto *p = static_cast<uint8_t *>(big.data());
+                    std::memcpy(p, vi.data, vi.num_bytes());
+                    vi.data = p;
+                    vo.data = p + off;
+                    if (partial && vi.num_elements() <= 1) continue;  // no partial overlap possible
+                    expect_rejected(c, {out, in});
+                }
+            }
+        }
+    }
+}
+
+TEST(BadInput, OutputsOverlapEachOther) {
+    for (OpId op : kAllOps) {
+        const Call base = valid_call(op);
+        for (std::size_t k = base.num_inputs; k + 1 < base.names.size(); ++k) {
+            const std::string &a = base.names[k], &b = base.names[k + 1];
+            SCOPED_TRACE(label(op, a + " overlaps " + b));
+            Call c = valid_call(op);
+            TensorView &va = c.v[a], &vb = c.v[b];
+            Tensor big(DType::f32, {static_cast<int64_t>((va.num_bytes() + vb.num_bytes()) / 4 + 1)});
+            c.storage.push_back(big);
+            std::memset(big.data(), 0x5a, big.num_bytes());
+            va.data = big.data();
+            vb.data = static_cast<uint8_t *>(big.data()) + (va.num_bytes() > size_of(c.dtype) ? size_of(c.dtype) : 0);
+            expect_rejected(c, {a, b});
+        }
+    }
+}
+
+// Sizes whose element count or strides overflow Halide's int32 buffer fields. All pointers point
+// at a small dummy buffer: validation must reject the call before any data is read or written.
+TEST(BadInput, Int32ExtentOverflow) {
+    static float dummy[64];
+    const int64_t Bn = 70000, In = 70000, H = 4;
+    for (OpId op : kAllOps) {
+        SCOPED_TRACE(label(op, "x [.., 70000, 70000]"));
+        Call c = valid_call(op, DType::f32, 1, 2, 3, H, 1);
+        const bool cell = op == OpId::cell || op == OpId::cell_grad;
+        for (const auto &n : c.names) {
+            TensorView &t = c.v[n];
+            t.data = dummy;
+            for (std::size_t k = 0; k < t.shape.size(); ++k) {
+                // Replace B and I by the huge sizes wherever they occur.
+                const bool is_x = n == "x" || n == "x_grad";
+                const std::size_t bdim = (cell || n == "cs_prev" || n == "h_prev" || n == "cs_prev_grad" ||
+                                          n == "h_prev_grad" || n == "dicfo")
+                                             ? 0
+                                             : 1;
+                if (n == "w" || n == "w_grad" || n.rfind("wc", 0) == 0 || n == "b" || n == "b_grad") {
+                    if ((n == "w" || n == "w_grad") && k == 0) t.shape[0] = In + H;
+                    continue;
+                }
+                if (k == bdim) t.shape[k] = Bn;
+                if (is_x && k == t.shape.size() - 1) t.shape[k] = In;
+            }
+        }
+        expect_rejected(c, {}, /*check_outputs=*/false);
+    }
+}
+
+// While alive, the process may map at most `extra` more bytes: a missing size check then shows as
+// std::bad_alloc (a test failure) instead of a multi-GB allocation on a shared machine.
+class AddressSpaceLimit {
+public:
+    explicit AddressSpaceLimit(std::size_t extra) {
+        getrlimit(RLIMIT_AS, &old_);
+        std::size_t pages = 0;
+        std::ifstream("/proc/self/statm") >> pages;
+        rlimit r = old_;
+        r.rlim_cur = static_cast<rlim_t>(pages) * 4096 + extra;
+        if (old_.rlim_cur != RLIM_INFINITY && old_.rlim_cur < r.rlim_cur) r.rlim_cur = old_.rlim_cur;
+        setrlimit(RLIMIT_AS, &r);
+    }
+    ~AddressSpaceLimit() { setrlimit(RLIMIT_AS, &old_); }
+
+private:
+    rlimit old_{};
+};
+
+// Every tensor fits int32, but an intermediate the op needs does not: LSTMBlockCell's gates
+// [B, 4H] with B*H < 2^31 <= 4*B*H, and the sequence ops' gate workspace [T*B, 4H]. Dummy data
+// pointers again: nothing may be read, allocated or run. The intermediate is not an argument, so
+// the message need not quote one.
+TEST(BadInput, Int32IntermediateOverflow) {
+    struct Case {
+        OpId op;
+        int64_t T, B, I, H;
+    };
+    const Case cases[] = {{OpId::cell, 1, 70000, 1, 8000},   {OpId::cell_grad, 1, 70000, 1, 8000},
+                          {OpId::seq, 4, 70000, 1, 2000},
+                          {OpId::seq_v2, 4, 70000, 1, 2000}, {OpId::grad, 4, 70000, 1, 2000},
+                          {OpId::grad_v2, 4, 70000, 1, 2000}};
+    for (const Case &k : cases) {
+        SCOPED_TRACE(label(k.op, "T=" + std::to_string(k.T) + " B=" + std::to_string(k.B) + " H=" + std::to_string(k.H)));
+        // Shapes only: build the call at a small size, then rewrite every shape.
+        Call c = valid_call(k.op, DType::f32, 1, 1, 1, 1, 1);
+        const bool cell = k.op == OpId::cell || k.op == OpId::cell_grad;
+        uintptr_t fake = uintptr_t{1} << 40;  // never dereferenced; 64 GiB apart, so no overlaps
+        for (const auto &n : c.names) {
+            TensorView &t = c.v[n];
+            t.data = reinterpret_cast<void *>(fake);
+            fake += uintptr_t{1} << 36;
+            if (n == "x" || n == "x_grad") t.shape = cell ? std::vector<int64_t>{k.B, k.I} : std::vector<int64_t>{k.T, k.B, k.I};
+            else if (n == "cs_prev" || n == "h_prev" || n == "cs_prev_grad" || n == "h_prev_grad") t.shape = {k.B, k.H};
+            else if (n == "w" || n == "w_grad") t.shape = {k.I + k.H, 4 * k.H};
+            else if (n.rfind("wc", 0) == 0) t.shape = {k.H};
+            else if (n == "b" || n == "b_grad") t.shape = {4 * k.H};
+            else if (n == "dicfo") t.shape = {k.B, 4 * k.H};
+            else t.shape = cell ? std::vector<int64_t>{k.B, k.H} : std::vector<int64_t>{k.T, k.B, k.H};
+        }
+        c.L = k.T;
+        AddressSpaceLimit limit(std::size_t{1} << 30);
+        expect_rejected(c, {}, /*check_outputs=*/false, /*require_argument=*/false);
+        if (k.op == OpId::cell_grad) {  // the allocating overload must not allocate dicfo [B, 4H] first
+            auto g = [&](const char *n) -> const TensorView & { return c.v.at(n); };
+            try {
+                LSTMBlockCellGrad(g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"),
+                                  g("i"), g("cs"), g("f"), g("o"), g("ci"), g("co"), g("cs_grad"), g("h_grad"),
+                                  GradAttrs{true});
+                ADD_FAILURE() << "allocating LSTMBlockCellGrad: no exception thrown";
+            } catch (const Error &e) {
+                std::cout << "[ message  ] " << e.what() << std::endl;
+                EXPECT_TRUE(names_op(e.what(), "LSTMBlockCellGrad")) << e.what();
+            } catch (const std::exception &e) {
+                ADD_FAILURE() << "allocating LSTMBlockCellGrad threw a non-blocklstm exception: " << e.what();
+            }
+        }
+    }
+}
+
+// ---- Valid empty cases: no throw, zero outputs -----------------------------------------------------
+Array fetch(const Call &c, const std::string &n) { return ref::to_array(c.v.at(n)); }
+
+void expect_all_outputs_zero(const Call &c) {
+    for (std::size_t k = c.num_inputs; k < c.names.size(); ++k)
+        EXPECT_EQ(max_abs(fetch(c, c.names[k])), 0.0) << "output '" << c.names[k] << "' is not all zero";
+}
+
+TEST(EmptyInput, SeqLenMaxZero) {
+    for (OpId op : {OpId::seq, OpId::seq_v2, OpId::grad, OpId::grad_v2}) {
+        for (DType dt : {DType::f32, DType::f16}) {
+            SCOPED_TRACE(label(op, "seq_len_max = 0"));
+            Call c = valid_call(op, dt, 3, 2, 3, 4, 0);
+            ASSERT_NO_THROW(c.invoke());
+            expect_all_outputs_zero(c);
+        }
+    }
+}
+
+TEST(EmptyInput, TimeZero) {
+    for (OpId op : {OpId::seq, OpId::seq_v2, OpId::grad, OpId::grad_v2}) {
+        SCOPED_TRACE(label(op, "T = 0"));
+        Call c = valid_call(op, DType::f32, 0, 2, 3, 4, 0);
+        ASSERT_NO_THROW(c.invoke());
+        expect_all_outputs_zero(c);
+    }
+}
+
+TEST(EmptyInput, BatchZero) {
+    for (OpId op : {OpId::seq, OpId::seq_v2, OpId::grad, OpId::grad_v2}) {
+        SCOPED_TRACE(label(op, "B = 0"));
+        Call c = valid_call(op, DType::f32, 3, 0, 3, 4, 2);
+        ASSERT_NO_THROW(c.invoke());
+        expect_all_outputs_zero(c);  // w_grad, b_grad, peephole grads: sums over nothing
+    }
+}
+
+TEST(EmptyInput, InputSizeZero) {
+    for (OpId op : kAllOps) {
+        SCOPED_TRACE(label(op, "I = 0"));
+        Call c = valid_call(op, DType::f32, 3, 2, 0, 4, 2);
+        ASSERT_NO_THROW(c.invoke());
+    }
+}
+
+// Empty tensors need no storage: a null data pointer is fine when there are no elements.
+TEST(EmptyInput, NullDataOfEmptyTensors) {
+    for (OpId op : {OpId::seq, OpId::seq_v2, OpId::grad, OpId::grad_v2}) {
+        SCOPED_TRACE(label(op, "T = 0, null x"));
+        Call c = valid_call(op, DType::f32, 0, 2, 3, 4, 0);
+        for (auto &kv : c.v)
+            if (kv.second.num_elements() == 0) kv.second.data = nullptr;
+        ASSERT_NO_THROW(c.invoke());
+        expect_all_outputs_zero(c);
+    }
+}
+
+}  // namespace
+}  // namespace blt

@@ -1,0 +1,152 @@
+// The float64 reference checked on its own: TF's golden numbers, finite differences of itself,
+// padding, and the V1/V2 relations. If these fail, nothing else in the suites can be trusted.
+#include "test_util.h"
+
+namespace blt {
+namespace {
+
+// Spec §2 worked example (TF contrib testLSTMBlockCell): two stacked cells.
+TEST(Reference, GoldenTwoLayerCell) {
+    const Array x{{1, 2}, {1, 1}}, c0{{1, 2}, {0.1, 0.1}}, w{{4, 8}, std::vector<double>(32, 0.5)};
+    const Array z2 = ref::zeros({2}), b = ref::zeros({8});
+    const auto l1 = ref::lstm_block_cell(x, c0, c0, w, z2, z2, z2, b, 1.0, 0.0, false);
+    const auto l2 = ref::lstm_block_cell(l1.h, c0, c0, w, z2, z2, z2, b, 1.0, 0.0, false);
+    for (int k = 0; k < 2; ++k) {
+        EXPECT_NEAR(l1.cs.data[k], 0.68967271, 1e-6);
+        EXPECT_NEAR(l1.h.data[k], 0.44848421, 1e-6);
+        EXPECT_NEAR(l2.cs.data[k], 0.39897051, 1e-6);
+        EXPECT_NEAR(l2.h.data[k], 0.24024698, 1e-6);
+    }
+}
+
+struct Combo {
+    Layout layout;
+    bool peephole;
+};
+class ReferenceFD : public ::testing::TestWithParam<Combo> {};
+
+// The reference's analytic gradients against central differences of its own forward, in double.
+// eps = 1e-5: truncation error ~eps²·|f'''| ≈ 1e-10, cancellation ~1e-16·|loss|/eps ≈ 1e-10, so
+// 1e-7 relative is tight and still robust.
+TEST_P(ReferenceFD, SequenceGradMatchesFiniteDifferences) {
+    const Combo c = GetParam();
+    const Shape s{4, 3, 3, 4, 3, 1.5, 0.0, 0.7, "fd"};
+    BLT_SEED(seed, std::string("ReferenceFD/") + (c.layout == Layout::icfo ? "icfo" : "ifco") +
+                       (c.peephole ? "/peephole" : "/plain"));
+    Problem p = make_problem(seed, s, DType::f32, false, c.peephole, c.layout);
+    p.fwd = ref::block_lstm(s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(), 0.0,
+                            c.peephole, c.layout);  // unrounded: the FD below is in double
+    const ref::SeqGradOut g = ref_seq_grad(p);
+    auto loss = [&] {
+        const auto f = ref::block_lstm(s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
+                                       0.0, c.peephole, c.layout);
+        return seq_loss(f.cs, f.h, p.cs_grad, p.h_grad);
+    };
+    const auto fd = finite_differences({&p.x, &p.cs_prev, &p.h_prev, &p.w, &p.wci, &p.wcf, &p.wco, &p.b}, loss, 1e-5);
+    EXPECT_TRUE(close("x_grad", g.x_grad, fd[0], 1e-7));
+    EXPECT_TRUE(close("cs_prev_grad", g.cs_prev_grad, fd[1], 1e-7));
+    EXPECT_TRUE(close("h_prev_grad", g.h_prev_grad, fd[2], 1e-7));
+    EXPECT_TRUE(close("w_grad", g.w_grad, fd[3], 1e-7));
+    if (c.peephole) {
+        EXPECT_TRUE(close("wci_grad", g.wci_grad, fd[4], 1e-7));
+        EXPECT_TRUE(close("wcf_grad", g.wcf_grad, fd[5], 1e-7));
+        EXPECT_TRUE(close("wco_grad", g.wco_grad, fd[6], 1e-7));
+    } else {
+        EXPECT_EQ(max_abs(g.wci_grad) + max_abs(g.wcf_grad) + max_abs(g.wco_grad), 0.0);
+        EXPECT_EQ(max_abs(fd[4]) + max_abs(fd[5]) + max_abs(fd[6]), 0.0);
+    }
+    EXPECT_TRUE(close("b_grad", g.b_grad, fd[7], 1e-7));
+    // x_grad past L is exactly zero.
+    for (int64_t k = s.L * s.B * s.I; k < s.T * s.B * s.I; ++k) ASSERT_EQ(g.x_grad.data[k], 0.0);
+}
+
+TEST(Reference, CellGradMatchesFiniteDifferences) {
+  for (const bool peephole : {false, true}) {
+    const Combo c{Layout::icfo, peephole};
+    SCOPED_TRACE(peephole ? "peephole" : "plain");
+    const Shape s{1, 3, 3, 4, 1, 1.5, 0.0, 1.0, "fd"};
+    BLT_SEED(seed, std::string("ReferenceFD/cell") + (c.peephole ? "/peephole" : "/plain"));
+    Problem p = make_problem(seed, s, DType::f32, true, c.peephole, c.layout);
+    p.fwd = ref::lstm_block_cell(p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, 1.0, 0.0, c.peephole);
+    const ref::CellGradOut g = ref_cell_grad(p);
+    auto loss = [&] {
+        const auto f = ref::lstm_block_cell(p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, 1.0, 0.0,
+                                            c.peephole);
+        return seq_loss(f.cs, f.h, p.cs_grad, p.h_grad);
+    };
+    const auto fd = finite_differences({&p.x, &p.cs_prev, &p.h_prev, &p.wci, &p.wcf, &p.wco, &p.b}, loss, 1e-5);
+    const Array xh = times_wT(g.dicfo, p.w);
+    EXPECT_TRUE(close("dicfo·wᵀ[:, :I] vs dx", cols(xh, 0, s.I), fd[0], 1e-7));
+    EXPECT_TRUE(close("cs_prev_grad", g.cs_prev_grad, fd[1], 1e-7));
+    EXPECT_TRUE(close("dicfo·wᵀ[:, I:] vs dh_prev", cols(xh, s.I, s.I + s.H), fd[2], 1e-7));
+    if (c.peephole) {
+        EXPECT_TRUE(close("wci_grad", g.wci_grad, fd[3], 1e-7));
+        EXPECT_TRUE(close("wcf_grad", g.wcf_grad, fd[4], 1e-7));
+        EXPECT_TRUE(close("wco_grad", g.wco_grad, fd[5], 1e-7));
+    }
+    EXPECT_TRUE(close("column sums of dicfo vs db", column_sums(g.dicfo), fd[6], 1e-7));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ReferenceFD,
+                         ::testing::Values(Combo{Layout::icfo, false}, Combo{Layout::icfo, true},
+                                           Combo{Layout::ifco, false}, Combo{Layout::ifco, true}),
+                         [](const auto &info) {
+                             return std::string(info.param.layout == Layout::icfo ? "icfo" : "ifco") +
+                                    (info.param.peephole ? "_peephole" : "_plain");
+                         });
+
+TEST(Reference, EveryOutputZeroPastSeqLenMax) {
+    const Shape s{5, 3, 2, 4, 2, 1, 0.5, 1.0, "padding"};
+    BLT_SEED(seed, "Reference/padding");
+    const Problem p = make_problem(seed, s, DType::f32, false, true, Layout::icfo);
+    for (const Array *a : {&p.fwd.i, &p.fwd.cs, &p.fwd.f, &p.fwd.o, &p.fwd.ci, &p.fwd.co, &p.fwd.h}) {
+        for (int64_t k = 0; k < s.L * s.B * s.H; ++k) EXPECT_NE(a->data[k], 0.0);
+        for (int64_t k = s.L * s.B * s.H; k < s.T * s.B * s.H; ++k) ASSERT_EQ(a->data[k], 0.0);
+    }
+    Shape z = s;
+    z.L = 0;
+    const Problem q = make_problem(seed, z, DType::f32, false, true, Layout::icfo);
+    EXPECT_EQ(max_abs(q.fwd.cs) + max_abs(q.fwd.h) + max_abs(q.fwd.i), 0.0);
+    const auto g = ref_seq_grad(q);
+    for (const Array *a : {&g.x_grad, &g.cs_prev_grad, &g.h_prev_grad, &g.w_grad, &g.wci_grad, &g.wcf_grad,
+                           &g.wco_grad, &g.b_grad})
+        EXPECT_EQ(max_abs(*a), 0.0);
+}
+
+TEST(Reference, ClipIsAppliedOnlyWhenPositiveAndStraightThrough) {
+    const Shape s{3, 2, 2, 3, 3, 5, 0.25, 1.0, "clip"};
+    BLT_SEED(seed, "Reference/clip");
+    const Problem p = make_problem(seed, s, DType::f32, false, true, Layout::icfo);
+    EXPECT_LE(max_abs(p.fwd.cs), 0.25 + 1e-7);
+    EXPECT_NEAR(max_abs(p.fwd.cs), 0.25, 1e-7) << "the large weights should drive |cs| to the clip";
+    Shape n = s;
+    n.cell_clip = -1;
+    const Problem q = make_problem(seed, n, DType::f32, false, true, Layout::icfo);
+    EXPECT_GT(max_abs(q.fwd.cs), 0.25);
+}
+
+// Spec §4.4: V1 (forget_bias 0, no clip) == V2 with the c/f blocks of w and b swapped.
+TEST(Reference, V1EqualsV2WithSwappedBlocks) {
+    const Shape s{3, 2, 3, 5, 3, 1, 0.0, 0.0, "v1v2"};
+    BLT_SEED(seed, "Reference/v1v2");
+    Problem p = make_problem(seed, s, DType::f32, false, true, Layout::icfo);
+    const auto v1 = ref::block_lstm(3, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, 0, 0, true, Layout::icfo);
+    const auto v2 = ref::block_lstm(3, p.x, p.cs_prev, p.h_prev, swap_cf(p.w), p.wci, p.wcf, p.wco, swap_cf(p.b), 0, 0,
+                                    true, Layout::ifco);
+    EXPECT_TRUE(close("h", v2.h, v1.h, 0));
+    EXPECT_TRUE(close("cs", v2.cs, v1.cs, 0));
+}
+
+TEST(Reference, TensorRoundTrip) {
+    const Array a{{2, 3}, {0.1, -2.5, 3.0, 1e-3, 65504, -0.0}};
+    EXPECT_EQ(ref::to_array(ref::to_tensor(a, DType::f32)).data[1], -2.5);
+    EXPECT_EQ(ref::to_array(ref::to_tensor(a, DType::f32)).data[0], static_cast<double>(0.1f));
+    const Array h = ref::to_array(ref::to_tensor(a, DType::f16));
+    EXPECT_EQ(h.shape, a.shape);
+    EXPECT_EQ(h.data[4], 65504.0);
+    EXPECT_NEAR(h.data[0], 0.1, 0.1 * 1e-3);
+}
+
+}  // namespace
+}  // namespace blt

@@ -1,0 +1,339 @@
+// Shared helpers of the test suites: seeds, random problems, the float64 reference wiring and
+// tolerance checks.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <blocklstm/blocklstm.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "reference.h"
+
+namespace blt {
+
+using blocklstm::DType;
+using blocklstm::Tensor;
+using blocklstm::TensorView;
+using blocklstm::reference::Array;
+using blocklstm::reference::Layout;
+namespace ref = blocklstm::reference;
+
+// ---- Seeds ------------------------------------------------------------------------------------
+// Every random stream is seeded from the name of what it generates (so a failure reproduces by
+// re-running the same test), xor-ed with $BLOCKLSTM_TEST_SEED when set (to explore other data).
+// The seed is printed on stdout and attached to every assertion failure via SCOPED_TRACE.
+inline uint64_t seed_for(const std::string &what) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (unsigned char c : what) {
+        h ^= c;
+        h *= 1099511628211ull;
+    }
+    if (const char *s = std::getenv("BLOCKLSTM_TEST_SEED")) h ^= std::strtoull(s, nullptr, 10);
+    std::cout << "[ seed     ] " << what << " = " << h << std::endl;
+    return h;
+}
+#define BLT_SEED(var, what)                          \
+    const uint64_t var = ::blt::seed_for(what);      \
+    SCOPED_TRACE(::testing::Message() << "random seed of '" << (what) << "' = " << var)
+
+using Rng = std::mt19937_64;
+
+inline int64_t count(const std::vector<int64_t> &shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return n;
+}
+
+inline Array uniform(Rng &rng, std::vector<int64_t> shape, double lo, double hi) {
+    Array a = ref::zeros(std::move(shape));
+    std::uniform_real_distribution<double> dist(lo, hi);
+    for (double &v : a.data) v = dist(rng);
+    return a;
+}
+
+// The value the library sees: rounded to dtype and read back.
+inline Array rounded(const Array &a, DType dtype) { return ref::to_array(ref::to_tensor(a, dtype)); }
+
+inline std::string shape_str(const std::vector<int64_t> &s) {
+    std::ostringstream o;
+    o << "[";
+    for (std::size_t k = 0; k < s.size(); ++k) o << (k ? "," : "") << s[k];
+    o << "]";
+    return o.str();
+}
+
+inline double max_abs(const Array &a) {
+    double m = 0;
+    for (double v : a.data) m = std::max(m, std::abs(v));
+    return m;
+}
+
+// max |ours - ref| <= tol * max(1, max |ref|).
+inline ::testing::AssertionResult close(const std::string &name, const Array &ours, const Array &want,
+                                        double tol) {
+    if (ours.shape != want.shape)
+        return ::testing::AssertionFailure() << name << ": shape " << shape_str(ours.shape)
+                                             << ", expected " << shape_str(want.shape);
+    const double scale = std::max(1.0, max_abs(want));
+    double worst = 0;
+    std::size_t at = 0;
+    for (std::size_t k = 0; k < want.data.size(); ++k) {
+        const double d = std::abs(ours.data[k] - want.data[k]);
+        if (!(d <= worst)) {  // also catches NaN
+            worst = std::isnan(d) ? INFINITY : d;
+            at = k;
+        }
+    }
+    if (worst <= tol * scale) return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure()
+           << name << " " << shape_str(want.shape) << ": max |ours - ref| = " << worst << " at flat index "
+           << at << " (ours " << ours.data[at] << ", ref " << want.data[at] << ") > " << tol << " * "
+           << scale << " = " << tol * scale;
+}
+inline ::testing::AssertionResult close(const std::string &name, const TensorView &ours, const Array &want,
+                                        double tol) {
+    return close(name, ref::to_array(ours), want, tol);
+}
+
+// Bitwise equality of two host tensors.
+inline ::testing::AssertionResult same_bits(const std::string &name, const TensorView &a, const TensorView &b) {
+    if (a.shape != b.shape || a.dtype != b.dtype)
+        return ::testing::AssertionFailure() << name << ": shapes/dtypes differ";
+    if (a.num_bytes() && std::memcmp(a.data, b.data, a.num_bytes()) != 0) {
+        const Array x = ref::to_array(a), y = ref::to_array(b);
+        std::size_t k = 0;
+        while (k < x.data.size() && std::memcmp(&x.data[k], &y.data[k], sizeof(double)) == 0) ++k;
+        return ::testing::AssertionFailure() << name << ": differ first at flat index " << k << " ("
+                                             << x.data[k] << " vs " << y.data[k] << ")";
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// ---- Random problems ----------------------------------------------------------------------------
+
+struct Shape {
+    int64_t T, B, I, H, L;
+    double weight_scale;  // weights ~ U(±weight_scale / sqrt(I+H))
+    double cell_clip;
+    double forget_bias;
+    const char *note;
+};
+inline std::string describe(const Shape &s) {
+    std::ostringstream o;
+    o << "T=" << s.T << " B=" << s.B << " I=" << s.I << " H=" << s.H << " L=" << s.L
+      << " wscale=" << s.weight_scale << " cell_clip=" << s.cell_clip << " forget_bias=" << s.forget_bias
+      << " (" << s.note << ")";
+    return o.str();
+}
+
+// Inputs of one op call, already rounded to dtype (the reference sees exactly what the library
+// sees). cell = true: the cell ops' shapes ([B,I], [B,H]), else the sequence ops' ([T,B,*]).
+struct Problem {
+    Shape s;
+    DType dtype;
+    bool cell;
+    bool peephole;
+    Layout layout;
+    Array x, cs_prev, h_prev, w, wci, wcf, wco, b, cs_grad, h_grad;
+    ref::LSTMOut fwd;  // the reference forward of these inputs, rounded to dtype
+
+    double fb() const { return layout == Layout::ifco ? 0.0 : s.forget_bias; }
+    Tensor t(const Array &a) const { return ref::to_tensor(a, dtype); }
+};
+
+inline Problem make_problem(uint64_t seed, const Shape &s, DType dtype, bool cell, bool peephole,
+                            Layout layout) {
+    Rng rng(seed);
+    Problem p{s, dtype, cell, peephole, layout, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+    const int64_t T = s.T, B = s.B, I = s.I, H = s.H;
+    const double ws = s.weight_scale / std::sqrt(static_cast<double>(std::max<int64_t>(1, I + H)));
+    auto r = [&](std::vector<int64_t> shape, double a) { return rounded(uniform(rng, std::move(shape), -a, a), dtype); };
+    p.x = cell ? r({B, I}, 1) : r({T, B, I}, 1);
+    p.cs_prev = r({B, H}, 1);
+    p.h_prev = r({B, H}, 1);
+    p.w = r({I + H, 4 * H}, ws);
+    p.wci = r({H}, 1);
+    p.wcf = r({H}, 1);
+    p.wco = r({H}, 1);
+    p.b = r({4 * H}, 1);
+    p.cs_grad = cell ? r({B, H}, 1) : r({T, B, H}, 1);
+    p.h_grad = cell ? r({B, H}, 1) : r({T, B, H}, 1);
+    if (cell)
+        p.fwd = ref::lstm_block_cell(p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
+                                     s.cell_clip, peephole);
+    else
+        p.fwd = ref::block_lstm(s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
+                                s.cell_clip, peephole, layout);
+    for (Array *a : {&p.fwd.i, &p.fwd.cs, &p.fwd.f, &p.fwd.o, &p.fwd.ci, &p.fwd.co, &p.fwd.h})
+        *a = rounded(*a, dtype);
+    return p;
+}
+
+// The library's tensors of a problem's inputs.
+struct Inputs {
+    Tensor x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad, h_grad;
+    explicit Inputs(const Problem &p)
+        : x(p.t(p.x)), cs_prev(p.t(p.cs_prev)), h_prev(p.t(p.h_prev)), w(p.t(p.w)), wci(p.t(p.wci)),
+          wcf(p.t(p.wcf)), wco(p.t(p.wco)), b(p.t(p.b)), i(p.t(p.fwd.i)), cs(p.t(p.fwd.cs)),
+          f(p.t(p.fwd.f)), o(p.t(p.fwd.o)), ci(p.t(p.fwd.ci)), co(p.t(p.fwd.co)), h(p.t(p.fwd.h)),
+          cs_grad(p.t(p.cs_grad)), h_grad(p.t(p.h_grad)) {}
+};
+
+// The reference's answers for a problem.
+inline ref::SeqGradOut ref_seq_grad(const Problem &p) {
+    return ref::block_lstm_grad(p.s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fwd.i,
+                                p.fwd.cs, p.fwd.f, p.fwd.o, p.fwd.ci, p.fwd.co, p.fwd.h, p.cs_grad,
+                                p.h_grad, p.peephole, p.layout);
+}
+inline ref::CellGradOut ref_cell_grad(const Problem &p) {
+    return ref::lstm_block_cell_grad(p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fwd.i,
+                                     p.fwd.cs, p.fwd.f, p.fwd.o, p.fwd.ci, p.fwd.co, p.cs_grad,
+                                     p.h_grad, p.peephole);
+}
+
+// The library's answers for a problem (allocating overloads).
+inline blocklstm::LSTMOutputs<Tensor> run_fwd(const Problem &p, const Inputs &in) {
+    const auto fb = static_cast<float>(p.s.forget_bias);
+    const auto clip = static_cast<float>(p.s.cell_clip);
+    if (p.cell)
+        return blocklstm::LSTMBlockCell(in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                        blocklstm::LSTMBlockCellAttrs{fb, clip, p.peephole});
+    if (p.layout == Layout::icfo)
+        return blocklstm::BlockLSTM(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                    blocklstm::BlockLSTMAttrs{fb, clip, p.peephole});
+    return blocklstm::BlockLSTMV2(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                  blocklstm::BlockLSTMV2Attrs{clip, p.peephole});
+}
+inline blocklstm::BlockLSTMGradOutputs<Tensor> run_seq_grad(const Problem &p, const Inputs &in) {
+    if (p.layout == Layout::icfo)
+        return blocklstm::BlockLSTMGrad(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco,
+                                        in.b, in.i, in.cs, in.f, in.o, in.ci, in.co, in.h, in.cs_grad,
+                                        in.h_grad, blocklstm::GradAttrs{p.peephole});
+    return blocklstm::BlockLSTMGradV2(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco,
+                                      in.b, in.i, in.cs, in.f, in.o, in.ci, in.co, in.h, in.cs_grad,
+                                      in.h_grad, blocklstm::GradAttrs{p.peephole});
+}
+inline blocklstm::LSTMBlockCellGradOutputs<Tensor> run_cell_grad(const Problem &p, const Inputs &in) {
+    return blocklstm::LSTMBlockCellGrad(in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                        in.i, in.cs, in.f, in.o, in.ci, in.co, in.cs_grad, in.h_grad,
+                                        blocklstm::GradAttrs{p.peephole});
+}
+
+// Tolerances, as a fraction of max(1, max |ref|) of each output.
+//  float32: inputs are exactly representable, the library rounds each stored value once and its
+//    sums run over at most a few hundred terms here: 1e-5 leaves ~two orders of magnitude of
+//    headroom over the observed error while still catching any wrong term (O(1e-2) or more).
+//  float16: the reference sees the half-rounded inputs; the library does float32 math but
+//    stores every output (and intermediates kept in memory between kernels, like the gate
+//    gradients or the recurrent state) as half, i.e. one relative rounding of 2^-11 ≈ 4.9e-4
+//    per stored value. Sequence forward ops feed rounded states back up to T = 5 times, and the
+//    gradient ops combine rounded gate gradients in GEMMs and sums over time, so the error
+//    grows to a few ulps of half: 4e-3 (≈ 8 half ulps) for forward and 1e-2 for gradients.
+inline double fwd_tol(DType d) { return d == DType::f32 ? 1e-5 : 4e-3; }
+inline double grad_tol(DType d) { return d == DType::f32 ? 1e-5 : 1e-2; }
+
+inline void expect_fwd(const blocklstm::LSTMOutputs<Tensor> &ours, const ref::LSTMOut &want, double tol) {
+    EXPECT_TRUE(close("i", ours.i, want.i, tol));
+    EXPECT_TRUE(close("cs", ours.cs, want.cs, tol));
+    EXPECT_TRUE(close("f", ours.f, want.f, tol));
+    EXPECT_TRUE(close("o", ours.o, want.o, tol));
+    EXPECT_TRUE(close("ci", ours.ci, want.ci, tol));
+    EXPECT_TRUE(close("co", ours.co, want.co, tol));
+    EXPECT_TRUE(close("h", ours.h, want.h, tol));
+}
+inline void expect_seq_grad(const blocklstm::BlockLSTMGradOutputs<Tensor> &ours, const ref::SeqGradOut &want,
+                            double tol) {
+    EXPECT_TRUE(close("x_grad", ours.x_grad, want.x_grad, tol));
+    EXPECT_TRUE(close("cs_prev_grad", ours.cs_prev_grad, want.cs_prev_grad, tol));
+    EXPECT_TRUE(close("h_prev_grad", ours.h_prev_grad, want.h_prev_grad, tol));
+    EXPECT_TRUE(close("w_grad", ours.w_grad, want.w_grad, tol));
+    EXPECT_TRUE(close("wci_grad", ours.wci_grad, want.wci_grad, tol));
+    EXPECT_TRUE(close("wcf_grad", ours.wcf_grad, want.wcf_grad, tol));
+    EXPECT_TRUE(close("wco_grad", ours.wco_grad, want.wco_grad, tol));
+    EXPECT_TRUE(close("b_grad", ours.b_grad, want.b_grad, tol));
+}
+inline void expect_cell_grad(const blocklstm::LSTMBlockCellGradOutputs<Tensor> &ours, const ref::CellGradOut &want,
+                             double tol) {
+    EXPECT_TRUE(close("cs_prev_grad", ours.cs_prev_grad, want.cs_prev_grad, tol));
+    EXPECT_TRUE(close("dicfo", ours.dicfo, want.dicfo, tol));
+    EXPECT_TRUE(close("wci_grad", ours.wci_grad, want.wci_grad, tol));
+    EXPECT_TRUE(close("wcf_grad", ours.wcf_grad, want.wcf_grad, tol));
+    EXPECT_TRUE(close("wco_grad", ours.wco_grad, want.wco_grad, tol));
+}
+
+// Swap the c and f column blocks of the last axis (width 4H): ICFO <-> IFCO.
+inline Array swap_cf(const Array &a) {
+    Array r = a;
+    const int64_t W = a.shape.back(), H = W / 4, rows = W ? static_cast<int64_t>(a.data.size()) / W : 0;
+    for (int64_t n = 0; n < rows; ++n)
+        for (int64_t j = 0; j < H; ++j) std::swap(r.data[n * W + H + j], r.data[n * W + 2 * H + j]);
+    return r;
+}
+
+}  // namespace blt
+
+#include <functional>
+
+namespace blt {
+
+// Central finite differences of loss() with respect to every element of every params[k].
+inline std::vector<Array> finite_differences(const std::vector<Array *> &params,
+                                             const std::function<double()> &loss, double eps) {
+    std::vector<Array> grads;
+    for (Array *a : params) {
+        Array g = ref::zeros(a->shape);
+        for (std::size_t k = 0; k < a->data.size(); ++k) {
+            const double v = a->data[k];
+            a->data[k] = v + eps;
+            const double up = loss();
+            a->data[k] = v - eps;
+            const double down = loss();
+            a->data[k] = v;
+            g.data[k] = (up - down) / (2 * eps);
+        }
+        grads.push_back(std::move(g));
+    }
+    return grads;
+}
+
+// Σ (cs·Gc + h·Gh): the loss whose gradient the grad ops compute for cs_grad = Gc, h_grad = Gh.
+inline double seq_loss(const Array &cs, const Array &h, const Array &Gc, const Array &Gh) {
+    double s = 0;
+    for (std::size_t k = 0; k < cs.data.size(); ++k) s += cs.data[k] * Gc.data[k] + h.data[k] * Gh.data[k];
+    return s;
+}
+
+// dicfo -> the gradients it implies (spec §9.2): column sums (b_grad) and dicfo·wᵀ (xh_grad).
+inline Array column_sums(const Array &d) {
+    const int64_t W = d.shape.back();
+    Array r = ref::zeros({W});
+    for (std::size_t k = 0; k < d.data.size(); ++k) r.data[k % W] += d.data[k];
+    return r;
+}
+inline Array times_wT(const Array &d, const Array &w) {  // [B,4H]·[I+H,4H]ᵀ -> [B,I+H]
+    const int64_t B = d.shape[0], W = d.shape[1], R = w.shape[0];
+    Array r = ref::zeros({B, R});
+    for (int64_t n = 0; n < B; ++n)
+        for (int64_t q = 0; q < R; ++q)
+            for (int64_t k = 0; k < W; ++k) r.data[n * R + q] += d.data[n * W + k] * w.data[q * W + k];
+    return r;
+}
+inline Array cols(const Array &a, int64_t c0, int64_t c1) {  // a[:, c0:c1] of a rank-2 array
+    const int64_t B = a.shape[0], W = a.shape[1];
+    Array r = ref::zeros({B, c1 - c0});
+    for (int64_t n = 0; n < B; ++n)
+        for (int64_t c = c0; c < c1; ++c) r.data[n * (c1 - c0) + c - c0] = a.data[n * W + c];
+    return r;
+}
+
+}  // namespace blt

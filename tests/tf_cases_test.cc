@@ -1,0 +1,246 @@
+// TensorFlow's own test cases (spec §10), ported.
+#include "test_util.h"
+
+namespace blt {
+namespace {
+
+using namespace blocklstm;
+
+Tensor filled(DType dt, std::vector<int64_t> shape, double v) {
+    Array a = ref::zeros(std::move(shape));
+    std::fill(a.data.begin(), a.data.end(), v);
+    return ref::to_tensor(a, dt);
+}
+Tensor f32(std::vector<int64_t> shape, double v = 0.0) { return filled(DType::f32, std::move(shape), v); }
+
+// Asserts that `body` throws blocklstm::Error whose message names `op`.
+template <typename F>
+void expect_error(F &&body, const std::string &op, const std::string &fragment = "") {
+    try {
+        body();
+        ADD_FAILURE() << op << ": expected blocklstm::Error, nothing thrown";
+    } catch (const Error &e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find(op), std::string::npos) << "message does not name the op: " << m;
+        if (!fragment.empty()) {
+            EXPECT_NE(m.find(fragment), std::string::npos) << "message lacks '" << fragment << "': " << m;
+        }
+    } catch (const std::exception &e) {
+        ADD_FAILURE() << op << ": threw a non-blocklstm exception: " << e.what();
+    }
+}
+
+// ---- §2 / [CT] testLSTMBlockCell: two stacked LSTMBlockCell layers, golden numbers ---------------
+TEST(TFCases, TwoLayerLSTMBlockCellGolden) {
+    const Tensor x = f32({1, 2}, 1.0), c0 = f32({1, 2}, 0.1), w = f32({4, 8}, 0.5), z = f32({2}), b = f32({8});
+    const LSTMBlockCellAttrs attrs{1.0f, -1.0f, false};  // the wrappers' "no clip"
+    const auto l1 = LSTMBlockCell(x, c0, c0, w, z, z, z, b, attrs);
+    const auto l2 = LSTMBlockCell(l1.h, c0, c0, w, z, z, z, b, attrs);
+    for (int k = 0; k < 2; ++k) {
+        EXPECT_NEAR(l1.cs.data_as<float>()[k], 0.68967271, 1e-6);
+        EXPECT_NEAR(l1.h.data_as<float>()[k], 0.44848421, 1e-6);
+        EXPECT_NEAR(l2.cs.data_as<float>()[k], 0.39897051, 1e-6);
+        EXPECT_NEAR(l2.h.data_as<float>()[k], 0.24024698, 1e-6);
+    }
+    // And with TF's raw-op default clip (3.0), which these values never reach.
+    const auto d1 = LSTMBlockCell(x, c0, c0, w, z, z, z, b);
+    EXPECT_TRUE(same_bits("cs with default clip", d1.cs, l1.cs));
+}
+
+// ---- [PGT] testBlockLSTMV1V2Consistency -------------------------------------------------------------
+// T=1, B=1, I=1, H=8, uniform [0,1) data, cs_prev = h_prev, zero peepholes, V1 with forget_bias 0,
+// cell_clip 0; V2 with the c/f blocks of w and b swapped. The forward must agree bitwise (the same
+// float operations in the same order on the same values). TF's gradient assertion encodes its
+// wiring bug (spec §9.1); the correct relation is: BlockLSTMGradV2 on the swapped weights equals
+// BlockLSTMGrad with the c/f blocks of w_grad and b_grad swapped, and the same other gradients.
+struct V1V2 {
+    int64_t T, B, I, H;
+    bool peephole;
+};
+class V1V2Consistency : public ::testing::TestWithParam<V1V2> {};
+
+TEST_P(V1V2Consistency, ForwardEqualAndGradientsPermuted) {
+    const V1V2 c = GetParam();
+    std::ostringstream what;
+    what << "V1V2/T" << c.T << "B" << c.B << "I" << c.I << "H" << c.H << (c.peephole ? "p" : "");
+    BLT_SEED(seed, what.str());
+    Rng rng(seed);
+    auto u = [&](std::vector<int64_t> s) { return rounded(uniform(rng, std::move(s), 0, 1), DType::f32); };
+    const Array w = u({c.I + c.H, 4 * c.H}), b = u({4 * c.H}), x = u({c.T, c.B, c.I}), s0 = u({c.B, c.H});
+    const Array pz = c.peephole ? u({c.H}) : ref::zeros({c.H});
+    const Array gc = u({c.T, c.B, c.H}), gh = u({c.T, c.B, c.H});
+    auto t = [](const Array &a) { return ref::to_tensor(a, DType::f32); };
+    const Tensor tw = t(w), tb = t(b), tw2 = t(swap_cf(w)), tb2 = t(swap_cf(b)), tx = t(x), ts = t(s0), tp = t(pz),
+                 tgc = t(gc), tgh = t(gh);
+    const auto v1 = BlockLSTM(c.T, tx, ts, ts, tw, tp, tp, tp, tb, BlockLSTMAttrs{0.0f, 0.0f, c.peephole});
+    const auto v2 = BlockLSTMV2(c.T, tx, ts, ts, tw2, tp, tp, tp, tb2, BlockLSTMV2Attrs{0.0f, c.peephole});
+    EXPECT_TRUE(same_bits("cs", v1.cs, v2.cs));
+    EXPECT_TRUE(same_bits("h", v1.h, v2.h));
+    EXPECT_TRUE(same_bits("i", v1.i, v2.i));
+    EXPECT_TRUE(same_bits("f", v1.f, v2.f));
+    EXPECT_TRUE(same_bits("o", v1.o, v2.o));
+    EXPECT_TRUE(same_bits("ci", v1.ci, v2.ci));
+    EXPECT_TRUE(same_bits("co", v1.co, v2.co));
+
+    const GradAttrs ga{c.peephole};
+    const auto g1 = BlockLSTMGrad(c.T, tx, ts, ts, tw, tp, tp, tp, tb, v1.i, v1.cs, v1.f, v1.o, v1.ci, v1.co, v1.h,
+                                  tgc, tgh, ga);
+    const auto g2 = BlockLSTMGradV2(c.T, tx, ts, ts, tw2, tp, tp, tp, tb2, v2.i, v2.cs, v2.f, v2.o, v2.ci, v2.co,
+                                    v2.h, tgc, tgh, ga);
+    // The gate gradients are the same numbers in a permuted column order, so the element-wise
+    // parts agree exactly; sums over the 4H gate columns (x_grad, h_prev_grad and everything
+    // downstream of the recurrence) may associate differently: float32 tolerance.
+    const double tol = 1e-6;
+    EXPECT_TRUE(close("w_grad (c/f swapped)", swap_cf(ref::to_array(g1.w_grad)), ref::to_array(g2.w_grad), tol));
+    EXPECT_TRUE(close("b_grad (c/f swapped)", swap_cf(ref::to_array(g1.b_grad)), ref::to_array(g2.b_grad), tol));
+    EXPECT_TRUE(close("x_grad", g2.x_grad, ref::to_array(g1.x_grad), tol));
+    EXPECT_TRUE(close("cs_prev_grad", g2.cs_prev_grad, ref::to_array(g1.cs_prev_grad), tol));
+    EXPECT_TRUE(close("h_prev_grad", g2.h_prev_grad, ref::to_array(g1.h_prev_grad), tol));
+    EXPECT_TRUE(close("wci_grad", g2.wci_grad, ref::to_array(g1.wci_grad), tol));
+    EXPECT_TRUE(close("wcf_grad", g2.wcf_grad, ref::to_array(g1.wcf_grad), tol));
+    EXPECT_TRUE(close("wco_grad", g2.wco_grad, ref::to_array(g1.wco_grad), tol));
+    // And TF's wiring bug is not ours: for T=1 the unswapped V1 w_grad differs from V2's.
+    EXPECT_FALSE(close("w_grad (unswapped)", ref::to_array(g1.w_grad), ref::to_array(g2.w_grad), tol));
+}
+
+INSTANTIATE_TEST_SUITE_P(TF, V1V2Consistency,
+                         ::testing::Values(V1V2{1, 1, 1, 8, false},    // TF's exact case
+                                           V1V2{3, 4, 5, 8, false},    // multi-step
+                                           V1V2{3, 4, 5, 8, true}),    // with peepholes
+                         [](const auto &info) {
+                             const V1V2 &c = info.param;
+                             return "T" + std::to_string(c.T) + "_B" + std::to_string(c.B) + "_I" +
+                                    std::to_string(c.I) + "_H" + std::to_string(c.H) +
+                                    (c.peephole ? "_peephole" : "_plain");
+                         });
+
+// ---- [PGT] testLSTMBlockCell: random sizes, cell and cell grad (CPU) vs the reference ---------------
+TEST(TFCases, LSTMBlockCellRandomSizes) {
+    BLT_SEED(seed, "TFCases/LSTMBlockCellRandomSizes");
+    Rng rng(seed);
+    for (int rep = 0; rep < 3; ++rep) {
+        std::uniform_int_distribution<int64_t> d(1, 31);
+        const Shape s{1, d(rng), d(rng), d(rng), 1, 1, 0.0, 1.0, "TF random"};
+        SCOPED_TRACE(describe(s));
+        const Problem p = make_problem(rng(), s, DType::f32, true, false, Layout::icfo);
+        const Inputs in(p);
+        // TF's assertAllClose default (rtol = atol = 1e-6) scaled like ours.
+        expect_fwd(run_fwd(p, in), p.fwd, 1e-6);
+        expect_cell_grad(run_cell_grad(p, in), ref_cell_grad(p), 1e-6);
+    }
+}
+
+// ---- §10.1 error tests of rnn_grad_test.py ---------------------------------------------------------
+struct SeqArgs {  // T=2, B=1, I=1, H=2
+    int64_t T = 2, B = 1, I = 1, H = 2;
+    Tensor x = f32({2, 1, 1}, 0.5), cs_prev = f32({1, 2}, 0.5), h_prev = f32({1, 2}, 0.5), w = f32({3, 8}, 0.5),
+           wci = f32({2}), wcf = f32({2}), wco = f32({2}), b = f32({8}), act = f32({2, 1, 2}, 0.5);
+};
+
+TEST(TFCases, SeqLenMaxOutOfRange) {
+    SeqArgs a;
+    for (int64_t L : {int64_t{10}, int64_t{-1}}) {
+        SCOPED_TRACE(L);
+        expect_error([&] { BlockLSTM(L, a.x, a.cs_prev, a.h_prev, a.w, a.wci, a.wcf, a.wco, a.b); }, "BlockLSTM",
+                     "seq_len_max");
+        expect_error([&] { BlockLSTMV2(L, a.x, a.cs_prev, a.h_prev, a.w, a.wci, a.wcf, a.wco, a.b); }, "BlockLSTMV2",
+                     "seq_len_max");
+        expect_error(
+            [&] {
+                BlockLSTMGrad(L, a.x, a.cs_prev, a.h_prev, a.w, a.wci, a.wcf, a.wco, a.b, a.act, a.act, a.act, a.act,
+                              a.act, a.act, a.act, a.act, a.act);
+            },
+            "BlockLSTMGrad", "seq_len_max");
+    }
+}
+
+TEST(TFCases, CellRank1X) {
+    const Tensor x = f32({2}), s = f32({1, 2}), w = f32({3, 8}), p = f32({2}), b = f32({8});
+    expect_error([&] { LSTMBlockCell(x, s, s, w, p, p, p, b); }, "LSTMBlockCell", "'x'");
+    expect_error([&] { LSTMBlockCellGrad(x, s, s, w, p, p, p, b, s, s, s, s, s, s, s, s); }, "LSTMBlockCellGrad", "'x'");
+}
+
+TEST(TFCases, CellWciRank2) {
+    const Tensor x = f32({1, 1}), s = f32({1, 2}), w = f32({3, 8}), p = f32({2}), bad = f32({1, 2}), b = f32({8});
+    expect_error([&] { LSTMBlockCell(x, s, s, w, bad, p, p, b); }, "LSTMBlockCell", "'wci'");
+    expect_error([&] { LSTMBlockCellGrad(x, s, s, w, bad, p, p, b, s, s, s, s, s, s, s, s); }, "LSTMBlockCellGrad",
+                 "'wci'");
+}
+
+TEST(TFCases, PeepholeLength3WithH2) {
+    const Tensor x = f32({1, 1}), s = f32({1, 2}), w = f32({3, 8}), p = f32({2}), bad = f32({3}), b = f32({8});
+    SeqArgs a;
+    for (int which = 0; which < 3; ++which) {
+        const char *name = which == 0 ? "'wci'" : which == 1 ? "'wcf'" : "'wco'";
+        SCOPED_TRACE(name);
+        const Tensor &ci = which == 0 ? bad : p, &cf = which == 1 ? bad : p, &co = which == 2 ? bad : p;
+        expect_error([&] { LSTMBlockCell(x, s, s, w, ci, cf, co, b); }, "LSTMBlockCell", name);
+        expect_error([&] { LSTMBlockCellGrad(x, s, s, w, ci, cf, co, b, s, s, s, s, s, s, s, s); }, "LSTMBlockCellGrad",
+                     name);
+        expect_error([&] { BlockLSTM(2, a.x, a.cs_prev, a.h_prev, a.w, ci, cf, co, a.b); }, "BlockLSTM", name);
+        expect_error(
+            [&] {
+                BlockLSTMGrad(2, a.x, a.cs_prev, a.h_prev, a.w, ci, cf, co, a.b, a.act, a.act, a.act, a.act, a.act,
+                              a.act, a.act, a.act, a.act);
+            },
+            "BlockLSTMGrad", name);
+    }
+}
+
+TEST(TFCases, GradBiasLength4HPlus3) {
+    SeqArgs a;
+    const Tensor b = f32({11});
+    expect_error(
+        [&] {
+            BlockLSTMGrad(2, a.x, a.cs_prev, a.h_prev, a.w, a.wci, a.wcf, a.wco, b, a.act, a.act, a.act, a.act, a.act,
+                          a.act, a.act, a.act, a.act);
+        },
+        "BlockLSTMGrad", "'b'");
+}
+
+TEST(TFCases, CellGradH0) {
+    const Tensor x = f32({1, 1}), s = f32({1, 0}), w = f32({1, 0}), p = f32({0}), b = f32({0});
+    expect_error([&] { LSTMBlockCellGrad(x, s, s, w, p, p, p, b, s, s, s, s, s, s, s, s); }, "LSTMBlockCellGrad");
+}
+
+TEST(TFCases, GradV2ActivationsShorterThanSeqLenMax) {
+    SeqArgs a;
+    const Tensor short_act = f32({1, 1, 2}, 0.5);
+    expect_error(
+        [&] {
+            BlockLSTMGradV2(2, a.x, a.cs_prev, a.h_prev, a.w, a.wci, a.wcf, a.wco, a.b, short_act, short_act,
+                            short_act, short_act, short_act, short_act, short_act, a.act, a.act);
+        },
+        "BlockLSTMGradV2");
+}
+
+// ---- §10.2 rnn_cell_test.py ---------------------------------------------------------------------------
+TEST(TFCases, LSTMBlockCellErrorHandling) {
+    const Tensor x = f32({28, 29}), cs = f32({28, 17}), h = f32({28, 17}), w = f32({46, 68}), wci = f32({}),
+                 wcf = f32({17}), wco = f32({28, 17}), b = f32({68});
+    expect_error([&] { LSTMBlockCell(x, cs, h, w, wci, wcf, wco, b, LSTMBlockCellAttrs{1.0f, 0.0f, false}); },
+                 "LSTMBlockCell");
+}
+
+TEST(TFCases, LSTMBlockCellEmptyInputRaisesError) {
+    const DType h = DType::f16;
+    const Tensor x = filled(h, {2, 16}, 0), cs = filled(h, {2, 0}, 0), w = filled(h, {16, 0}, 0),
+                 wci = filled(h, {5}, 0), wcf = filled(h, {16}, 0), wco = filled(h, {13}, 0), b = filled(h, {0}, 0);
+    expect_error([&] { LSTMBlockCell(x, cs, cs, w, wci, wcf, wco, b, LSTMBlockCellAttrs{112.66590343649887f, 67.12389445926587f, false}); },
+                 "LSTMBlockCell");
+}
+
+TEST(TFCases, LSTMBlockCellGradErrorHandling) {  // BlockLSTMGradV2 with a rank-3 cs_prev
+    const Tensor v = f32({1, 1, 1}, 0.504355371), p = f32({1}, 0.504355371), w = f32({2, 4}, 0.504355371),
+                 b = f32({4}, 0.504355371);
+    expect_error([&] { BlockLSTMGradV2(1, v, v, f32({1, 1}), w, p, p, p, b, v, v, v, v, v, v, v, v, v); },
+                 "BlockLSTMGradV2", "'cs_prev'");
+}
+
+TEST(TFCases, LSTMBlockInvalidArgument) {  // H = 0 (the seq_len_max shape part does not apply: it is an int64)
+    const Tensor x = f32({1, 3, 15}), s = f32({3, 0}), w = f32({15, 0}), z = f32({0});
+    expect_error([&] { BlockLSTM(1, x, s, s, w, z, z, z, z, BlockLSTMAttrs{-121.2f, -106.8f, false}); }, "BlockLSTM");
+}
+
+}  // namespace
+}  // namespace blt
