@@ -1,4 +1,4 @@
-// The `blocklstm` command-line tool: argument parsing and the subcommands run, list, demo.
+// The `blocklstm` command-line tool: argument parsing and the subcommands run, bench, list, demo.
 // Exit codes: 0 success, 2 usage or input error (one message on stderr naming the file or
 // argument), 1 a failed demo self-check.
 #include <blocklstm/blocklstm.h>
@@ -21,6 +21,9 @@ namespace {
 constexpr const char *kUsage =
     "usage: blocklstm run <OpName> --in DIR --out DIR [--device cpu] [--forget-bias F]\n"
     "                     [--cell-clip C] [--use-peephole] [--threads N]\n"
+    "       blocklstm bench <OpName> --time T --batch B --input I --cell H\n"
+    "                       [--dtype float32|float16] [--use-peephole] [--device cpu]\n"
+    "                       [--reps N] [--warmup N] [--threads N] [--seed S] [--print-reps]\n"
     "       blocklstm list\n"
     "       blocklstm demo [--steps N] [--seed S] [--device cpu] [--threads N]\n"
     "       blocklstm --help\n";
@@ -38,6 +41,16 @@ constexpr const char *kHelp =
     "                 for LSTMBlockCell and BlockLSTM; cell_clip 0.0 and no forget_bias for\n"
     "                 BlockLSTMV2; the grad ops take only --use-peephole. use_peephole defaults\n"
     "                 to false. On error nothing is written.\n"
+    "  bench <OpName> Time one op on random inputs of the given shape (the grad ops on the\n"
+    "                 activations of the matching forward op) after a warm-up; print the median,\n"
+    "                 min and max and, as the last line, \"median_ms=<float> gflops=<float>\".\n"
+    "                 FLOPs are DESIGN.md section 4's GEMM model with L = T (L = 1 for the cell\n"
+    "                 ops, which take no --time): forward 2*L*B*4H*(I+H); BlockLSTMGrad(V2)\n"
+    "                 2*L*B*4H*H + 2*L*B*4H*I + 2*L*B*4H*(I+H); LSTMBlockCellGrad has no GEMM\n"
+    "                 and reports gflops=0. --dtype defaults to float32. --reps defaults to about\n"
+    "                 1 s worth of calls (5 to 1000), --warmup to 0.2 s worth; runs expected to\n"
+    "                 take over 2 s show progress on stderr. --print-reps also prints each\n"
+    "                 timed call (reps_ms=a,b,...). Attrs are TF's defaults.\n"
     "  list           List every compiled kernel variant and the CPU target in use.\n"
     "  demo           Train a small peephole LSTM (BlockLSTM + BlockLSTMGrad, Adam) on noisy\n"
     "                 sums of sines, then check one BlockLSTMGrad against the float64 reference.\n"
@@ -164,6 +177,74 @@ int cmd_run(Args &args) {
     return 0;
 }
 
+int cmd_bench(Args &args) {
+    BenchOptions o;
+    std::string v, threads;
+    bool have_time = false, have_batch = false, have_input = false, have_cell = false;
+    std::vector<std::string> positional;
+    constexpr long long kMaxDim = 1000000;
+    while (!args.done()) {
+        if (args.take("--time", &v)) {
+            o.time = parse_int("--time", v, 1, kMaxDim);
+            have_time = true;
+        } else if (args.take("--batch", &v)) {
+            o.batch = parse_int("--batch", v, 1, kMaxDim);
+            have_batch = true;
+        } else if (args.take("--input", &v)) {
+            o.input = parse_int("--input", v, 0, kMaxDim);
+            have_input = true;
+        } else if (args.take("--cell", &v)) {
+            o.cell = parse_int("--cell", v, 1, kMaxDim);
+            have_cell = true;
+        } else if (args.take("--dtype", &v)) {
+            if (v == "float32")
+                o.dtype = DType::f32;
+            else if (v == "float16")
+                o.dtype = DType::f16;
+            else
+                throw UsageError("--dtype: '" + v + "' is not float32 or float16");
+        } else if (args.take("--use-peephole")) {
+            o.use_peephole = true;
+        } else if (args.take("--device", &v)) {
+            o.device = v;
+        } else if (args.take("--reps", &v)) {
+            o.reps = static_cast<int>(parse_int("--reps", v, 1, 1000000));
+        } else if (args.take("--warmup", &v)) {
+            o.warmup = static_cast<int>(parse_int("--warmup", v, 1, 1000000));
+        } else if (args.take("--threads", &v)) {
+            threads = v;
+        } else if (args.take("--seed", &v)) {
+            o.seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX));
+        } else if (args.take("--print-reps")) {
+            o.print_reps = true;
+        } else if (args.peek().size() > 1 && args.peek()[0] == '-') {
+            unknown("bench", args.peek());
+        } else {
+            positional.push_back(args.next());
+        }
+    }
+    if (positional.empty()) throw UsageError("bench: missing <OpName>");
+    if (positional.size() > 1) unknown("bench", positional[1]);
+    o.op = positional[0];
+    if (!is_op_name(o.op)) {
+        std::string known;
+        for (const auto &n : op_names()) known += (known.empty() ? "" : ", ") + n;
+        throw CliError("unknown op '" + o.op + "' (expected one of: " + known + ")");
+    }
+    const bool cell_op = o.op == "LSTMBlockCell" || o.op == "LSTMBlockCellGrad";
+    if (cell_op && have_time && o.time != 1)
+        throw UsageError("--time: " + o.op + " runs one step (omit --time, or give 1)");
+    if (!cell_op && !have_time) throw UsageError("bench: missing --time T");
+    if (!have_batch) throw UsageError("bench: missing --batch B");
+    if (!have_input) throw UsageError("bench: missing --input I");
+    if (!have_cell) throw UsageError("bench: missing --cell H");
+    if (!threads.empty()) {
+        set_threads(threads);
+        o.threads = static_cast<int>(parse_int("--threads", threads, 0, 1024));
+    }
+    return bench(o);
+}
+
 int cmd_list(Args &args) {
     if (!args.done()) unknown("list", args.peek());
     list_kernels();
@@ -238,6 +319,7 @@ int main(int argc, char **argv) {
     try {
         Args args(argc, argv, 2);
         if (command == "run") return cmd_run(args);
+        if (command == "bench") return cmd_bench(args);
         if (command == "list") return cmd_list(args);
         if (command == "demo") return cmd_demo(args);
         throw UsageError("unknown command '" + command + "'");

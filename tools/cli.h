@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <blocklstm/blocklstm.h>
+
 namespace blocklstm::cli {
 
 // An error the tool reports as "blocklstm: <message>" and exit code 2. The message names the file
@@ -38,6 +40,27 @@ void run_op(const RunOptions &options);
 
 // Throws CliError unless `device` is "cpu"; "cuda" gets a message saying why it cannot run.
 void check_device(const std::string &device, const std::string &option = "--device");
+
+// ---- bench --------------------------------------------------------------------------------------
+
+struct BenchOptions {
+    std::string op;
+    int64_t time = 1;  // T (sequence ops); the cell ops run one step
+    int64_t batch = 0, input = 0, cell = 0;
+    DType dtype = DType::f32;
+    bool use_peephole = false;
+    std::string device = "cpu";
+    int reps = 0;    // timed calls; 0 = about 1 s worth (at least 5, at most 1000)
+    int warmup = 0;  // warm-up calls; 0 = calls until 0.2 s have passed (at least 1, at most 50)
+    int threads = 0; // as given to --threads (0 = not given: Halide's default); for the header only
+    uint64_t seed = 1;
+    bool print_reps = false;  // also print every timed call ("reps_ms=a,b,...")
+};
+
+// Times the op on random inputs (grad ops: on the matching forward op's activations) and prints
+// the median, min and max, ending with the line "median_ms=<float> gflops=<float>".
+// Returns the exit code. Throws CliError / blocklstm::Error like run_op.
+int bench(const BenchOptions &options);
 
 // ---- list ---------------------------------------------------------------------------------------
 

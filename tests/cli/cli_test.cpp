@@ -9,6 +9,8 @@
 
 #include <blocklstm/blocklstm.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -618,6 +620,193 @@ TEST(BadInput, ExistingOutputsUntouchedOnError) {
         ++files;
     }
     EXPECT_EQ(files, 7u) << listing(out);  // no temporaries left behind
+}
+
+// ---- bench ------------------------------------------------------------------------------------
+
+std::vector<std::string> lines_of(const std::string &text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+// The value printed as "  <name> <float> ms" (median / min / max), or NaN.
+double stat_line(const std::string &out, const std::string &name) {
+    std::smatch m;
+    if (std::regex_search(out, m, std::regex("\\n  " + name + " +([0-9.]+) ms\\n"))) return std::stod(m[1]);
+    return NAN;
+}
+
+std::vector<std::string> with_args(std::vector<std::string> a, const std::vector<std::string> &more) {
+    a.insert(a.end(), more.begin(), more.end());
+    return a;
+}
+
+struct BenchShape {
+    int64_t T = 3, B = 2, I = 5, H = 4;
+};
+
+std::vector<std::string> bench_args(const std::string &op, const std::string &dtype, bool peephole,
+                                    const BenchShape &s = {}) {
+    std::vector<std::string> a = {"bench", op};
+    if (op != "LSTMBlockCell" && op != "LSTMBlockCellGrad")
+        a.insert(a.end(), {"--time", std::to_string(s.T)});
+    a.insert(a.end(), {"--batch", std::to_string(s.B), "--input", std::to_string(s.I), "--cell",
+                       std::to_string(s.H), "--dtype", dtype, "--threads", "2"});
+    if (peephole) a.push_back("--use-peephole");
+    return a;
+}
+
+// DESIGN.md §4, written out independently of the tool: GEMM FLOPs, L = T (1 for the cell ops).
+double expected_flops(const std::string &op, const BenchShape &s) {
+    const bool cell = op == "LSTMBlockCell" || op == "LSTMBlockCellGrad";
+    const double L = cell ? 1 : s.T;
+    if (op == "LSTMBlockCellGrad") return 0;
+    if (op == "BlockLSTMGrad" || op == "BlockLSTMGradV2")
+        return 2 * L * s.B * 4 * s.H * s.H + 2 * L * s.B * 4 * s.H * s.I +
+               2 * L * s.B * 4 * s.H * (s.I + s.H);
+    return 2 * L * s.B * 4 * s.H * (s.I + s.H);
+}
+
+TEST(Bench, EveryOpAndDtypeEndsWithMedianAndGflops) {
+    const std::regex final_re(R"(^median_ms=([0-9]+\.[0-9]+) gflops=([0-9]+\.[0-9]+)$)");
+    const BenchShape shape;
+    int k = 0;
+    for (const char *op : {"LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM", "BlockLSTMGrad",
+                           "BlockLSTMV2", "BlockLSTMGradV2"})
+        for (const char *dtype : {"float32", "float16"}) {
+            const bool peephole = (k++ % 3) != 0;
+            std::vector<std::string> args = bench_args(op, dtype, peephole, shape);
+            args.insert(args.end(), {"--reps", "3", "--warmup", "1"});
+            const Result r = run_cli(args);
+            SCOPED_TRACE(std::string(op) + " " + dtype + (peephole ? " peephole" : ""));
+            ASSERT_EQ(r.code, 0) << describe(r);
+            const std::vector<std::string> lines = lines_of(r.out);
+            ASSERT_FALSE(lines.empty());
+            std::smatch m;
+            ASSERT_TRUE(std::regex_match(lines.back(), m, final_re)) << describe(r);
+            const double median = std::stod(m[1]), gflops = std::stod(m[2]);
+            EXPECT_NE(r.out.find(op), std::string::npos) << r.out;
+            EXPECT_NE(r.out.find(dtype), std::string::npos) << r.out;
+            EXPECT_NE(r.out.find("timing 3 calls"), std::string::npos) << r.out;
+            const double med = stat_line(r.out, "median"), lo = stat_line(r.out, "min"),
+                         hi = stat_line(r.out, "max");
+            EXPECT_NEAR(med, median, 1e-6) << r.out;
+            EXPECT_LE(lo, med) << r.out;
+            EXPECT_LE(med, hi) << r.out;
+            EXPECT_GT(median, 0.0) << r.out;
+            const double want = expected_flops(op, shape) / (median * 1e6);
+            EXPECT_NEAR(gflops, want, 1e-3 + 2e-3 * want) << r.out;
+            if (std::string(op) == "LSTMBlockCellGrad")  // no GEMM: reported as 0
+                EXPECT_EQ(std::string(m[2]), "0.000") << r.out;
+        }
+}
+
+TEST(Bench, PrintRepsGivesEveryTimedCall) {
+    std::vector<std::string> args = bench_args("BlockLSTMGrad", "float32", true);
+    args.insert(args.end(), {"--reps", "4", "--print-reps"});
+    const Result r = run_cli(args);
+    ASSERT_EQ(r.code, 0) << describe(r);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(\n  reps_ms=([0-9.,]+)\n)"))) << r.out;
+    std::vector<double> v;
+    std::stringstream list(m[1].str());
+    for (std::string item; std::getline(list, item, ',');) v.push_back(std::stod(item));
+    ASSERT_EQ(v.size(), 4u) << r.out;
+    std::sort(v.begin(), v.end());
+    EXPECT_NEAR(stat_line(r.out, "median"), 0.5 * (v[1] + v[2]), 2e-6) << r.out;
+    EXPECT_NEAR(stat_line(r.out, "min"), v[0], 1e-6) << r.out;
+    EXPECT_NEAR(stat_line(r.out, "max"), v[3], 1e-6) << r.out;
+}
+
+TEST(Bench, DefaultRepsAndWarmup) {
+    const Result r = run_cli(bench_args("BlockLSTM", "float32", false));
+    ASSERT_EQ(r.code, 0) << describe(r);
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"(timing ([0-9]+) calls)"))) << r.out;
+    const int reps = std::stoi(m[1]);
+    EXPECT_GE(reps, 5);
+    EXPECT_LE(reps, 1000);
+    EXPECT_NE(r.out.find("warm-up:"), std::string::npos) << r.out;
+}
+
+TEST(Bench, DeviceCudaFailsLikeRun) {
+    std::vector<std::string> args = bench_args("BlockLSTM", "float32", false);
+    args.insert(args.end(), {"--device", "cuda"});
+    const Result b = run_cli(args);
+    TempDir tmp;
+    const Result r = run_cli({"run", "BlockLSTM", "--in", tmp / "in", "--out", tmp / "out", "--device", "cuda"});
+    EXPECT_EQ(b.code, 2) << describe(b);
+    EXPECT_EQ(r.code, 2) << describe(r);
+    EXPECT_NE(b.err.find("cuda"), std::string::npos) << describe(b);
+    EXPECT_EQ(b.err, r.err);  // the same check, the same message
+    EXPECT_EQ(b.out, "");
+    args.back() = "tpu";
+    const Result t = run_cli(args);
+    EXPECT_EQ(t.code, 2) << describe(t);
+    EXPECT_NE(t.err.find("tpu"), std::string::npos) << describe(t);
+}
+
+TEST(Bench, BadArgumentsExitTwoAndNameTheOption) {
+    const std::vector<std::string> shape = {"--batch", "2", "--input", "3", "--cell", "4"};
+    const auto with = with_args;
+    const struct {
+        std::vector<std::string> args;
+        std::string culprit;
+    } cases[] = {
+        {{"bench"}, "<OpName>"},
+        {with({"bench", "BlockLSTM"}, shape), "--time"},
+        {{"bench", "BlockLSTM", "--time", "3", "--input", "3", "--cell", "4"}, "--batch"},
+        {{"bench", "BlockLSTM", "--time", "3", "--batch", "2", "--cell", "4"}, "--input"},
+        {{"bench", "BlockLSTM", "--time", "3", "--batch", "2", "--input", "3"}, "--cell"},
+        {with({"bench", "BlockLSTM", "--time", "3", "--dtype", "float64"}, shape), "--dtype"},
+        {with({"bench", "BlockLSTM", "--time", "3", "--reps", "0"}, shape), "--reps"},
+        {with({"bench", "BlockLSTM", "--time", "0"}, shape), "--time"},
+        {with({"bench", "BlockLSTM", "--time", "3", "--batch", "0"}, shape), "--batch"},
+        {with({"bench", "BlockLSTM", "--time", "3", "--warmup", "x"}, shape), "--warmup"},
+        {with({"bench", "BlockLSTM", "--time", "3", "--frobnicate"}, shape), "--frobnicate"},
+        {with({"bench", "LSTMBlockCell", "--time", "5"}, shape), "--time"},
+        {with({"bench", "BlockLSTMv3", "--time", "3"}, shape), "BlockLSTMv3"},
+        {with({"bench", "BlockLSTM", "BlockLSTMGrad", "--time", "3"}, shape), "BlockLSTMGrad"},
+    };
+    for (const auto &c : cases) {
+        const Result r = run_cli(c.args);
+        std::string cmd;
+        for (const auto &a : c.args) cmd += a + " ";
+        EXPECT_EQ(r.code, 2) << cmd << describe(r);
+        EXPECT_NE(r.err.find(c.culprit), std::string::npos) << cmd << describe(r);
+        EXPECT_EQ(r.err.find("median_ms"), std::string::npos);
+        EXPECT_EQ(r.out, "") << cmd;
+    }
+}
+
+TEST(Bench, LongRunsShowProgressOnStderr) {
+    // Calibrate, then ask for about 5 s of calls: more than the 2 s above which progress shows.
+    const BenchShape shape{50, 8, 64, 64};
+    std::vector<std::string> args = bench_args("BlockLSTM", "float32", false, shape);
+    Result r = run_cli(with_args(args, {"--reps", "20"}));
+    ASSERT_EQ(r.code, 0) << describe(r);
+    const double per_call = stat_line(r.out, "median");
+    ASSERT_GT(per_call, 0.0) << r.out;
+    const long reps = std::clamp(static_cast<long>(5000.0 / per_call), 1L, 1000000L);
+    r = run_cli(with_args(args, {"--reps", std::to_string(reps)}));
+    ASSERT_EQ(r.code, 0) << describe(r);
+    EXPECT_NE(r.err.find("bench: rep "), std::string::npos) << describe(r);
+    EXPECT_NE(r.err.find("bench: rep " + std::to_string(reps) + "/" + std::to_string(reps)),
+              std::string::npos) << describe(r);
+    EXPECT_TRUE(std::regex_match(lines_of(r.out).back(), std::regex(R"(median_ms=[0-9.]+ gflops=[0-9.]+)")))
+        << r.out;
+    // A short run shows none.
+    EXPECT_EQ(run_cli(with_args(args, {"--reps", "3"})).err, "");
+}
+
+TEST(Bench, HelpDescribesBench) {
+    const Result r = run_cli({"--help"});
+    EXPECT_EQ(r.code, 0);
+    EXPECT_NE(r.out.find("blocklstm bench <OpName> --time T --batch B --input I --cell H"), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find("median_ms=<float> gflops=<float>"), std::string::npos) << r.out;
 }
 
 // ---- usage ------------------------------------------------------------------------------------

@@ -1,0 +1,326 @@
+// `blocklstm bench <OpName>`: times one op on random inputs of a given shape.
+//
+// The grad ops are timed on activations that the matching forward op computed once beforehand
+// (BlockLSTM -> BlockLSTMGrad, BlockLSTMV2 -> BlockLSTMGradV2, LSTMBlockCell -> LSTMBlockCellGrad),
+// with random cs_grad / h_grad. Every input and output is allocated and filled before the clock
+// starts; each timed call is one library call into caller-owned outputs (the allocation-free
+// overload), measured with steady_clock around the call.
+//
+// FLOP model (DESIGN.md §4; GEMM FLOPs only, L = T for the sequence ops, L = 1 for the cell ops):
+//   forward  (BlockLSTM, BlockLSTMV2, LSTMBlockCell)  2·L·B·4H·(I+H)          the gate GEMM
+//   backward (BlockLSTMGrad, BlockLSTMGradV2)         2·L·B·4H·H               recurrent grad
+//                                                   + 2·L·B·4H·I               input grad
+//                                                   + 2·L·B·4H·(I+H)           weight grad
+//   LSTMBlockCellGrad does no GEMM (TF's op stops at the gate gradients dicfo): 0 FLOPs, and the
+//   tool reports gflops=0 for it.
+//
+// Output (stdout): a header, the warm-up, the median / min / max, and as the very last line
+//   median_ms=<float> gflops=<float>
+// Progress of long runs (expected to take more than 2 s) goes to stderr.
+#include <blocklstm/blocklstm.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <functional>
+#include <new>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "cli.h"
+
+namespace blocklstm::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// splitmix64 (as in demo.cpp): deterministic inputs on every machine.
+class Rng {
+public:
+    explicit Rng(uint64_t seed) : s_(seed) {}
+    uint64_t next() {
+        uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+        return z ^ (z >> 31);
+    }
+    float uniform(float lo, float hi) {
+        return lo + (hi - lo) * static_cast<float>(static_cast<double>(next() >> 11) *
+                                                   (1.0 / 9007199254740992.0));
+    }
+
+private:
+    uint64_t s_;
+};
+
+Tensor random_tensor(Rng &rng, DType dtype, std::vector<int64_t> shape, float scale) {
+    Tensor t(dtype, std::move(shape));
+    const int64_t n = t.num_elements();
+    if (dtype == DType::f32) {
+        float *p = t.data_as<float>();
+        for (int64_t k = 0; k < n; ++k) p[k] = rng.uniform(-scale, scale);
+    } else {
+        uint16_t *p = t.data_as<uint16_t>();
+        for (int64_t k = 0; k < n; ++k) p[k] = float_to_half(rng.uniform(-scale, scale));
+    }
+    return t;
+}
+
+bool is_cell_op(const std::string &op) { return op == "LSTMBlockCell" || op == "LSTMBlockCellGrad"; }
+bool is_grad_op(const std::string &op) { return op.find("Grad") != std::string::npos; }
+
+// The op's FLOPs per call under the DESIGN.md §4 model (see the top of this file).
+double flops_of(const BenchOptions &o) {
+    const double L = is_cell_op(o.op) ? 1.0 : static_cast<double>(o.time);
+    const double B = static_cast<double>(o.batch), I = static_cast<double>(o.input),
+                 H = static_cast<double>(o.cell);
+    if (o.op == "LSTMBlockCellGrad") return 0.0;
+    const double gates = 2.0 * L * B * 4.0 * H;
+    if (is_grad_op(o.op)) return gates * H + gates * I + gates * (I + H);
+    return gates * (I + H);
+}
+
+std::string flop_formula(const std::string &op) {
+    if (op == "LSTMBlockCellGrad") return "no GEMM: counted as 0";
+    const std::string L = is_cell_op(op) ? "1" : "T";
+    if (is_grad_op(op))
+        return "2*" + L + "*B*4H*H + 2*" + L + "*B*4H*I + 2*" + L + "*B*4H*(I+H)";
+    return "2*" + L + "*B*4H*(I+H)";
+}
+
+// The op under test with all its tensors, ready to be called any number of times.
+struct Bench {
+    std::deque<Tensor> keep;  // owns everything the closure refers to (stable addresses)
+    std::function<void()> call;
+};
+
+Bench make_bench(const BenchOptions &o) {
+    const DType dt = o.dtype;
+    const int64_t T = o.time, B = o.batch, I = o.input, H = o.cell;
+    const bool cell = is_cell_op(o.op);
+    Rng rng(o.seed);
+    const float ws = 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(I + H, 1)));
+
+    Bench bench;
+    auto add = [&bench](Tensor t) -> const Tensor & {
+        bench.keep.push_back(std::move(t));
+        return bench.keep.back();
+    };
+
+    const std::vector<int64_t> seq_x = cell ? std::vector<int64_t>{B, I} : std::vector<int64_t>{T, B, I};
+    const std::vector<int64_t> act = cell ? std::vector<int64_t>{B, H} : std::vector<int64_t>{T, B, H};
+    const Tensor &x = add(random_tensor(rng, dt, seq_x, 1.0f));
+    const Tensor &cs_prev = add(random_tensor(rng, dt, {B, H}, 1.0f));
+    const Tensor &h_prev = add(random_tensor(rng, dt, {B, H}, 0.9f));
+    const Tensor &w = add(random_tensor(rng, dt, {I + H, 4 * H}, ws));
+    const Tensor &wci = add(random_tensor(rng, dt, {H}, 0.1f));
+    const Tensor &wcf = add(random_tensor(rng, dt, {H}, 0.1f));
+    const Tensor &wco = add(random_tensor(rng, dt, {H}, 0.1f));
+    const Tensor &b = add(random_tensor(rng, dt, {4 * H}, 0.1f));
+
+    // Forward outputs: the op's own outputs for a forward op, the grad op's activations otherwise.
+    LSTMOutputs<TensorView> fwd;
+    TensorView *slots[] = {&fwd.i, &fwd.cs, &fwd.f, &fwd.o, &fwd.ci, &fwd.co, &fwd.h};
+    for (TensorView *s : slots) *s = add(Tensor(dt, act)).view();
+
+    const bool v2 = o.op == "BlockLSTMV2" || o.op == "BlockLSTMGradV2";
+    std::function<void()> forward;
+    if (cell) {
+        LSTMBlockCellAttrs a;
+        a.use_peephole = o.use_peephole;
+        forward = [=, &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b] {
+            LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd, a);
+        };
+    } else if (v2) {
+        BlockLSTMV2Attrs a;
+        a.use_peephole = o.use_peephole;
+        forward = [=, &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b] {
+            BlockLSTMV2(T, x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd, a);
+        };
+    } else {
+        BlockLSTMAttrs a;
+        a.use_peephole = o.use_peephole;
+        forward = [=, &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b] {
+            BlockLSTM(T, x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd, a);
+        };
+    }
+    if (!is_grad_op(o.op)) {
+        bench.call = forward;
+        return bench;
+    }
+
+    forward();  // the activations the grad op consumes
+    const Tensor &cs_grad = add(random_tensor(rng, dt, act, 0.1f));
+    const Tensor &h_grad = add(random_tensor(rng, dt, act, 0.1f));
+    GradAttrs ga;
+    ga.use_peephole = o.use_peephole;
+    if (cell) {
+        LSTMBlockCellGradOutputs<TensorView> out{
+            add(Tensor(dt, {B, H})).view(), add(Tensor(dt, {B, 4 * H})).view(),
+            add(Tensor(dt, {H})).view(), add(Tensor(dt, {H})).view(), add(Tensor(dt, {H})).view()};
+        bench.call = [=, &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b, &cs_grad, &h_grad] {
+            LSTMBlockCellGrad(x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd.i, fwd.cs, fwd.f, fwd.o,
+                              fwd.ci, fwd.co, cs_grad, h_grad, out, ga);
+        };
+        return bench;
+    }
+    BlockLSTMGradOutputs<TensorView> out{
+        add(Tensor(dt, {T, B, I})).view(), add(Tensor(dt, {B, H})).view(),
+        add(Tensor(dt, {B, H})).view(),    add(Tensor(dt, {I + H, 4 * H})).view(),
+        add(Tensor(dt, {H})).view(),       add(Tensor(dt, {H})).view(),
+        add(Tensor(dt, {H})).view(),       add(Tensor(dt, {4 * H})).view()};
+    bench.call = [=, &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b, &cs_grad, &h_grad] {
+        if (v2)
+            BlockLSTMGradV2(T, x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd.i, fwd.cs, fwd.f, fwd.o,
+                            fwd.ci, fwd.co, fwd.h, cs_grad, h_grad, out, ga);
+        else
+            BlockLSTMGrad(T, x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd.i, fwd.cs, fwd.f, fwd.o,
+                          fwd.ci, fwd.co, fwd.h, cs_grad, h_grad, out, ga);
+    };
+    return bench;
+}
+
+// Bytes of every tensor make_bench allocates (a little over, for the cell ops).
+double bytes_needed(const BenchOptions &o) {
+    const double T = is_cell_op(o.op) ? 1.0 : static_cast<double>(o.time);
+    const double B = static_cast<double>(o.batch), I = static_cast<double>(o.input),
+                 H = static_cast<double>(o.cell);
+    const double grad = is_grad_op(o.op) ? 1.0 : 0.0;
+    const double elems = (1 + grad) * (T * B * I + 2 * B * H + (I + H) * 4 * H + 7 * H) +
+                         7 * T * B * H + grad * (2 * T * B * H + 4 * B * H);
+    return elems * static_cast<double>(size_of(o.dtype));
+}
+
+std::string gib(double bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f", bytes / (1024.0 * 1024.0 * 1024.0));
+    return buf;
+}
+
+double median_of(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    const std::size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Progress of the timed loop on stderr: one updating line on a terminal, otherwise a line at most
+// once a second.
+class Progress {
+public:
+    Progress(int total, bool enabled)
+        : total_(total), enabled_(enabled), tty_(::isatty(::fileno(stderr)) != 0),
+          start_(Clock::now()), last_(start_) {}
+
+    void update(int done) {
+        if (!enabled_) return;
+        const auto now = Clock::now();
+        if (done < total_ && ms_between(last_, now) < (tty_ ? 100.0 : 1000.0)) return;
+        last_ = now;
+        const double elapsed = ms_between(start_, now) / 1000.0;
+        const double left = done > 0 ? elapsed * (total_ - done) / done : 0.0;
+        std::fprintf(stderr, "%sbench: rep %d/%d  %3d%%  %.1f s elapsed, ~%.1f s left%s",
+                     tty_ ? "\r" : "", done, total_, done * 100 / total_, elapsed, left,
+                     tty_ ? "   " : "\n");
+        if (tty_ && done == total_) std::fputc('\n', stderr);
+        std::fflush(stderr);
+    }
+
+private:
+    int total_;
+    bool enabled_, tty_;
+    Clock::time_point start_, last_;
+};
+
+}  // namespace
+
+int bench(const BenchOptions &o) {
+    check_device(o.device);  // the same check as `run`: --device cuda fails here (exit 2)
+    const double need = bytes_needed(o);
+    const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    if (have > 0 && need > have)
+        throw CliError("bench: the tensors of this shape need " + gib(need) + " GiB, more than this machine's " +
+                       gib(have) + " GiB of memory");
+    const bool cell = is_cell_op(o.op);
+    const double flops = flops_of(o);
+
+    std::string shape = cell ? "(one step) " : "T=" + std::to_string(o.time) + " ";
+    shape += "B=" + std::to_string(o.batch) + " I=" + std::to_string(o.input) +
+             " H=" + std::to_string(o.cell);
+    const unsigned cores = std::thread::hardware_concurrency();
+    const std::string threads = o.threads > 0 ? std::to_string(o.threads)
+                                              : "one per core (" + std::to_string(cores) + ")";
+    std::printf("blocklstm bench %s  %s  %s  use_peephole=%s\n", o.op.c_str(), to_string(o.dtype),
+                shape.c_str(), o.use_peephole ? "true" : "false");
+    std::printf("  device %s (%s), threads %s\n", o.device.c_str(), cpu_target_in_use().c_str(),
+                threads.c_str());
+    if (is_grad_op(o.op))
+        std::printf("  inputs: activations from one %s call, random cs_grad/h_grad (seed %llu)\n",
+                    o.op == "LSTMBlockCellGrad" ? "LSTMBlockCell"
+                    : o.op == "BlockLSTMGradV2" ? "BlockLSTMV2"
+                                                : "BlockLSTM",
+                    static_cast<unsigned long long>(o.seed));
+    std::fflush(stdout);
+
+    Bench b;
+    try {
+        b = make_bench(o);
+    } catch (const std::bad_alloc &) {
+        throw CliError("bench: cannot allocate the " + gib(need) + " GiB of tensors of this shape");
+    }
+
+    // Warm-up: --warmup calls, or by default calls until 0.2 s have passed (at least 1, at most 50).
+    std::vector<double> warm;
+    const auto warm_start = Clock::now();
+    for (;;) {
+        const auto t0 = Clock::now();
+        b.call();
+        warm.push_back(ms_between(t0, Clock::now()));
+        const int n = static_cast<int>(warm.size());
+        if (o.warmup > 0 ? n >= o.warmup : (ms_between(warm_start, Clock::now()) >= 200.0 || n >= 50))
+            break;
+    }
+    const double estimate = warm.size() > 1 ? median_of({warm.begin() + 1, warm.end()}) : warm[0];
+    // Timed calls: --reps, or by default about 1 s worth (at least 5, at most 1000).
+    int reps = o.reps;
+    if (reps <= 0)
+        reps = static_cast<int>(std::clamp(std::ceil(1000.0 / std::max(estimate, 1e-3)), 5.0, 1000.0));
+    std::printf("  warm-up: %zu call%s, %.3f ms (first call %.3f ms)\n", warm.size(),
+                warm.size() == 1 ? "" : "s", ms_between(warm_start, Clock::now()), warm[0]);
+    std::printf("  timing %d call%s...\n", reps, reps == 1 ? "" : "s");
+    std::fflush(stdout);
+
+    Progress progress(reps, estimate * reps > 2000.0);
+    std::vector<double> times;
+    times.reserve(static_cast<std::size_t>(reps));
+    for (int k = 0; k < reps; ++k) {
+        const auto t0 = Clock::now();
+        b.call();
+        times.push_back(ms_between(t0, Clock::now()));
+        progress.update(k + 1);
+    }
+
+    const double med = median_of(times);
+    const double lo = *std::min_element(times.begin(), times.end());
+    const double hi = *std::max_element(times.begin(), times.end());
+    const double gflops = med > 0.0 ? flops / (med * 1e6) : 0.0;
+    if (o.print_reps) {
+        std::printf("  reps_ms=");
+        for (std::size_t k = 0; k < times.size(); ++k)
+            std::printf("%s%.6f", k ? "," : "", times[k]);
+        std::printf("\n");
+    }
+    std::printf("  median %12.6f ms\n  min    %12.6f ms\n  max    %12.6f ms\n", med, lo, hi);
+    std::printf("  FLOPs per call %.6g (DESIGN.md §4: %s)\n", flops, flop_formula(o.op).c_str());
+    std::printf("median_ms=%.6f gflops=%.3f\n", med, gflops);
+    return 0;
+}
+
+}  // namespace blocklstm::cli
