@@ -50,7 +50,7 @@ public:
 
         const Target t = get_target();
         schedules::schedule_gemm_cpu({p.sum, p.part, p.a_panel, p.b_panel, x, y,
-                                      p.k_in_block.x, p.blocks.x, c_is_f32, transpose_a}, t);
+                                      p.k_in_block.x, p.blocks.x, c_is_f32, /*pack_a=*/true}, t);
         if (!c_is_f32) schedules::schedule_elementwise_cpu(*c, x, y, t);
     }
 };

@@ -17,6 +17,7 @@ public:
     Input<Buffer<>> *dgates_next, *w_h_t, *h_grad, *cs_grad, *dcs_carry;
     Input<Buffer<>> *i, *f, *o, *ci, *co, *cs_prev, *wci, *wcf, *wco;
     Output<Buffer<>> *dgates, *dcs_carry_out;
+    Output<Buffer<>> *dh;  // [B,H] float32: the caller's workspace, so a step allocates nothing
 
     void configure() {
         dgates_next = add_input<Buffer<>>("dgates_next", Float(32), 2);  // [B,4H], zeros at t = L-1
@@ -35,6 +36,7 @@ public:
         wco = add_input<Buffer<>>("wco", dtype, 1);
         dgates = add_output<Buffer<>>("dgates", Float(32), 3);  // (j, gate block, n) of [B,4H]
         dcs_carry_out = add_output<Buffer<>>("dcs_carry_out", Float(32), 2);
+        dh = add_output<Buffer<>>("dh", Float(32), 2);
     }
 
     void generate() {
@@ -45,12 +47,11 @@ public:
             "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
             [&](Expr xx, Expr k) { return (*w_h_t)(xx, k); },
             [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H,
-            schedules::gemm_k_block(get_target()), x, y, Func("dh"));
-        Func dh = p.sum;
+            schedules::gemm_k_block(get_target()), x, y, Func(*dh));
 
         auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, n)); };
         CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),
-                                       f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)), dh(j, n),
+                                       f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)), (*dh)(j, n),
                                        in(cs_grad) + (*dcs_carry)(j, n), use_peephole);
         Func cell("cell_grads");
         cell(j, n) = Tuple(r.di, r.dci, r.df, r.do_, r.cs_prev_grad);
@@ -65,10 +66,10 @@ public:
 
         const Target t = get_target();
         schedules::schedule_gemm_cpu({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
-                                      p.blocks.x, false},
+                                      p.blocks.x, /*sum_is_output=*/true},
                                      t);
-        cell.compute_root();
-        schedules::schedule_elementwise_cpu(cell, j, n, t);
+        // The cell math (no transcendentals) is inlined into both outputs: recomputing it is
+        // cheaper than a [5, B, H] buffer written and read back every step.
         schedules::schedule_gate_blocks_cpu(*dgates, j, g, n, t);
         schedules::schedule_elementwise_cpu(*dcs_carry_out, j, n, t);
     }

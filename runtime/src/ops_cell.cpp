@@ -130,7 +130,10 @@ void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w
     Buf o_i(out.i.data, dt, {B, H}), o_cs(out.cs.data, dt, {B, H}), o_f(out.f.data, dt, {B, H});
     Buf o_o(out.o.data, dt, {B, H}), o_ci(out.ci.data, dt, {B, H}), o_co(out.co.data, dt, {B, H});
     Buf o_h(out.h.data, dt, {B, H});
+    std::vector<float> gates = detail::workspace(B * 4 * H);
+    Buf gates_buf = Buf::matrix(gates.data(), DType::f32, B, 4 * H, 4 * H);
     KernelCall(find_kernel("seq_fwd_step", dt, attrs.use_peephole, Layout::icfo))
+        .buffer("gates", gates_buf)
         .scalar("forget_bias", &fb).scalar("cell_clip", &clip)
         .buffer("xw", xw_buf).buffer("h_prev", h_prev_buf).buffer("w_h", w_h)
         .buffer("cs_prev", cs_prev_buf).buffer("wci", wci_buf).buffer("wcf", wcf_buf)

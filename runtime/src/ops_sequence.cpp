@@ -171,8 +171,11 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     std::vector<Buf> slices;
     for (const TV *t : outs) slices.emplace_back(t->data, dt, std::initializer_list<int64_t>{B, H});
 
+    std::vector<float> gates = workspace(B * 4 * H);  // one step's pre-activations, reused
+    Buf gates_buf = Buf::matrix(gates.data(), DType::f32, B, 4 * H, 4 * H);
+
     KernelCall step(find_kernel("seq_fwd_step", dt, use_peephole, layout));
-    step.scalar("forget_bias", &fb).scalar("cell_clip", &clip);
+    step.scalar("forget_bias", &fb).scalar("cell_clip", &clip).buffer("gates", gates_buf);
     step.buffer("xw", xw_t).buffer("h_prev", h_prev).buffer("w_h", w_h).buffer("cs_prev", cs_prev);
     step.buffer("wci", wci).buffer("wcf", wcf).buffer("wco", wco);
     const char *names[7] = {"lstm.0", "lstm.1", "lstm.2", "lstm.3", "lstm.4", "lstm.5", "lstm.6"};
@@ -228,13 +231,15 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     Buf wci(in.wci.data, dt, {H}), wcf(in.wcf.data, dt, {H}), wco(in.wco.data, dt, {H});
     Buf carry_in(nullptr, DType::f32, {B, H}), carry_out(nullptr, DType::f32, {B, H});
     Buf dgates_t = Buf::gate_blocks(nullptr, DType::f32, B, H);
+    std::vector<float> dh = workspace(B * H);  // one step's total gradient of h, reused
+    Buf dh_buf = Buf::matrix(dh.data(), DType::f32, B, H, H);
 
     KernelCall step(find_kernel("seq_bwd_step", dt, use_peephole, layout));
     step.buffer("dgates_next", dnext).buffer("w_h_t", w_h_t).buffer("h_grad", h_grad);
     step.buffer("cs_grad", cs_grad).buffer("dcs_carry", carry_in);
     step.buffer("i", i).buffer("f", f).buffer("o", o).buffer("ci", ci).buffer("co", co);
     step.buffer("cs_prev", cs_prev).buffer("wci", wci).buffer("wcf", wcf).buffer("wco", wco);
-    step.buffer("dgates", dgates_t).buffer("dcs_carry_out", carry_out);
+    step.buffer("dgates", dgates_t).buffer("dcs_carry_out", carry_out).buffer("dh", dh_buf);
 
     const int64_t slice = B * H;
     for (int64_t t = L - 1; t >= 0; --t) {
