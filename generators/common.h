@@ -37,15 +37,19 @@ inline MatrixProduct matrix_product(const std::string &name,
                                     const Expr &rows, const Expr &cols, const Expr &depth,
                                     int k_block, const Var &x, const Var &y,
                                     std::optional<Func> sum = std::nullopt) {
-    MatrixProduct p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"), Func(name + "_a_panel"), Func(name + "_b_panel"),
-                    RDom(0, k_block, name + "_k"),
-                    RDom(0, (depth + (k_block - 1)) / k_block, name + "_kb")};
+    // depth in equal blocks of at most k_block steps (the last one is padded by less than one
+    // step per block): H = 128 runs one block of 128, not a block of k_block half zeros.
+    Expr num_blocks = (depth + (k_block - 1)) / k_block;  // Halide: x / 0 == 0 for depth == 0
+    Expr block_size = (depth + num_blocks - 1) / num_blocks;
+    MatrixProduct p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"),
+                    Func(name + "_a_panel"), Func(name + "_b_panel"),
+                    RDom(0, block_size, name + "_k"), RDom(0, num_blocks, name + "_kb")};
     Var k("k"), kb("kb");
     Expr xc = min(likely(x), cols - 1), yc = min(likely(y), rows - 1);
     Expr kc = min(likely(k), max(depth - 1, 0));
     p.a_panel(k, y) = f32(a(kc, yc));
     p.b_panel(x, k) = select(k < depth, f32(b(xc, kc)), 0.0f);
-    Expr kk = kb * k_block + p.k_in_block;
+    Expr kk = kb * block_size + p.k_in_block;
     p.part(x, y, kb) = 0.0f;
     p.part(x, y, kb) += p.a_panel(kk, y) * p.b_panel(x, kk);
     p.sum(x, y) = f32(init(xc, yc));
