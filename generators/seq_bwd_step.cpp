@@ -47,7 +47,7 @@ public:
             "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
             [&](Expr xx, Expr k) { return (*w_h_t)(xx, k); },
             [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H,
-            schedules::gemm_k_block(get_target()), x, y, Func(*dh));
+            schedules::gemm_step_k_block(get_target()), x, y, Func(*dh));
 
         auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, n)); };
         CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),

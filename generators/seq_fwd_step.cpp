@@ -40,7 +40,7 @@ public:
             "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
             [&](Expr xx, Expr k) { return (*w_h)(xx, k); },
             [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H,
-            schedules::gemm_k_block(get_target()), x, y, Func(*gates));
+            schedules::gemm_step_k_block(get_target()), x, y, Func(*gates));
 
         auto gate = [&](Gate g) { return (*gates)(j + gate_block(layout, g) * H, n); };
         CellForward r = cell_forward(gate(gate_i), gate(gate_c), gate(gate_f), gate(gate_o),

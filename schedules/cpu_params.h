@@ -21,6 +21,11 @@ inline int gemm_k_block(const Halide::Target &t) {
     return t.has_feature(Halide::Target::AVX512) ? 128 : 256;
 }
 
+// The per-step products (B rows) keep all of k in one block up to 2048 (4H of H = 512): each
+// block is one parallel loop, and 8 of them per step cost more than the L1 reuse they buy
+// (BlockLSTMGrad at T=100, B=64, H=512).
+inline int gemm_step_k_block(const Halide::Target &) { return 2048; }
+
 // Register tiles per row block: the rows of A a packed panel is reused for (6 x 16 = 96 rows).
 constexpr int gemm_row_block_tiles = 16;
 

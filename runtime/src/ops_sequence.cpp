@@ -193,6 +193,19 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     }
 }
 
+// dst[cols, rows] = src[rows, cols]^T, in 32 x 32 blocks so both sides stay in cache.
+template <typename T>
+void transpose(const T *src, T *dst, int64_t rows, int64_t cols) {
+    constexpr int64_t block = 32;
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        for (int64_t c0 = 0; c0 < cols; c0 += block) {
+            for (int64_t r = r0; r < std::min(r0 + block, rows); ++r) {
+                for (int64_t c = c0; c < std::min(c0 + block, cols); ++c) dst[c * rows + r] = src[r * cols + c];
+            }
+        }
+    }
+}
+
 // ---- backward -----------------------------------------------------------------------------------
 
 void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
@@ -214,10 +227,10 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     // w^T [4H, I+H], so that the products with W_x^T and W_h^T read contiguous rows. A copy of
     // 4H(I+H) elements per call, against 2 L B 4H (I+H) multiply-adds.
     std::vector<std::byte> w_t(static_cast<std::size_t>(4 * H * (I + H)) * es);
-    for (int64_t r = 0; r < I + H; ++r) {
-        for (int64_t c = 0; c < 4 * H; ++c) {
-            std::memcpy(&w_t[(c * (I + H) + r) * es], offset_bytes(in.w.data, r * 4 * H + c, dt), es);
-        }
+    if (dt == DType::f16) {
+        transpose(static_cast<const uint16_t *>(in.w.data), reinterpret_cast<uint16_t *>(w_t.data()), I + H, 4 * H);
+    } else {
+        transpose(static_cast<const uint32_t *>(in.w.data), reinterpret_cast<uint32_t *>(w_t.data()), I + H, 4 * H);
     }
 
     // The recurrence, reverse time: dgates[t] for every t, the cell-state carry ping-pongs.
