@@ -297,6 +297,34 @@ void list_kernels() {
     for (const auto &r : rows) print_row(r);
     std::printf("\n%zu kernels. CPU target in use on this machine: %s\n", ks.size(),
                 cpu_target_in_use().c_str());
+
+    // The op variants these kernels make: an op runs for a (backend, dtype, peephole) when its
+    // per-step kernel (seq_fwd_step, seq_bwd_step, cell_bwd) exists for them.
+    const char *ops[] = {"LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM",
+                         "BlockLSTMGrad", "BlockLSTMV2", "BlockLSTMGradV2"};
+    std::printf("\nop variants (op  backend  dtype: peephole flags):\n");
+    for (const char *op : ops) {
+        for (Device backend : {Device::cpu, Device::cuda}) {
+            std::string line;
+            for (DType dtype : {DType::f32, DType::f16}) {
+                std::string flags;
+                for (bool peephole : {false, true}) {
+                    for (const auto &k : ks) {
+                        const bool step = k.family == "seq_fwd_step" || k.family == "seq_bwd_step" ||
+                                          k.family == "cell_bwd";
+                        if (step && k.backend == backend && k.dtype == dtype &&
+                            k.peephole == peephole && (" " + k.ops + " ").find(std::string(" ") + op + " ") != std::string::npos) {
+                            flags += flags.empty() ? "" : ", ";
+                            flags += peephole ? "peephole" : "plain";
+                            break;
+                        }
+                    }
+                }
+                if (!flags.empty()) line += std::string("  ") + to_string(dtype) + ": " + flags;
+            }
+            if (!line.empty()) std::printf("  %-18s %-5s%s\n", op, to_string(backend), line.c_str());
+        }
+    }
 }
 
 }  // namespace blocklstm::cli
