@@ -42,12 +42,8 @@ public:
         cell(j, n) = Tuple(r.di, r.dci, r.df, r.do_, r.cs_prev_grad);
 
         const Type t = dtype;
-        std::vector<Expr> blocks(4);
-        blocks[gate_block(layout, gate_i)] = cell(j, n)[0];
-        blocks[gate_block(layout, gate_c)] = cell(j, n)[1];
-        blocks[gate_block(layout, gate_f)] = cell(j, n)[2];
-        blocks[gate_block(layout, gate_o)] = cell(j, n)[3];
-        (*dicfo)(j, g, n) = cast(t, mux(g, blocks));
+        (*dicfo)(j, g, n) = cast(t, gate_gradient_blocks(layout, g, cell(j, n)[0], cell(j, n)[1],
+                                                         cell(j, n)[2], cell(j, n)[3]));
         (*cs_prev_grad)(j, n) = cast(t, cell(j, n)[4]);
 
         const Target target = get_target();
@@ -61,10 +57,7 @@ public:
             PeepholeGradTerms terms = peephole_grad_terms(
                 cell(j, rows)[0], cell(j, rows)[2], cell(j, rows)[3],
                 f32((*cs_prev)(j, rows)), f32((*cs)(j, rows)));
-            Func sums("peephole_sums");
-            sums(j) = Tuple(0.0f, 0.0f, 0.0f);
-            sums(j) = Tuple(sums(j)[0] + terms.wci, sums(j)[1] + terms.wcf,
-                            sums(j)[2] + terms.wco);
+            Func sums = peephole_sums(terms, j);
             (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
                                          cast(t, sums(j)[2]));
             schedules::schedule_column_sum_cpu(sums, j, {rows.x}, target);

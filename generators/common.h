@@ -18,6 +18,26 @@ inline const std::map<std::string, Layout> layout_names{{"icfo", Layout::icfo},
 
 inline Expr f32(const Expr &e) { return cast<float>(e); }
 
+// The gate gradients placed by gate block (0..3) in a layout's order: dgates(j, block, n).
+inline Expr gate_gradient_blocks(Layout layout, const Expr &block, const Expr &di,
+                                 const Expr &dci, const Expr &df, const Expr &do_) {
+    std::vector<Expr> blocks(4);
+    blocks[gate_block(layout, gate_i)] = di;
+    blocks[gate_block(layout, gate_c)] = dci;
+    blocks[gate_block(layout, gate_f)] = df;
+    blocks[gate_block(layout, gate_o)] = do_;
+    return mux(block, blocks);
+}
+
+// sums(j) = Tuple (wci_grad, wcf_grad, wco_grad) in float32: the peephole terms summed over the
+// reduction domain they are written in (batch rows, or (rows, steps)), in order.
+inline Func peephole_sums(const PeepholeGradTerms &terms, const Var &j) {
+    Func sums("peephole_sums");
+    sums(j) = Tuple(0.0f, 0.0f, 0.0f);
+    sums(j) = Tuple(sums(j)[0] + terms.wci, sums(j)[1] + terms.wcf, sums(j)[2] + terms.wco);
+    return sums;
+}
+
 // sum(x, y) = init(x, y) + sum_k a(k, y) * b(x, k), accumulated in float32, with the reduction
 // blocked: part(x, y, kb) is the product over one block of k_block steps of k, so a register tile
 // of part and the packed operand panels of one block stay in L1 (DESIGN.md §4: packing and cache

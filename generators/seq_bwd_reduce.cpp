@@ -55,10 +55,7 @@ public:
             PeepholeGradTerms terms = peephole_grad_terms(gate(gate_i), gate(gate_f),
                                                           gate(gate_o), cs_prev_t,
                                                           f32((*cs)(j, r.x, r.y)));
-            Func sums("peephole_sums");
-            sums(j) = Tuple(0.0f, 0.0f, 0.0f);
-            sums(j) = Tuple(sums(j)[0] + terms.wci, sums(j)[1] + terms.wcf,
-                            sums(j)[2] + terms.wco);
+            Func sums = peephole_sums(terms, j);
             (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
                                          cast(t, sums(j)[2]));
             schedules::schedule_column_sum_cpu(sums, j, {r.x, r.y}, target);

@@ -56,12 +56,8 @@ public:
         Func cell("cell_grads");
         cell(j, n) = Tuple(r.di, r.dci, r.df, r.do_, r.cs_prev_grad);
 
-        std::vector<Expr> blocks(4);
-        blocks[gate_block(layout, gate_i)] = cell(j, n)[0];
-        blocks[gate_block(layout, gate_c)] = cell(j, n)[1];
-        blocks[gate_block(layout, gate_f)] = cell(j, n)[2];
-        blocks[gate_block(layout, gate_o)] = cell(j, n)[3];
-        (*dgates)(j, g, n) = mux(g, blocks);
+        (*dgates)(j, g, n) = gate_gradient_blocks(layout, g, cell(j, n)[0], cell(j, n)[1],
+                                                  cell(j, n)[2], cell(j, n)[3]);
         (*dcs_carry_out)(j, n) = cell(j, n)[4];
 
         const Target t = get_target();

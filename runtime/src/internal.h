@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "HalideRuntime.h"
@@ -113,6 +114,71 @@ private:
 };
 
 std::string shape_string(const std::vector<int64_t> &shape);
+
+// Input checks in TF's order: every rank first, then dtype, device, data and int32 limits.
+struct InputArg {
+    const char *name;
+    const TensorView &tensor;
+    int rank;
+};
+void check_inputs(Validator &v, std::initializer_list<InputArg> inputs);
+
+// ---- Output bundles ---------------------------------------------------------------------------------
+
+template <typename Bundle, template <typename> class Of>
+constexpr bool is_bundle = std::is_same_v<Bundle, Of<TensorView>> || std::is_same_v<Bundle, Of<Tensor>>;
+
+// fn(name, tensor) for every output of a bundle (const or not), in TF's output order.
+template <typename Out, typename F>
+void each_output(Out &&out, F &&fn) {
+    using B = std::decay_t<Out>;
+    if constexpr (is_bundle<B, LSTMOutputs>) {
+        fn("i", out.i), fn("cs", out.cs), fn("f", out.f), fn("o", out.o), fn("ci", out.ci),
+            fn("co", out.co), fn("h", out.h);
+    } else if constexpr (is_bundle<B, LSTMBlockCellGradOutputs>) {
+        fn("cs_prev_grad", out.cs_prev_grad), fn("dicfo", out.dicfo),
+            fn("wci_grad", out.wci_grad), fn("wcf_grad", out.wcf_grad),
+            fn("wco_grad", out.wco_grad);
+    } else {
+        static_assert(is_bundle<B, BlockLSTMGradOutputs>, "not an output bundle");
+        fn("x_grad", out.x_grad), fn("cs_prev_grad", out.cs_prev_grad),
+            fn("h_prev_grad", out.h_prev_grad), fn("w_grad", out.w_grad),
+            fn("wci_grad", out.wci_grad), fn("wcf_grad", out.wcf_grad),
+            fn("wco_grad", out.wco_grad), fn("b_grad", out.b_grad);
+    }
+}
+
+// The outputs (when given) in order: rank, tensor checks, exact shape; then no overlaps.
+template <typename Outputs>
+void validate_outputs(Validator &v, const Outputs *out,
+                      const std::vector<std::vector<int64_t>> &shapes) {
+    if (!out) return;
+    std::size_t k = 0;
+    each_output(*out, [&](const char *name, const TensorView &t) {
+        v.rank(name, t, static_cast<int>(shapes[k].size()));
+        v.output(name, t);
+        v.shape(name, t, shapes[k++]);
+    });
+    v.no_overlaps();
+}
+
+// An owning bundle of zeroed tensors of `shapes` (in output order), and views of one.
+template <template <typename> class Bundle>
+Bundle<Tensor> allocate_outputs(DType dtype, const std::vector<std::vector<int64_t>> &shapes) {
+    Bundle<Tensor> out;
+    std::size_t k = 0;
+    each_output(out, [&](const char *, Tensor &t) { t = Tensor(dtype, shapes[k++]); });
+    return out;
+}
+template <template <typename> class Bundle>
+Bundle<TensorView> views(const Bundle<Tensor> &owned) {
+    std::vector<TensorView> v;
+    each_output(owned, [&](const char *, const Tensor &t) { v.push_back(t.view()); });
+    Bundle<TensorView> out;
+    std::size_t k = 0;
+    each_output(out, [&](const char *, TensorView &t) { t = v[k++]; });
+    return out;
+}
 
 // The product of sizes, saturated at INT64_MAX instead of overflowing.
 int64_t saturating_product(std::initializer_list<int64_t> factors);

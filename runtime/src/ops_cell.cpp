@@ -25,22 +25,9 @@ struct CellActivations {
 
 // Spec §6.1 / §6.2 / §6.5: ranks first, then sizes; the cell state must not be empty.
 CellDims validate_cell_inputs(Validator &v, const CellInputs &in) {
-    v.rank("x", in.x, 2);
-    v.rank("cs_prev", in.cs_prev, 2);
-    v.rank("h_prev", in.h_prev, 2);
-    v.rank("w", in.w, 2);
-    v.rank("wci", in.wci, 1);
-    v.rank("wcf", in.wcf, 1);
-    v.rank("wco", in.wco, 1);
-    v.rank("b", in.b, 1);
-    v.tensor("x", in.x);
-    v.tensor("cs_prev", in.cs_prev);
-    v.tensor("h_prev", in.h_prev);
-    v.tensor("w", in.w);
-    v.tensor("wci", in.wci);
-    v.tensor("wcf", in.wcf);
-    v.tensor("wco", in.wco);
-    v.tensor("b", in.b);
+    check_inputs(v, {{"x", in.x, 2}, {"cs_prev", in.cs_prev, 2}, {"h_prev", in.h_prev, 2},
+                     {"w", in.w, 2}, {"wci", in.wci, 1}, {"wcf", in.wcf, 1}, {"wco", in.wco, 1},
+                     {"b", in.b, 1}});
     CellDims d{in.x.shape[0], in.x.shape[1], in.cs_prev.shape[1]};
     v.shape("cs_prev", in.cs_prev, {d.B, -1});
     if (d.B == 0 || d.H == 0) {
@@ -55,29 +42,6 @@ CellDims validate_cell_inputs(Validator &v, const CellInputs &in) {
     v.shape("b", in.b, {4 * d.H});
     check_int32_extent(v, "x", "a gate workspace [B, 4*cell_size]", saturating_product({d.B, 4, d.H}));
     return d;
-}
-
-template <typename F>
-void each_output(const LSTMOutputs<TV> &out, F &&fn) {
-    fn("i", out.i), fn("cs", out.cs), fn("f", out.f), fn("o", out.o), fn("ci", out.ci),
-        fn("co", out.co), fn("h", out.h);
-}
-template <typename F>
-void each_output(const LSTMBlockCellGradOutputs<TV> &out, F &&fn) {
-    fn("cs_prev_grad", out.cs_prev_grad), fn("dicfo", out.dicfo), fn("wci_grad", out.wci_grad),
-        fn("wcf_grad", out.wcf_grad), fn("wco_grad", out.wco_grad);
-}
-
-template <typename Outputs>
-void validate_outputs(Validator &v, const Outputs *out, const std::vector<std::vector<int64_t>> &shapes) {
-    if (!out) return;
-    std::size_t k = 0;
-    each_output(*out, [&](const char *name, const TV &t) {
-        v.rank(name, t, static_cast<int>(shapes[k].size()));
-        v.output(name, t);
-        v.shape(name, t, shapes[k++]);
-    });
-    v.no_overlaps();
 }
 
 std::vector<std::vector<int64_t>> cell_grad_shapes(const CellDims &d) {
@@ -148,10 +112,9 @@ LSTMOutputs<Tensor> LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_pr
                                   const LSTMBlockCellAttrs &attrs) {
     DType dt;
     const auto d = detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, nullptr, &dt);
-    auto make = [&] { return Tensor(dt, {d.B, d.H}); };
-    LSTMOutputs<Tensor> out{make(), make(), make(), make(), make(), make(), make()};
-    LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b,
-                  {out.i, out.cs, out.f, out.o, out.ci, out.co, out.h}, attrs);
+    auto out = detail::allocate_outputs<LSTMOutputs>(
+        dt, std::vector<std::vector<int64_t>>(7, {d.B, d.H}));
+    LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b, detail::views(out), attrs);
     return out;
 }
 
@@ -197,12 +160,9 @@ LSTMBlockCellGradOutputs<Tensor> LSTMBlockCellGrad(
     DType dt;
     const auto d = detail::validate_cell_grad({x, cs_prev, h_prev, w, wci, wcf, wco, b},
                                               {i, cs, f, o, ci, co, cs_grad, h_grad}, nullptr, &dt);
-    auto s = detail::cell_grad_shapes(d);
-    LSTMBlockCellGradOutputs<Tensor> out{Tensor(dt, s[0]), Tensor(dt, s[1]), Tensor(dt, s[2]),
-                                         Tensor(dt, s[3]), Tensor(dt, s[4])};
+    auto out = detail::allocate_outputs<LSTMBlockCellGradOutputs>(dt, detail::cell_grad_shapes(d));
     LSTMBlockCellGrad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad, h_grad,
-                      {out.cs_prev_grad, out.dicfo, out.wci_grad, out.wcf_grad, out.wco_grad},
-                      attrs);
+                      detail::views(out), attrs);
     return out;
 }
 

@@ -27,38 +27,12 @@ struct SeqActivations {
     }
 };
 
-template <typename T, typename F>
-void each_output(const LSTMOutputs<T> &out, F &&fn) {
-    fn("i", out.i), fn("cs", out.cs), fn("f", out.f), fn("o", out.o), fn("ci", out.ci),
-        fn("co", out.co), fn("h", out.h);
-}
-template <typename T, typename F>
-void each_output(const BlockLSTMGradOutputs<T> &out, F &&fn) {
-    fn("x_grad", out.x_grad), fn("cs_prev_grad", out.cs_prev_grad),
-        fn("h_prev_grad", out.h_prev_grad), fn("w_grad", out.w_grad),
-        fn("wci_grad", out.wci_grad), fn("wcf_grad", out.wcf_grad),
-        fn("wco_grad", out.wco_grad), fn("b_grad", out.b_grad);
-}
-
 // The checks of spec §6.3 / §6.4 / §6.5 on the nine inputs shared by all sequence ops. The cell
 // size comes from cs_prev (forward) or from w (grad, as TF does).
 SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_size_from_w) {
-    v.rank("x", in.x, 3);
-    v.rank("cs_prev", in.cs_prev, 2);
-    v.rank("h_prev", in.h_prev, 2);
-    v.rank("w", in.w, 2);
-    v.rank("wci", in.wci, 1);
-    v.rank("wcf", in.wcf, 1);
-    v.rank("wco", in.wco, 1);
-    v.rank("b", in.b, 1);
-    v.tensor("x", in.x);
-    v.tensor("cs_prev", in.cs_prev);
-    v.tensor("h_prev", in.h_prev);
-    v.tensor("w", in.w);
-    v.tensor("wci", in.wci);
-    v.tensor("wcf", in.wcf);
-    v.tensor("wco", in.wco);
-    v.tensor("b", in.b);
+    check_inputs(v, {{"x", in.x, 3}, {"cs_prev", in.cs_prev, 2}, {"h_prev", in.h_prev, 2},
+                     {"w", in.w, 2}, {"wci", in.wci, 1}, {"wcf", in.wcf, 1}, {"wco", in.wco, 1},
+                     {"b", in.b, 1}});
 
     SeqDims d{in.x.shape[0], in.x.shape[1], in.x.shape[2], 0, in.seq_len_max};
     if (cell_size_from_w) {
@@ -88,19 +62,6 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
     }
     check_int32_extent(v, "x", "a gate workspace [T*B, 4*cell_size]", saturating_product({d.T, d.B, 4, d.H}));
     return d;
-}
-
-template <typename Outputs>
-void validate_outputs(Validator &v, const Outputs *out,
-                      const std::vector<std::vector<int64_t>> &shapes) {
-    if (!out) return;
-    std::size_t k = 0;
-    each_output(*out, [&](const char *name, const TV &t) {
-        v.rank(name, t, static_cast<int>(shapes[k].size()));
-        v.output(name, t);
-        v.shape(name, t, shapes[k++]);
-    });
-    v.no_overlaps();
 }
 
 std::vector<std::vector<int64_t>> forward_shapes(const SeqDims &d) {
@@ -318,27 +279,6 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     }
 }
 
-LSTMOutputs<Tensor> allocate_forward(const SeqDims &d, DType dt) {
-    auto make = [&] { return Tensor(dt, {d.T, d.B, d.H}); };
-    return {make(), make(), make(), make(), make(), make(), make()};
-}
-
-BlockLSTMGradOutputs<Tensor> allocate_grad(const SeqDims &d, DType dt) {
-    auto s = grad_shapes(d);
-    return {Tensor(dt, s[0]), Tensor(dt, s[1]), Tensor(dt, s[2]), Tensor(dt, s[3]),
-            Tensor(dt, s[4]), Tensor(dt, s[5]), Tensor(dt, s[6]), Tensor(dt, s[7])};
-}
-
-template <typename T>
-LSTMOutputs<TV> views(const LSTMOutputs<T> &o) {
-    return {o.i, o.cs, o.f, o.o, o.ci, o.co, o.h};
-}
-template <typename T>
-BlockLSTMGradOutputs<TV> views(const BlockLSTMGradOutputs<T> &o) {
-    return {o.x_grad, o.cs_prev_grad, o.h_prev_grad, o.w_grad,
-            o.wci_grad, o.wcf_grad, o.wco_grad, o.b_grad};
-}
-
 }  // namespace
 
 void input_projection(DType dt, const void *x, int64_t rows, int64_t input_size,
@@ -384,7 +324,7 @@ void BlockLSTM(BLOCKLSTM_SEQ_INPUT_PARAMS, const LSTMOutputs<TV> &out, const Blo
 LSTMOutputs<Tensor> BlockLSTM(BLOCKLSTM_SEQ_INPUT_PARAMS, const BlockLSTMAttrs &attrs) {
     DType dt;
     auto d = detail::validate_forward("BlockLSTM", BLOCKLSTM_SEQ_INPUTS, nullptr, &dt);
-    LSTMOutputs<Tensor> out = detail::allocate_forward(d, dt);
+    auto out = detail::allocate_outputs<LSTMOutputs>(dt, detail::forward_shapes(d));
     BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, detail::views(out), attrs);
     return out;
 }
@@ -397,7 +337,7 @@ void BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_PARAMS, const LSTMOutputs<TV> &out, const B
 LSTMOutputs<Tensor> BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_PARAMS, const BlockLSTMV2Attrs &attrs) {
     DType dt;
     auto d = detail::validate_forward("BlockLSTMV2", BLOCKLSTM_SEQ_INPUTS, nullptr, &dt);
-    LSTMOutputs<Tensor> out = detail::allocate_forward(d, dt);
+    auto out = detail::allocate_outputs<LSTMOutputs>(dt, detail::forward_shapes(d));
     BlockLSTMV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, detail::views(out), attrs);
     return out;
 }
@@ -413,7 +353,7 @@ BlockLSTMGradOutputs<Tensor> BlockLSTMGrad(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM
     DType dt;
     auto d = detail::validate_grad("BlockLSTMGrad", BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS,
                                    nullptr, &dt);
-    BlockLSTMGradOutputs<Tensor> out = detail::allocate_grad(d, dt);
+    auto out = detail::allocate_outputs<BlockLSTMGradOutputs>(dt, detail::grad_shapes(d));
     BlockLSTMGrad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
                   cs_grad, h_grad, detail::views(out), attrs);
     return out;
@@ -430,7 +370,7 @@ BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLS
     DType dt;
     auto d = detail::validate_grad("BlockLSTMGradV2", BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS,
                                    nullptr, &dt);
-    BlockLSTMGradOutputs<Tensor> out = detail::allocate_grad(d, dt);
+    auto out = detail::allocate_outputs<BlockLSTMGradOutputs>(dt, detail::grad_shapes(d));
     BlockLSTMGradV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
                     cs_grad, h_grad, detail::views(out), attrs);
     return out;

@@ -15,6 +15,11 @@ std::string shape_string(const std::vector<int64_t> &shape) {
     return s + "]";
 }
 
+void check_inputs(Validator &v, std::initializer_list<InputArg> inputs) {
+    for (const InputArg &a : inputs) v.rank(a.name, a.tensor, a.rank);
+    for (const InputArg &a : inputs) v.tensor(a.name, a.tensor);
+}
+
 void Validator::fail(const std::string &what) const { throw Error(std::string(op_) + ": " + what); }
 
 void Validator::fail_arg(const char *arg, const std::string &what) const {
