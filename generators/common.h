@@ -42,9 +42,9 @@ inline Func peephole_sums(const PeepholeGradTerms &terms, const Var &j) {
 // blocked: part(x, y, kb) is the product over one block of k_block steps of k, so a register tile
 // of part and the packed operand panels of one block stay in L1 (DESIGN.md §4: packing and cache
 // blocking of K are where the other half of GEMM speed lives). The panels are float32 views of a
-// and b; b's is zero past the last k, so the last, partial block adds a(last k) * 0. Reads past
-// the last row / column / k are clamped (min(likely(...)) lets Halide split off the edge
-// iterations), so a schedule may compute whole register tiles and blocks at the edges.
+// and b, both zero past the last k, so a partial last block adds exact zeros (never inf * 0).
+// Reads past the last row / column / k are clamped (min(likely(...)) lets Halide split off the
+// edge iterations), so a schedule may compute whole register tiles and blocks at the edges.
 struct MatrixProduct {
     Func sum, part, a_panel, b_panel;
     RDom k_in_block, blocks;
@@ -67,7 +67,7 @@ inline MatrixProduct matrix_product(const std::string &name,
     Var k("k"), kb("kb");
     Expr xc = min(likely(x), cols - 1), yc = min(likely(y), rows - 1);
     Expr kc = min(likely(k), max(depth - 1, 0));
-    p.a_panel(k, y) = f32(a(kc, yc));
+    p.a_panel(k, y) = select(likely(k < depth), f32(a(kc, yc)), 0.0f);
     p.b_panel(x, k) = select(k < depth, f32(b(xc, kc)), 0.0f);
     Expr kk = kb * block_size + p.k_in_block;
     p.part(x, y, kb) = 0.0f;

@@ -196,6 +196,10 @@ float attr_in_dtype(float value, DType dtype);
 void input_projection(DType dtype, const void *x, int64_t rows, int64_t input_size,
                       int64_t cell_size, const void *w, const void *b, float *xw);
 
+// Zero a whole output; zero steps [from, T) of a [T, ...] output.
+void zero(const TensorView &t);
+void zero_steps(const TensorView &t, int64_t from);
+
 // Host workspace for the f32 intermediates of one call.
 std::vector<float> workspace(int64_t elements);
 

@@ -1,7 +1,9 @@
 // The kernel table built from runtime/kernels.inc, kernel calls bound by argument name, and the
 // Halide runtime hooks (errors, threads, CPU target).
 #include <cstring>
+#include <algorithm>
 #include <mutex>
+#include <utility>
 #include <string_view>
 
 #include "runtime/src/internal.h"
@@ -36,10 +38,15 @@ const KernelEntry kernel_table[] = {
 
 const char *layout_name(Layout layout) { return layout == Layout::icfo ? "icfo" : "ifco"; }
 
-// Halide reports errors through a global handler; keep the message of this thread's last error
-// for the exception instead of printing it.
-thread_local std::string last_halide_error;
-void capture_halide_error(void *, const char *message) { last_halide_error = message ? message : ""; }
+// Halide reports errors through a global handler, on the calling thread or on a worker of its
+// thread pool; keep the message for the exception instead of printing it (kernels only fail on
+// a runtime bug: validation runs first).
+std::mutex halide_error_mutex;
+std::string last_halide_error;
+void capture_halide_error(void *, const char *message) {
+    std::lock_guard<std::mutex> lock(halide_error_mutex);
+    last_halide_error = message ? message : "";
+}
 const bool error_handler_installed = (halide_set_error_handler(capture_halide_error), true);
 
 // The TF ops that run a kernel, for `blocklstm list`.
@@ -133,6 +140,7 @@ void KernelCall::run() {
     }
     (void)error_handler_installed;
     if (int code = kernel_.argv(args_.data())) {
+        std::lock_guard<std::mutex> lock(halide_error_mutex);
         throw Error(std::string("blocklstm internal error: kernel ") + kernel_.name +
                     " failed (Halide error " + std::to_string(code) + "): " + last_halide_error);
     }
@@ -166,15 +174,31 @@ std::string cpu_target_in_use() {
         std::size_t end = targets.find(',', begin);
         if (end == std::string::npos) end = targets.size();
         const std::string target = targets.substr(begin, end - begin);
+        // The feature tokens of the default targets (CMake: BLOCKLSTM_CPU_TARGETS); a target
+        // with any other token cannot be checked here and is reported as such.
+        static const std::pair<const char *, halide_target_feature_t> known[] = {
+            {"avx512_skylake", halide_target_feature_avx512_skylake},
+            {"avx2", halide_target_feature_avx2},
+            {"fma", halide_target_feature_fma},
+            {"f16c", halide_target_feature_f16c},
+            {"sse41", halide_target_feature_sse41}};
         uint64_t features[(halide_target_feature_end + 63) / 64] = {};
-        auto want = [&](const char *token, halide_target_feature_t f) {
-            if (target.find(token) != std::string::npos) features[f / 64] |= uint64_t(1) << (f % 64);
-        };
-        want("avx512_skylake", halide_target_feature_avx512_skylake);
-        want("avx2", halide_target_feature_avx2);
-        want("fma", halide_target_feature_fma);
-        want("f16c", halide_target_feature_f16c);
-        want("sse41", halide_target_feature_sse41);
+        bool checkable = target.rfind("x86-64-linux", 0) == 0;
+        std::size_t pos = std::string("x86-64-linux").size();
+        while (checkable && pos < target.size()) {
+            const std::size_t next = std::min(target.find('-', pos + 1), target.size());
+            const std::string token = target.substr(pos + 1, next - pos - 1);
+            bool found = false;
+            for (const auto &[name, feature] : known) {
+                if (token == name) {
+                    features[feature / 64] |= uint64_t(1) << (feature % 64);
+                    found = true;
+                }
+            }
+            checkable = found;
+            pos = next;
+        }
+        if (!checkable) return target + " (if this CPU has its features: not checked)";
         if (halide_can_use_target_features(sizeof(features) / sizeof(features[0]), features)) {
             return target;
         }

@@ -91,9 +91,9 @@ void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w
     Buf h_prev_buf(h_prev.data, dt, {B, H}), cs_prev_buf(cs_prev.data, dt, {B, H});
     Buf w_h = Buf::matrix(detail::offset_bytes(w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
     Buf wci_buf(wci.data, dt, {H}), wcf_buf(wcf.data, dt, {H}), wco_buf(wco.data, dt, {H});
-    Buf o_i(out.i.data, dt, {B, H}), o_cs(out.cs.data, dt, {B, H}), o_f(out.f.data, dt, {B, H});
-    Buf o_o(out.o.data, dt, {B, H}), o_ci(out.ci.data, dt, {B, H}), o_co(out.co.data, dt, {B, H});
-    Buf o_h(out.h.data, dt, {B, H});
+    Buf out_i(out.i.data, dt, {B, H}), out_cs(out.cs.data, dt, {B, H}), out_f(out.f.data, dt, {B, H});
+    Buf out_o(out.o.data, dt, {B, H}), out_ci(out.ci.data, dt, {B, H}), out_co(out.co.data, dt, {B, H});
+    Buf out_h(out.h.data, dt, {B, H});
     std::vector<float> gates = detail::workspace(B * 4 * H);
     Buf gates_buf = Buf::matrix(gates.data(), DType::f32, B, 4 * H, 4 * H);
     KernelCall(find_kernel("seq_fwd_step", dt, attrs.use_peephole, Layout::icfo))
@@ -102,8 +102,9 @@ void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w
         .buffer("xw", xw_buf).buffer("h_prev", h_prev_buf).buffer("w_h", w_h)
         .buffer("cs_prev", cs_prev_buf).buffer("wci", wci_buf).buffer("wcf", wcf_buf)
         .buffer("wco", wco_buf)
-        .buffer("lstm.0", o_i).buffer("lstm.1", o_cs).buffer("lstm.2", o_f).buffer("lstm.3", o_o)
-        .buffer("lstm.4", o_ci).buffer("lstm.5", o_co).buffer("lstm.6", o_h)
+        .buffer("lstm.0", out_i).buffer("lstm.1", out_cs).buffer("lstm.2", out_f)
+        .buffer("lstm.3", out_o).buffer("lstm.4", out_ci).buffer("lstm.5", out_co)
+        .buffer("lstm.6", out_h)
         .run();
 }
 
@@ -127,29 +128,27 @@ void LSTMBlockCellGrad(const TV &x, const TV &cs_prev, const TV &h_prev, const T
     const auto d = detail::validate_cell_grad({x, cs_prev, h_prev, w, wci, wcf, wco, b},
                                               {i, cs, f, o, ci, co, cs_grad, h_grad}, &out, &dt);
     const int64_t B = d.B, H = d.H;
-    auto bh = [&](const TV &t) { return Buf(t.data, dt, {B, H}); };
-    Buf b_cs_prev = bh(cs_prev), b_i = bh(i), b_cs = bh(cs), b_f = bh(f), b_o = bh(o);
-    Buf b_ci = bh(ci), b_co = bh(co), b_cs_grad = bh(cs_grad), b_h_grad = bh(h_grad);
-    Buf b_wci(wci.data, dt, {H}), b_wcf(wcf.data, dt, {H}), b_wco(wco.data, dt, {H});
-    Buf b_cs_prev_grad = bh(out.cs_prev_grad);
-    Buf b_dicfo = Buf::gate_blocks(out.dicfo.data, dt, B, H);
-    Buf b_wci_grad(out.wci_grad.data, dt, {H}), b_wcf_grad(out.wcf_grad.data, dt, {H});
-    Buf b_wco_grad(out.wco_grad.data, dt, {H});
+    auto rows_by_units = [&](const TV &t) { return Buf(t.data, dt, {B, H}); };
+    Buf buf_cs_prev = rows_by_units(cs_prev), buf_i = rows_by_units(i), buf_cs = rows_by_units(cs), buf_f = rows_by_units(f), buf_o = rows_by_units(o);
+    Buf buf_ci = rows_by_units(ci), buf_co = rows_by_units(co), buf_cs_grad = rows_by_units(cs_grad), buf_h_grad = rows_by_units(h_grad);
+    Buf buf_wci(wci.data, dt, {H}), buf_wcf(wcf.data, dt, {H}), buf_wco(wco.data, dt, {H});
+    Buf buf_cs_prev_grad = rows_by_units(out.cs_prev_grad);
+    Buf buf_dicfo = Buf::gate_blocks(out.dicfo.data, dt, B, H);
+    Buf buf_wci_grad(out.wci_grad.data, dt, {H}), buf_wcf_grad(out.wcf_grad.data, dt, {H});
+    Buf buf_wco_grad(out.wco_grad.data, dt, {H});
 
     KernelCall call(find_kernel("cell_bwd", dt, attrs.use_peephole, Layout::icfo));
-    call.buffer("cs_prev", b_cs_prev).buffer("i", b_i).buffer("cs", b_cs).buffer("f", b_f)
-        .buffer("o", b_o).buffer("ci", b_ci).buffer("co", b_co).buffer("cs_grad", b_cs_grad)
-        .buffer("h_grad", b_h_grad).buffer("wci", b_wci).buffer("wcf", b_wcf).buffer("wco", b_wco)
-        .buffer("cs_prev_grad", b_cs_prev_grad).buffer("dicfo", b_dicfo);
+    call.buffer("cs_prev", buf_cs_prev).buffer("i", buf_i).buffer("cs", buf_cs).buffer("f", buf_f)
+        .buffer("o", buf_o).buffer("ci", buf_ci).buffer("co", buf_co).buffer("cs_grad", buf_cs_grad)
+        .buffer("h_grad", buf_h_grad).buffer("wci", buf_wci).buffer("wcf", buf_wcf).buffer("wco", buf_wco)
+        .buffer("cs_prev_grad", buf_cs_prev_grad).buffer("dicfo", buf_dicfo);
     if (attrs.use_peephole) {
-        call.buffer("peephole_grads.0", b_wci_grad).buffer("peephole_grads.1", b_wcf_grad)
-            .buffer("peephole_grads.2", b_wco_grad);
+        call.buffer("peephole_grads.0", buf_wci_grad).buffer("peephole_grads.1", buf_wcf_grad)
+            .buffer("peephole_grads.2", buf_wco_grad);
     }
     call.run();
     if (!attrs.use_peephole) {  // TF zero-fills the peephole grads
-        std::memset(out.wci_grad.data, 0, out.wci_grad.num_bytes());
-        std::memset(out.wcf_grad.data, 0, out.wcf_grad.num_bytes());
-        std::memset(out.wco_grad.data, 0, out.wco_grad.num_bytes());
+        detail::zero(out.wci_grad), detail::zero(out.wcf_grad), detail::zero(out.wco_grad);
     }
 }
 

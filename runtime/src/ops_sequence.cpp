@@ -94,29 +94,18 @@ SeqDims validate_grad(const char *op, const SeqInputs &in, const SeqActivations 
     return d;
 }
 
-void zero(const TV &t) {
-    if (t.num_elements() > 0) std::memset(t.data, 0, t.num_bytes());
-}
-
-// Steps [from, T) of a [T, ...] tensor set to zero.
-void zero_steps(const TV &t, int64_t from) {
-    const int64_t step = t.num_elements() / std::max<int64_t>(t.shape[0], 1);
-    const int64_t count = (t.shape[0] - from) * step;
-    if (count > 0) std::memset(offset_bytes(t.data, from * step, t.dtype), 0, count * size_of(t.dtype));
-}
-
 // ---- forward ------------------------------------------------------------------------------------
 
 void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMOutputs<TV> &out,
                  float forget_bias, float cell_clip, bool use_peephole) {
     DType dt;
     const SeqDims d = validate_forward(op, in, &out, &dt);
-    const int64_t T = d.T, B = d.B, I = d.I, H = d.H, L = d.L;
+    const int64_t B = d.B, I = d.I, H = d.H, L = d.L;
+    const KernelEntry &step_kernel = find_kernel("seq_fwd_step", dt, use_peephole, layout);
 
     // Every output is zero past seq_len_max (TF leaves i, f, o, ci, co unwritten there).
     each_output(out, [&](const char *, const TV &t) { zero_steps(t, L); });
     if (L == 0 || B == 0) return;
-    (void)T;
 
     // xw = x . W_x + b for all L steps in one GEMM.
     std::vector<float> xw = workspace(L * B * 4 * H);
@@ -135,7 +124,7 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     std::vector<float> gates = workspace(B * 4 * H);  // one step's pre-activations, reused
     Buf gates_buf = Buf::matrix(gates.data(), DType::f32, B, 4 * H, 4 * H);
 
-    KernelCall step(find_kernel("seq_fwd_step", dt, use_peephole, layout));
+    KernelCall step(step_kernel);
     step.scalar("forget_bias", &fb).scalar("cell_clip", &clip).buffer("gates", gates_buf);
     step.buffer("xw", xw_t).buffer("h_prev", h_prev).buffer("w_h", w_h).buffer("cs_prev", cs_prev);
     step.buffer("wci", wci).buffer("wcf", wcf).buffer("wco", wco);
@@ -175,6 +164,10 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     const SeqDims d = validate_grad(op, in, act, &out, &dt);
     const int64_t B = d.B, I = d.I, H = d.H, L = d.L;
     const std::size_t es = size_of(dt);
+    const KernelEntry &step_kernel = find_kernel("seq_bwd_step", dt, use_peephole, layout);
+    const KernelEntry &gemm_nn = find_kernel("gemm_nn", dt, false, layout);
+    const KernelEntry &gemm_tn = find_kernel("gemm_tn", dt, false, layout);
+    const KernelEntry &reduce_kernel = find_kernel("seq_bwd_reduce", dt, use_peephole, layout);
 
     zero_steps(out.x_grad, L);
     if (!use_peephole) {
@@ -208,7 +201,7 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     std::vector<float> dh = workspace(B * H);  // one step's total gradient of h, reused
     Buf dh_buf = Buf::matrix(dh.data(), DType::f32, B, H, H);
 
-    KernelCall step(find_kernel("seq_bwd_step", dt, use_peephole, layout));
+    KernelCall step(step_kernel);
     step.buffer("dgates_next", dnext).buffer("w_h_t", w_h_t).buffer("h_grad", h_grad);
     step.buffer("cs_grad", cs_grad).buffer("dcs_carry", carry_in);
     step.buffer("i", i).buffer("f", f).buffer("o", o).buffer("ci", ci).buffer("co", co);
@@ -223,7 +216,7 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
         cs_grad.set_host(at(act.cs_grad, t));
         i.set_host(at(act.i, t)), f.set_host(at(act.f, t)), o.set_host(at(act.o, t));
         ci.set_host(at(act.ci, t)), co.set_host(at(act.co, t));
-        cs_prev.set_host(t == 0 ? offset_bytes(in.cs_prev.data, 0, dt) : at(act.cs, t - 1));
+        cs_prev.set_host(t == 0 ? in.cs_prev.data : at(act.cs, t - 1));
         carry_in.set_host(carry[t % 2].data());
         carry_out.set_host(carry[(t + 1) % 2].data());
         dgates_t.set_host(dgates.data() + t * B * 4 * H);
@@ -233,8 +226,6 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
 
     // Batched over the sequence.
     Buf dgates_all = Buf::matrix(dgates.data(), DType::f32, L * B, 4 * H, 4 * H);
-    const KernelEntry &gemm_nn = find_kernel("gemm_nn", dt, false, layout);
-    const KernelEntry &gemm_tn = find_kernel("gemm_tn", dt, false, layout);
     if (I > 0) {  // x_grad[0:L] = dgates . W_x^T
         Buf w_x_t = Buf::matrix(w_t.data(), dt, 4 * H, I, I + H);
         Buf x_grad = Buf::matrix(out.x_grad.data, dt, L * B, I, I);
@@ -242,9 +233,8 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     }
     {  // h_prev_grad = dgates[0] . W_h^T
         Buf dgates_0 = Buf::matrix(dgates.data(), DType::f32, B, 4 * H, 4 * H);
-        Buf w_h_t_all = Buf::matrix(w_t.data() + I * es, dt, 4 * H, H, I + H);
         Buf h_prev_grad = Buf::matrix(out.h_prev_grad.data, dt, B, H, H);
-        KernelCall(gemm_nn).buffer("a", dgates_0).buffer("b", w_h_t_all).buffer("c", h_prev_grad).run();
+        KernelCall(gemm_nn).buffer("a", dgates_0).buffer("b", w_h_t).buffer("c", h_prev_grad).run();
     }
     if (I > 0) {  // w_grad[0:I] = x[0:L]^T . dgates
         Buf x_seq = Buf::matrix(in.x.data, dt, L * B, I, I);
@@ -267,7 +257,7 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
         Buf cs_prev_grad(out.cs_prev_grad.data, dt, {B, H});
         Buf wci_grad(out.wci_grad.data, dt, {H}), wcf_grad(out.wcf_grad.data, dt, {H});
         Buf wco_grad(out.wco_grad.data, dt, {H});
-        KernelCall reduce(find_kernel("seq_bwd_reduce", dt, use_peephole, layout));
+        KernelCall reduce(reduce_kernel);
         reduce.buffer("dgates", dgates_all).buffer("cs", cs_seq).buffer("cs_prev", cs_prev_all);
         reduce.buffer("dcs_carry", carry_final).buffer("b_grad", b_grad);
         reduce.buffer("cs_prev_grad", cs_prev_grad);

@@ -1,4 +1,5 @@
 // Tensor views, owning tensors, float16 conversions and Halide buffers over caller memory.
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/src/internal.h"
@@ -125,6 +126,16 @@ Buf &Buf::operator=(const Buf &other) {
     std::memcpy(dims_, other.dims_, sizeof(dims_));
     buf_.dim = dims_;
     return *this;
+}
+
+void zero(const TensorView &t) {
+    if (t.num_elements() > 0) std::memset(t.data, 0, t.num_bytes());
+}
+
+void zero_steps(const TensorView &t, int64_t from) {
+    const int64_t step = t.num_elements() / std::max<int64_t>(t.shape[0], 1);
+    const int64_t count = (t.shape[0] - from) * step;
+    if (count > 0) std::memset(offset_bytes(t.data, from * step, t.dtype), 0, count * size_of(t.dtype));
 }
 
 std::vector<float> workspace(int64_t elements) {

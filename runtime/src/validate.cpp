@@ -28,6 +28,7 @@ void Validator::fail_arg(const char *arg, const std::string &what) const {
 
 void Validator::rank(const char *arg, const TensorView &t, int expected) const {
     if (t.rank() != expected) {
+        // "must be rank N" is the fragment TF's own error tests match on.
         fail_arg(arg, "must be rank " + std::to_string(expected) + ": expected rank " +
                           std::to_string(expected) + ", got rank " + std::to_string(t.rank()) +
                           " (shape " + shape_string(t.shape) + ")");
@@ -60,6 +61,10 @@ void check_int32_extent(const Validator &v, const char *arg, const char *what, i
 }
 
 void Validator::tensor(const char *arg, const TensorView &t) {
+    if (t.dtype != DType::f16 && t.dtype != DType::f32) {
+        fail_arg(arg, "has dtype value " + std::to_string(static_cast<int>(t.dtype)) +
+                          ": expected float16 or float32");
+    }
     if (t.device != Device::cpu) {
         fail_arg(arg, std::string("is on device ") + to_string(t.device) +
                           ": expected cpu (this build has no CUDA kernels)");

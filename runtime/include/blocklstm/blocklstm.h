@@ -4,8 +4,8 @@
 // outputs (in TF's order) into caller-owned tensors, with the op's attrs and TF's defaults.
 // A second overload of each op allocates its outputs and returns them.
 //
-// Semantics: ../shared/spec/tf-lstm-semantics.md; where blocklstm differs from TF, README.md
-// ("Differences from TensorFlow") says how and why.
+// Semantics: TensorFlow's (tf.raw_ops.<OpName>); where blocklstm differs from TF, the project's
+// README ("Semantics and differences from TensorFlow") says how and why.
 //
 // Every input is validated before any kernel runs. On bad input a blocklstm::Error is thrown
 // whose message names the op, the argument, the expected and the actual value, and no output
