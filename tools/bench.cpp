@@ -42,34 +42,16 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-// splitmix64 (as in demo.cpp): deterministic inputs on every machine.
-class Rng {
-public:
-    explicit Rng(uint64_t seed) : s_(seed) {}
-    uint64_t next() {
-        uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-    }
-    float uniform(float lo, float hi) {
-        return lo + (hi - lo) * static_cast<float>(static_cast<double>(next() >> 11) *
-                                                   (1.0 / 9007199254740992.0));
-    }
-
-private:
-    uint64_t s_;
-};
 
 Tensor random_tensor(Rng &rng, DType dtype, std::vector<int64_t> shape, float scale) {
     Tensor t(dtype, std::move(shape));
     const int64_t n = t.num_elements();
     if (dtype == DType::f32) {
         float *p = t.data_as<float>();
-        for (int64_t k = 0; k < n; ++k) p[k] = rng.uniform(-scale, scale);
+        for (int64_t k = 0; k < n; ++k) p[k] = static_cast<float>(rng.uniform(-scale, scale));
     } else {
         uint16_t *p = t.data_as<uint16_t>();
-        for (int64_t k = 0; k < n; ++k) p[k] = float_to_half(rng.uniform(-scale, scale));
+        for (int64_t k = 0; k < n; ++k) p[k] = float_to_half(static_cast<float>(rng.uniform(-scale, scale)));
     }
     return t;
 }
@@ -205,11 +187,6 @@ std::string gib(double bytes) {
     return buf;
 }
 
-double median_of(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // Progress of the timed loop on stderr: one updating line on a terminal, otherwise a line at most
 // once a second.
@@ -287,7 +264,7 @@ int bench(const BenchOptions &o) {
         if (o.warmup > 0 ? n >= o.warmup : (ms_between(warm_start, Clock::now()) >= 200.0 || n >= 50))
             break;
     }
-    const double estimate = warm.size() > 1 ? median_of({warm.begin() + 1, warm.end()}) : warm[0];
+    const double estimate = warm.size() > 1 ? median({warm.begin() + 1, warm.end()}) : warm[0];
     // Timed calls: --reps, or by default about 1 s worth (at least 5, at most 1000).
     int reps = o.reps;
     if (reps <= 0)
@@ -307,7 +284,7 @@ int bench(const BenchOptions &o) {
         progress.update(k + 1);
     }
 
-    const double med = median_of(times);
+    const double med = median(times);
     const double lo = *std::min_element(times.begin(), times.end());
     const double hi = *std::max_element(times.begin(), times.end());
     const double gflops = med > 0.0 ? flops / (med * 1e6) : 0.0;

@@ -26,27 +26,6 @@ constexpr float kLearningRate = 0.01f;
 constexpr float kClipNorm = 1.0f;  // global gradient-norm clipping for Adam's input
 constexpr double kPi = 3.14159265358979323846;
 
-// splitmix64: small, fast, identical everywhere.
-class Rng {
-public:
-    explicit Rng(uint64_t seed) : s_(seed) {}
-    uint64_t next() {
-        uint64_t z = (s_ += 0x9e3779b97f4a7c15ULL);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-        return z ^ (z >> 31);
-    }
-    double uniform(double lo = 0.0, double hi = 1.0) {
-        return lo + (hi - lo) * static_cast<double>(next() >> 11) * (1.0 / 9007199254740992.0);
-    }
-    double normal() {  // Box-Muller
-        const double u1 = uniform(1e-300, 1.0), u2 = uniform();
-        return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * kPi * u2);
-    }
-
-private:
-    uint64_t s_;
-};
 
 struct Batch {
     Tensor x;                    // [T,B,I] f32
@@ -209,12 +188,6 @@ void adam_step(Model &m, const std::vector<const float *> &grads, int step) {
     }
 }
 
-double median(std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 class Progress {
 public:
