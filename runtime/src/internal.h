@@ -123,6 +123,23 @@ struct InputArg {
 };
 void check_inputs(Validator &v, std::initializer_list<InputArg> inputs);
 
+// The state and weight shapes every op shares: cs_prev, h_prev [B,H], w [I+H,4H], wci, wcf,
+// wco [H], b [4H].
+void check_state_and_weights(const Validator &v, const TensorView &cs_prev,
+                             const TensorView &h_prev, const TensorView &w, const TensorView &wci,
+                             const TensorView &wcf, const TensorView &wco, const TensorView &b,
+                             int64_t B, int64_t I, int64_t H);
+
+// The forward activations and output gradients a grad op takes (acts.each(fn(name, tensor))):
+// ranks, then tensor checks, then each exactly `shape`.
+template <typename Activations>
+void check_activations(Validator &v, const Activations &acts, const std::vector<int64_t> &shape) {
+    const int rank = static_cast<int>(shape.size());
+    acts.each([&](const char *name, const TensorView &t) { v.rank(name, t, rank); });
+    acts.each([&](const char *name, const TensorView &t) { v.tensor(name, t); });
+    acts.each([&](const char *name, const TensorView &t) { v.shape(name, t, shape); });
+}
+
 // ---- Output bundles ---------------------------------------------------------------------------------
 
 template <typename Bundle, template <typename> class Of>

@@ -34,12 +34,8 @@ CellDims validate_cell_inputs(Validator &v, const CellInputs &in) {
         v.fail_arg("cs_prev", "is empty (shape " + shape_string(in.cs_prev.shape) +
                                   "): expected at least one batch row and one unit");
     }
-    v.shape("h_prev", in.h_prev, {d.B, d.H});
-    v.shape("w", in.w, {d.I + d.H, 4 * d.H});
-    v.shape("wci", in.wci, {d.H});
-    v.shape("wcf", in.wcf, {d.H});
-    v.shape("wco", in.wco, {d.H});
-    v.shape("b", in.b, {4 * d.H});
+    check_state_and_weights(v, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, d.B, d.I,
+                            d.H);
     check_int32_extent(v, "x", "a gate workspace [B, 4*cell_size]", saturating_product({d.B, 4, d.H}));
     return d;
 }
@@ -60,9 +56,7 @@ CellDims validate_cell_grad(const CellInputs &in, const CellActivations &act,
                             const LSTMBlockCellGradOutputs<TV> *out, DType *dtype) {
     Validator v("LSTMBlockCellGrad");
     CellDims d = validate_cell_inputs(v, in);
-    act.each([&](const char *name, const TV &t) { v.rank(name, t, 2); });
-    act.each([&](const char *name, const TV &t) { v.tensor(name, t); });
-    act.each([&](const char *name, const TV &t) { v.shape(name, t, {d.B, d.H}); });
+    check_activations(v, act, {d.B, d.H});
     validate_outputs(v, out, cell_grad_shapes(d));
     *dtype = v.dtype();
     return d;
@@ -80,32 +74,18 @@ void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w
                    const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out,
                    const LSTMBlockCellAttrs &attrs) {
     DType dt;
-    const auto d = detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, &out, &dt);
-    const int64_t B = d.B, I = d.I, H = d.H;
-
-    std::vector<float> xw = detail::workspace(B * 4 * H);
-    detail::input_projection(dt, x.data, B, I, H, w.data, b.data, xw.data());
-    Buf xw_buf = Buf::matrix(xw.data(), DType::f32, B, 4 * H, 4 * H);
-    float fb = detail::attr_in_dtype(attrs.forget_bias, dt);
-    float clip = detail::attr_in_dtype(attrs.cell_clip, dt);
-    Buf h_prev_buf(h_prev.data, dt, {B, H}), cs_prev_buf(cs_prev.data, dt, {B, H});
-    Buf w_h = Buf::matrix(detail::offset_bytes(w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
-    Buf wci_buf(wci.data, dt, {H}), wcf_buf(wcf.data, dt, {H}), wco_buf(wco.data, dt, {H});
-    Buf out_i(out.i.data, dt, {B, H}), out_cs(out.cs.data, dt, {B, H}), out_f(out.f.data, dt, {B, H});
-    Buf out_o(out.o.data, dt, {B, H}), out_ci(out.ci.data, dt, {B, H}), out_co(out.co.data, dt, {B, H});
-    Buf out_h(out.h.data, dt, {B, H});
-    std::vector<float> gates = detail::workspace(B * 4 * H);
-    Buf gates_buf = Buf::matrix(gates.data(), DType::f32, B, 4 * H, 4 * H);
-    KernelCall(find_kernel("seq_fwd_step", dt, attrs.use_peephole, Layout::icfo))
-        .buffer("gates", gates_buf)
-        .scalar("forget_bias", &fb).scalar("cell_clip", &clip)
-        .buffer("xw", xw_buf).buffer("h_prev", h_prev_buf).buffer("w_h", w_h)
-        .buffer("cs_prev", cs_prev_buf).buffer("wci", wci_buf).buffer("wcf", wcf_buf)
-        .buffer("wco", wco_buf)
-        .buffer("lstm.0", out_i).buffer("lstm.1", out_cs).buffer("lstm.2", out_f)
-        .buffer("lstm.3", out_o).buffer("lstm.4", out_ci).buffer("lstm.5", out_co)
-        .buffer("lstm.6", out_h)
-        .run();
+    detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, &out, &dt);
+    // One cell step is BlockLSTM over one time step: the same input projection, step kernel and
+    // attrs, on [1, ...] views of x and the outputs (the cell's stricter checks ran above).
+    auto one_step = [](const TV &t) {
+        TV v = t;
+        v.shape.insert(v.shape.begin(), 1);
+        return v;
+    };
+    BlockLSTM(1, one_step(x), cs_prev, h_prev, w, wci, wcf, wco, b,
+              {one_step(out.i), one_step(out.cs), one_step(out.f), one_step(out.o),
+               one_step(out.ci), one_step(out.co), one_step(out.h)},
+              BlockLSTMAttrs{attrs.forget_bias, attrs.cell_clip, attrs.use_peephole});
 }
 
 LSTMOutputs<Tensor> LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,

@@ -48,13 +48,8 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
                                       ": expected a cell size of at least 1");
         }
     }
-    v.shape("cs_prev", in.cs_prev, {d.B, d.H});
-    v.shape("h_prev", in.h_prev, {d.B, d.H});
-    v.shape("w", in.w, {d.I + d.H, 4 * d.H});
-    v.shape("wci", in.wci, {d.H});
-    v.shape("wcf", in.wcf, {d.H});
-    v.shape("wco", in.wco, {d.H});
-    v.shape("b", in.b, {4 * d.H});
+    check_state_and_weights(v, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, d.B, d.I,
+                            d.H);
     if (d.L < 0 || d.L > d.T) {
         v.fail_arg("seq_len_max", "is " + std::to_string(d.L) + ": expected a value in [0, " +
                                       std::to_string(d.T) + "] (x has " + std::to_string(d.T) +
@@ -86,9 +81,7 @@ SeqDims validate_grad(const char *op, const SeqInputs &in, const SeqActivations 
                       const BlockLSTMGradOutputs<TV> *out, DType *dtype) {
     Validator v(op);
     SeqDims d = validate_sequence_inputs(v, in, true);
-    act.each([&](const char *name, const TV &t) { v.rank(name, t, 3); });
-    act.each([&](const char *name, const TV &t) { v.tensor(name, t); });
-    act.each([&](const char *name, const TV &t) { v.shape(name, t, {d.T, d.B, d.H}); });
+    check_activations(v, act, {d.T, d.B, d.H});
     validate_outputs(v, out, grad_shapes(d));
     *dtype = v.dtype();
     return d;

@@ -20,6 +20,19 @@ void check_inputs(Validator &v, std::initializer_list<InputArg> inputs) {
     for (const InputArg &a : inputs) v.tensor(a.name, a.tensor);
 }
 
+void check_state_and_weights(const Validator &v, const TensorView &cs_prev,
+                             const TensorView &h_prev, const TensorView &w, const TensorView &wci,
+                             const TensorView &wcf, const TensorView &wco, const TensorView &b,
+                             int64_t B, int64_t I, int64_t H) {
+    v.shape("cs_prev", cs_prev, {B, H});
+    v.shape("h_prev", h_prev, {B, H});
+    v.shape("w", w, {I + H, 4 * H});
+    v.shape("wci", wci, {H});
+    v.shape("wcf", wcf, {H});
+    v.shape("wco", wco, {H});
+    v.shape("b", b, {4 * H});
+}
+
 void Validator::fail(const std::string &what) const { throw Error(std::string(op_) + ": " + what); }
 
 void Validator::fail_arg(const char *arg, const std::string &what) const {
