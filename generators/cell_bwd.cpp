@@ -2,7 +2,7 @@
 // and dh = h_grad, writing cs_prev_grad, dicfo and (with peepholes) the batch sums of the
 // peephole gradients. x, h_prev, w and b take no part in the math; the runtime validates them.
 #include "generators/common.h"
-#include "schedules/cpu.h"
+#include "schedules/schedule.h"
 
 namespace blocklstm::gen {
 
@@ -48,9 +48,9 @@ public:
 
         const Target target = get_target();
         cell.compute_root();
-        schedules::schedule_elementwise_cpu(cell, j, n, target);
-        schedules::schedule_gate_blocks_cpu(*dicfo, j, g, n, target);
-        schedules::schedule_elementwise_cpu(*cs_prev_grad, j, n, target);
+        schedules::schedule_elementwise(cell, j, n, target);
+        schedules::schedule_gate_blocks(*dicfo, j, g, n, target);
+        schedules::schedule_elementwise(*cs_prev_grad, j, n, target);
 
         if (use_peephole) {
             RDom rows(0, cs_prev->dim(1).extent(), "rows");
@@ -60,7 +60,7 @@ public:
             Func sums = peephole_sums(terms, j);
             (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
                                          cast(t, sums(j)[2]));
-            schedules::schedule_column_sum_cpu(sums, j, {rows.x}, target);
+            schedules::schedule_column_sum(sums, j, {rows.x}, target);
         }
     }
 };

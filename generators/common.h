@@ -39,7 +39,8 @@ inline Func peephole_sums(const PeepholeGradTerms &terms, const Var &j) {
 }
 
 // sum(x, y) = init(x, y) + sum_k a(k, y) * b(x, k), accumulated in float32, with the reduction
-// blocked: part(x, y, kb) is the product over one block of k_block steps of k, so a register tile
+// blocked: part(x, y, kb) is the product over one block of k_block steps of k (k_block 0: one
+// block of all of k), so a register tile
 // of part and the packed operand panels of one block stay in L1 (DESIGN.md §4: packing and cache
 // blocking of K are where the other half of GEMM speed lives). The panels are float32 views of a
 // and b, both zero past the last k, so a partial last block adds exact zeros (never inf * 0).
@@ -59,8 +60,9 @@ inline MatrixProduct matrix_product(const std::string &name,
                                     std::optional<Func> sum = std::nullopt) {
     // depth in equal blocks of at most k_block steps (the last one is padded by less than one
     // step per block): H = 128 runs one block of 128, not a block of k_block half zeros.
-    Expr num_blocks = (depth + (k_block - 1)) / k_block;  // Halide: x / 0 == 0 for depth == 0
-    Expr block_size = (depth + num_blocks - 1) / num_blocks;
+    // k_block 0: all of depth in one block.
+    Expr num_blocks = k_block > 0 ? (depth + (k_block - 1)) / k_block : Expr(1);  // x / 0 == 0
+    Expr block_size = k_block > 0 ? (depth + num_blocks - 1) / num_blocks : depth;
     MatrixProduct p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"),
                     Func(name + "_a_panel"), Func(name + "_b_panel"),
                     RDom(0, block_size, name + "_k"), RDom(0, num_blocks, name + "_kb")};

@@ -5,7 +5,7 @@
 // The float32 side is the runtime's workspace (projections, gate gradients); float16 variants
 // round once, when c is stored.
 #include "generators/common.h"
-#include "schedules/cpu.h"
+#include "schedules/schedule.h"
 
 namespace blocklstm::gen {
 
@@ -37,6 +37,7 @@ public:
         const bool transpose_a = form == GemmForm::tn;
         Expr rows = c->dim(1).extent(), cols = c->dim(0).extent();
         Expr depth = transpose_a ? a->dim(1).extent() : a->dim(0).extent();
+        const auto batched = schedules::GemmFuncs::Shape::batched;
         // A float32 c is the accumulator itself; a float16 c is one rounding of it.
         const bool c_is_f32 = c->types()[0] == Float(32);
         MatrixProduct p = matrix_product(
@@ -44,14 +45,15 @@ public:
             [&](Expr k, Expr yy) { return transpose_a ? (*a)(yy, k) : (*a)(k, yy); },
             [&](Expr xx, Expr k) { return (*b)(xx, k); },
             [&](Expr xx, Expr) { return bias ? f32((*bias)(xx)) : Expr(0.0f); },
-            rows, cols, depth, schedules::gemm_k_block(get_target()), x, y,
+            rows, cols, depth, schedules::matrix_product_k_block(batched, get_target()), x, y,
             c_is_f32 ? std::optional<Func>(Func(*c)) : std::nullopt);
         if (!c_is_f32) (*c)(x, y) = cast(c->types()[0], p.sum(x, y));
 
         const Target t = get_target();
-        schedules::schedule_gemm_cpu({p.sum, p.part, p.a_panel, p.b_panel, x, y,
-                                      p.k_in_block.x, p.blocks.x, c_is_f32, /*pack_a=*/true}, t);
-        if (!c_is_f32) schedules::schedule_elementwise_cpu(*c, x, y, t);
+        schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
+                                  p.blocks.x, c_is_f32, batched},
+                                 t);
+        if (!c_is_f32) schedules::schedule_elementwise(*c, x, y, t);
     }
 };
 

@@ -4,7 +4,7 @@
 //                  (cs_prev_t = cs_prev at t = 0, else cs[t-1]; only with peepholes)
 //   cs_prev_grad = the final cell-state carry, rounded to dtype.
 #include "generators/common.h"
-#include "schedules/cpu.h"
+#include "schedules/schedule.h"
 
 namespace blocklstm::gen {
 
@@ -40,10 +40,10 @@ public:
         bias_sum(x) = 0.0f;
         bias_sum(x) += (*dgates)(x, rows);
         (*b_grad)(x) = cast(t, bias_sum(x));
-        schedules::schedule_column_sum_cpu(bias_sum, x, {rows.x}, target);
+        schedules::schedule_column_sum(bias_sum, x, {rows.x}, target);
 
         (*cs_prev_grad)(j, n) = cast(t, (*dcs_carry)(j, n));
-        schedules::schedule_elementwise_cpu(*cs_prev_grad, j, n, target);
+        schedules::schedule_elementwise(*cs_prev_grad, j, n, target);
 
         if (use_peephole) {
             Expr H = cs->dim(0).extent(), B = cs->dim(1).extent();
@@ -58,7 +58,7 @@ public:
             Func sums = peephole_sums(terms, j);
             (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
                                          cast(t, sums(j)[2]));
-            schedules::schedule_column_sum_cpu(sums, j, {r.x, r.y}, target);
+            schedules::schedule_column_sum(sums, j, {r.x, r.y}, target);
         }
     }
 };

@@ -4,7 +4,7 @@
 //   cell backward math -> dgates[t] (kept for all t) and the new dcs_carry.
 // Everything else (x_grad, w_grad, b_grad, peephole grads) is batched after the loop.
 #include "generators/common.h"
-#include "schedules/cpu.h"
+#include "schedules/schedule.h"
 
 namespace blocklstm::gen {
 
@@ -47,7 +47,8 @@ public:
             "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
             [&](Expr xx, Expr k) { return (*w_h_t)(xx, k); },
             [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H,
-            schedules::gemm_step_k_block(get_target()), x, y, Func(*dh));
+            schedules::matrix_product_k_block(schedules::GemmFuncs::Shape::step, get_target()),
+            x, y, Func(*dh));
 
         auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, n)); };
         CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),
@@ -61,13 +62,13 @@ public:
         (*dcs_carry_out)(j, n) = cell(j, n)[4];
 
         const Target t = get_target();
-        schedules::schedule_gemm_cpu({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
-                                      p.blocks.x, /*sum_is_output=*/true},
-                                     t);
+        schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
+                                  p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step},
+                                 t);
         // The cell math (no transcendentals) is inlined into both outputs: recomputing it is
         // cheaper than a [5, B, H] buffer written and read back every step.
-        schedules::schedule_gate_blocks_cpu(*dgates, j, g, n, t);
-        schedules::schedule_elementwise_cpu(*dcs_carry_out, j, n, t);
+        schedules::schedule_gate_blocks(*dgates, j, g, n, t);
+        schedules::schedule_elementwise(*dcs_carry_out, j, n, t);
     }
 };
 

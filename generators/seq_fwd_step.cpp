@@ -2,7 +2,7 @@
 // is precomputed for all steps by one gemm (nn_bias); for LSTMBlockCell it is that gemm over one
 // step. Writes the seven outputs i, cs, f, o, ci, co, h of the step.
 #include "generators/common.h"
-#include "schedules/cpu.h"
+#include "schedules/schedule.h"
 
 namespace blocklstm::gen {
 
@@ -40,20 +40,22 @@ public:
             "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
             [&](Expr xx, Expr k) { return (*w_h)(xx, k); },
             [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H,
-            schedules::gemm_step_k_block(get_target()), x, y, Func(*gates));
+            schedules::matrix_product_k_block(schedules::GemmFuncs::Shape::step, get_target()),
+            x, y, Func(*gates));
 
         auto gate = [&](Gate g) { return (*gates)(j + gate_block(layout, g) * H, n); };
         CellForward r = cell_forward(gate(gate_i), gate(gate_c), gate(gate_f), gate(gate_o),
                                      f32((*cs_prev)(j, n)), f32((*wci)(j)), f32((*wcf)(j)),
                                      f32((*wco)(j)), forget_bias, cell_clip, use_peephole);
-        const Type t = dtype;
-        (*lstm)(j, n) = Tuple(cast(t, r.i), cast(t, r.cs), cast(t, r.f), cast(t, r.o),
-                              cast(t, r.ci), cast(t, r.co), cast(t, r.h));
+        const Type ty = dtype;
+        (*lstm)(j, n) = Tuple(cast(ty, r.i), cast(ty, r.cs), cast(ty, r.f), cast(ty, r.o),
+                              cast(ty, r.ci), cast(ty, r.co), cast(ty, r.h));
 
-        schedules::schedule_gemm_cpu({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
-                                      p.blocks.x, /*sum_is_output=*/true},
-                                     get_target());
-        schedules::schedule_elementwise_cpu(*lstm, j, n, get_target());
+        const Target t = get_target();
+        schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
+                                  p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step},
+                                 t);
+        schedules::schedule_elementwise(*lstm, j, n, t);
     }
 };
 

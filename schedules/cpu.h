@@ -20,7 +20,9 @@ struct GemmFuncs {
     Var x, y;
     RVar k, blocks;
     bool sum_is_output = true;
-    bool pack_a = false;  // pack A per row block (GotoBLAS order; parallel over row blocks)
+    // batched: many rows (L*B); A is packed per row block (GotoBLAS order, parallel over row
+    // blocks). step: few rows (B, once per time step); A is read in place.
+    enum class Shape { step, batched } shape = Shape::step;
 };
 
 // Register-blocked, packed, K-blocked GEMM. For each block of k (outermost, so one block's panels
@@ -30,6 +32,7 @@ struct GemmFuncs {
 // broadcasts of a k step) for the batched GEMMs, read in place by the per-step products; the
 // accumulator tile lives in vector registers for the whole block.
 inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
+    const bool pack_a = g.shape == GemmFuncs::Shape::batched;
     const int vec = t.natural_vector_size<float>();
     const int tile_cols = gemm_tile_cols(t);
     const int tile_rows = gemm_tile_rows(t);
@@ -45,7 +48,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
         .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
         .vectorize(xv)
         .unroll(yi);
-    if (g.pack_a) {
+    if (pack_a) {
         // GotoBLAS order: the A panel of a whole row block (96 rows x one k block, 96 KiB, L2)
         // is packed once and reused by every column tile; the row blocks run in parallel.
         // Measured on this machine: transposed-A products 19 -> 31 GFLOP per core-second,
@@ -115,6 +118,17 @@ inline void schedule_column_sum_cpu(Func sum, Var x, const std::vector<RVar> &ro
         .reorder(order)
         .parallel(xo)
         .vectorize(xi, vec, TailStrategy::GuardWithIf);
+}
+
+// A transpose out(x, y) = in(y, x): square tiles of one vector, so both sides are read and
+// written in whole vectors (Halide transposes the tile in registers); row blocks in parallel.
+inline void schedule_transpose_cpu(Func out, Var x, Var y, const Target &t) {  // staged: inlined
+    const int vec = t.natural_vector_size<float>();
+    Var xo("xo"), yo("yo"), xi("xi"), yi("yi");
+    out.tile(x, y, xo, yo, xi, yi, vec, vec, TailStrategy::GuardWithIf)
+        .vectorize(xi)
+        .unroll(yi)
+        .parallel(yo);
 }
 
 }  // namespace blocklstm::schedules

@@ -100,9 +100,30 @@ inline ::testing::AssertionResult close(const std::string &name, const Array &ou
            << at << " (ours " << ours.data[at] << ", ref " << want.data[at] << ") > " << tol << " * "
            << scale << " = " << tol * scale;
 }
+// A host copy of a tensor on any device.
+inline Tensor on_host(const TensorView &t) {
+    Tensor h(t.dtype, t.shape);
+    blocklstm::copy(t, h);
+    return h;
+}
+inline Tensor on_device(const TensorView &t, blocklstm::Device device) {
+    Tensor d(t.dtype, t.shape, device);
+    blocklstm::copy(t, d);
+    return d;
+}
+
 inline ::testing::AssertionResult close(const std::string &name, const TensorView &ours, const Array &want,
                                         double tol) {
+    if (ours.device != blocklstm::Device::cpu) return close(name, ref::to_array(on_host(ours)), want, tol);
     return close(name, ref::to_array(ours), want, tol);
+}
+
+// The GPU tests: true (with the reason printed) where they cannot run.
+inline bool skip_without_cuda() {
+    if (blocklstm::cuda_device_count() > 0) return false;
+    std::cout << (blocklstm::cuda_built() ? "[SKIP] no CUDA device" : "[SKIP] built without CUDA")
+              << std::endl;
+    return true;
 }
 
 // Bitwise equality of two host tensors.
@@ -179,14 +200,19 @@ inline Problem make_problem(uint64_t seed, const Shape &s, DType dtype, bool cel
     return p;
 }
 
-// The library's tensors of a problem's inputs.
+// The library's tensors of a problem's inputs, on the CPU or copied to a CUDA device.
 struct Inputs {
     Tensor x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad, h_grad;
-    explicit Inputs(const Problem &p)
+    explicit Inputs(const Problem &p, blocklstm::Device device = blocklstm::Device::cpu)
         : x(p.t(p.x)), cs_prev(p.t(p.cs_prev)), h_prev(p.t(p.h_prev)), w(p.t(p.w)), wci(p.t(p.wci)),
           wcf(p.t(p.wcf)), wco(p.t(p.wco)), b(p.t(p.b)), i(p.t(p.fwd.i)), cs(p.t(p.fwd.cs)),
           f(p.t(p.fwd.f)), o(p.t(p.fwd.o)), ci(p.t(p.fwd.ci)), co(p.t(p.fwd.co)), h(p.t(p.fwd.h)),
-          cs_grad(p.t(p.cs_grad)), h_grad(p.t(p.h_grad)) {}
+          cs_grad(p.t(p.cs_grad)), h_grad(p.t(p.h_grad)) {
+        if (device == blocklstm::Device::cpu) return;
+        for (Tensor *t : {&x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b, &i, &cs, &f, &o, &ci, &co, &h,
+                          &cs_grad, &h_grad})
+            *t = on_device(*t, device);
+    }
 };
 
 // The reference's answers for a problem.

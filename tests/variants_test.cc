@@ -1,12 +1,15 @@
 // Every line of the variant table (runtime/kernels.inc) against the float64 reference, through
 // the ops that run it, over a list of shapes around the kernels' tile sizes.
 #include <map>
+#include <memory>
 #include <set>
 
 #include "test_util.h"
 
 namespace blt {
 namespace {
+
+using blocklstm::Device;
 
 struct Variant {
     std::string family, backend, dtype, flags, layout;
@@ -76,7 +79,7 @@ std::vector<Use> uses(const Variant &v) {
         // LSTMBlockCell is one ICFO forward step.
         if (v.layout != "ifco") u.push_back({Op::cell, peep, Layout::icfo});
     }
-    if (v.family == "seq_bwd_step" || v.family == "seq_bwd_reduce")
+    if (v.family == "seq_bwd_step" || v.family == "seq_bwd_reduce" || v.family == "transpose")
         for (Layout l : layouts) u.push_back({Op::seq_grad, peep, l});
     if (v.family.rfind("gemm_", 0) == 0) {
         // The GEMMs serve the forward input projection and the backward products; run every op
@@ -91,14 +94,48 @@ std::vector<Use> uses(const Variant &v) {
     return u;
 }
 
-void run_use(const Use &u, DType dtype, const Shape &s, uint64_t seed) {
+// The library's outputs as reference arrays (host copies).
+ref::LSTMOut as_ref(const blocklstm::LSTMOutputs<Tensor> &o) {
+    auto a = [](const Tensor &t) { return ref::to_array(on_host(t)); };
+    return {a(o.i), a(o.cs), a(o.f), a(o.o), a(o.ci), a(o.co), a(o.h)};
+}
+ref::SeqGradOut as_ref(const blocklstm::BlockLSTMGradOutputs<Tensor> &o) {
+    auto a = [](const Tensor &t) { return ref::to_array(on_host(t)); };
+    return {a(o.x_grad),   a(o.cs_prev_grad), a(o.h_prev_grad), a(o.w_grad),
+            a(o.wci_grad), a(o.wcf_grad),     a(o.wco_grad),    a(o.b_grad)};
+}
+ref::CellGradOut as_ref(const blocklstm::LSTMBlockCellGradOutputs<Tensor> &o) {
+    auto a = [](const Tensor &t) { return ref::to_array(on_host(t)); };
+    return {a(o.cs_prev_grad), a(o.dicfo), a(o.wci_grad), a(o.wcf_grad), a(o.wco_grad)};
+}
+
+// One op on `device` against the float64 reference; a CUDA run also against the CPU result on
+// the same inputs (both within the tolerance of the reference, so within it of each other).
+void run_use(const Use &u, DType dtype, const Shape &s, uint64_t seed, Device device) {
     const Problem p = make_problem(seed, s, dtype, u.op == Op::cell || u.op == Op::cell_grad, u.peephole, u.layout);
-    const Inputs in(p);
+    const Inputs in(p, device);
+    const bool cuda = device == Device::cuda;
+    std::unique_ptr<Inputs> host = cuda ? std::make_unique<Inputs>(p) : nullptr;
     switch (u.op) {
     case Op::cell:
-    case Op::seq: expect_fwd(run_fwd(p, in), p.fwd, fwd_tol(dtype)); break;
-    case Op::cell_grad: expect_cell_grad(run_cell_grad(p, in), ref_cell_grad(p), grad_tol(dtype)); break;
-    case Op::seq_grad: expect_seq_grad(run_seq_grad(p, in), ref_seq_grad(p), grad_tol(dtype)); break;
+    case Op::seq: {
+        const auto ours = run_fwd(p, in);
+        expect_fwd(ours, p.fwd, fwd_tol(dtype));
+        if (cuda) { SCOPED_TRACE("cuda vs cpu"); expect_fwd(ours, as_ref(run_fwd(p, *host)), fwd_tol(dtype)); }
+        break;
+    }
+    case Op::cell_grad: {
+        const auto ours = run_cell_grad(p, in);
+        expect_cell_grad(ours, ref_cell_grad(p), grad_tol(dtype));
+        if (cuda) { SCOPED_TRACE("cuda vs cpu"); expect_cell_grad(ours, as_ref(run_cell_grad(p, *host)), grad_tol(dtype)); }
+        break;
+    }
+    case Op::seq_grad: {
+        const auto ours = run_seq_grad(p, in);
+        expect_seq_grad(ours, ref_seq_grad(p), grad_tol(dtype));
+        if (cuda) { SCOPED_TRACE("cuda vs cpu"); expect_seq_grad(ours, as_ref(run_seq_grad(p, *host)), grad_tol(dtype)); }
+        break;
+    }
     }
 }
 
@@ -106,25 +143,35 @@ class Variants : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(Variants, MatchesReference) {
     const Variant &v = GetParam();
-    if (v.backend != "cpu") GTEST_SKIP() << v.name() << ": device variants need device tensors";
+    const Device device = v.backend == "cuda" ? Device::cuda : Device::cpu;
+    if (device == Device::cuda && skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
     const DType dtype = v.dtype == "f16" ? DType::f16 : DType::f32;
     const auto us = uses(v);
     ASSERT_FALSE(us.empty()) << "no op is known to run kernel family '" << v.family << "'";
-    for (const Use &u : us) {
-        for (std::size_t k = 0; k < shapes().size(); ++k) {
-            const Shape &s = shapes()[k];
-            std::ostringstream what;
-            what << v.name() << "/" << op_name(u) << (u.peephole ? "/peephole" : "/plain") << "/shape" << k;
-            SCOPED_TRACE(op_name(u) + std::string(u.peephole ? " peephole " : " plain ") + describe(s));
-            BLT_SEED(seed, what.str());
-            try {
-                run_use(u, dtype, s, seed);
-            } catch (const std::exception &e) {  // report, and go on with the other shapes
-                ADD_FAILURE() << "exception: " << e.what();
+    // On CUDA the batched products run on cuBLAS by default; the GEMM kernels' own variants also
+    // run with cuBLAS off, so the Halide GEMM kernels are tested on the GPU too.
+    std::vector<blocklstm::CudaGemm> gemms{blocklstm::CudaGemm::cublas};
+    if (device == Device::cuda && v.family.rfind("gemm_", 0) == 0) gemms.push_back(blocklstm::CudaGemm::halide);
+    for (blocklstm::CudaGemm gemm : gemms) {
+        blocklstm::set_cuda_gemm(gemm);
+        for (const Use &u : us) {
+            for (std::size_t k = 0; k < shapes().size(); ++k) {
+                const Shape &s = shapes()[k];
+                std::ostringstream what;
+                what << v.name() << "/" << op_name(u) << (u.peephole ? "/peephole" : "/plain") << "/shape" << k;
+                SCOPED_TRACE(op_name(u) + std::string(u.peephole ? " peephole " : " plain ") + describe(s) +
+                             (gemm == blocklstm::CudaGemm::halide ? " (Halide GEMMs)" : ""));
+                BLT_SEED(seed, what.str());
+                try {
+                    run_use(u, dtype, s, seed, device);
+                } catch (const std::exception &e) {  // report, and go on with the other shapes
+                    ADD_FAILURE() << "exception: " << e.what();
+                }
+                if (::testing::Test::HasFatalFailure()) break;
             }
-            if (::testing::Test::HasFatalFailure()) return;
         }
     }
+    blocklstm::set_cuda_gemm(blocklstm::CudaGemm::cublas);
 }
 
 INSTANTIATE_TEST_SUITE_P(KernelsInc, Variants, ::testing::ValuesIn(table()),

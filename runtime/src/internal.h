@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -15,28 +16,88 @@ namespace blocklstm::detail {
 
 enum class Layout { icfo, ifco };
 
+// ---- Where a call runs ---------------------------------------------------------------------------
+
+// The device of one op call and what it needs there. CPU: nothing. CUDA: the primary context of
+// the device that holds the call's tensors is made current for the Exec's life, kernels and copies
+// go on this thread's stream (set_cuda_stream), and the Halide kernels receive both through their
+// user_context. Declare an Exec before any Scratch of the call, so the scratch is freed first.
+class Exec {
+public:
+    // `any_tensor`: a pointer into the call's memory (CUDA: it selects the device).
+    Exec(Device device, const void *any_tensor);
+    ~Exec();
+    Exec(const Exec &) = delete;
+    Exec &operator=(const Exec &) = delete;
+
+    Device device() const { return device_; }
+    // The Halide user_context of a CUDA kernel: a pointer to the (context, stream) pair.
+    void *user_context() { return &cuda_; }
+    void *context() const { return cuda_.context; }
+    void *stream() const { return cuda_.stream; }
+
+    // Memory on the call's device: zeroing and copying (CUDA: asynchronous, on the stream).
+    void zero_bytes(void *data, int64_t bytes) const;
+    void copy_bytes(void *dst, const void *src, int64_t bytes) const;
+    void fill_ones(void *data, DType dtype, int64_t count) const;  // count elements of 1.0
+
+    struct CudaCall {
+        void *context = nullptr;  // CUcontext
+        void *stream = nullptr;   // CUstream
+    };
+
+private:
+    Device device_;
+    CudaCall cuda_;
+};
+
+// Scratch memory of one call on its device (CUDA: stream-ordered, cuMemAllocAsync /
+// cuMemFreeAsync on the call's stream, so it is reused from the driver's pool and needs no
+// synchronisation). Zero-initialised.
+class Scratch {
+public:
+    Scratch(Exec &exec, int64_t bytes);
+    ~Scratch();
+    Scratch(const Scratch &) = delete;
+    Scratch &operator=(const Scratch &) = delete;
+    Scratch(Scratch &&other) noexcept;
+
+    void *data() const { return data_; }
+    float *floats() const { return static_cast<float *>(data_); }
+
+private:
+    Exec *exec_;
+    void *data_ = nullptr;
+    std::vector<std::byte> host_;
+};
+
 // ---- Halide buffers over caller memory ----------------------------------------------------------
 
-// A halide_buffer_t over host memory. Shapes are given outermost first, as TF writes them; the
-// Halide dimensions are innermost first. The object is self-contained (owns its dims array), so
-// the time loops move one along a sequence by changing `host` only.
+// A halide_buffer_t over host memory (Device::cpu) or over CUDA device memory (Device::cuda: the
+// pointer is wrapped as the buffer's device allocation; there is no host copy, and Halide never
+// copies: the buffers are neither host- nor device-dirty). Shapes are given outermost first, as TF
+// writes them; the Halide dimensions are innermost first. The object is self-contained (owns its
+// dims array), so the time loops move one along a sequence by changing the data pointer only.
 class Buf {
 public:
     // Dense row-major tensor of the given shape.
-    Buf(void *data, DType dtype, std::initializer_list<int64_t> shape);
+    Buf(Device device, void *data, DType dtype, std::initializer_list<int64_t> shape);
     // Row-major matrix with a row stride (in elements), e.g. a column block of a wider matrix.
-    static Buf matrix(void *data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride);
+    static Buf matrix(Device device, void *data, DType dtype, int64_t rows, int64_t cols,
+                      int64_t row_stride);
     // [rows, 4H] viewed as (unit j, gate block, row): what the gate-gradient kernels write.
-    static Buf gate_blocks(void *data, DType dtype, int64_t rows, int64_t cell_size);
+    static Buf gate_blocks(Device device, void *data, DType dtype, int64_t rows, int64_t cell_size);
 
     halide_buffer_t *get() { return &buf_; }
-    void set_host(void *data) { buf_.host = static_cast<uint8_t *>(data); }  // non-null
+    void set_data(void *data);  // non-null
 
     Buf(const Buf &other);
     Buf &operator=(const Buf &other);
 
 private:
     Buf() = default;
+    void init(Device device, void *data, DType dtype);
+    Device device_ = Device::cpu;
     halide_buffer_t buf_{};
     halide_dimension_t dims_[4]{};
 };
@@ -58,8 +119,10 @@ struct KernelEntry {
     const halide_filter_metadata_t *(*metadata)();
 };
 
-// The kernel of `family` for these flags (layout ignored for "any" kernels). Throws if absent.
-const KernelEntry &find_kernel(const char *family, DType dtype, bool peephole, Layout layout);
+// The kernel of `family` for this backend and flags (layout ignored for "any" kernels). Throws if
+// absent (e.g. a CUDA call in a build without BLOCKLSTM_CUDA).
+const KernelEntry &find_kernel(const char *family, Device backend, DType dtype, bool peephole,
+                               Layout layout);
 
 // One call of a kernel with its arguments bound by name (the generator's input/output names;
 // Tuple outputs as "name.0", "name.1", ...). Binding is checked against the kernel's metadata, so
@@ -67,7 +130,8 @@ const KernelEntry &find_kernel(const char *family, DType dtype, bool peephole, L
 // be run many times; the bound buffers may be moved (Buf::set_host) between runs.
 class KernelCall {
 public:
-    explicit KernelCall(const KernelEntry &kernel);
+    // CUDA kernels take the Exec's user_context (context and stream).
+    KernelCall(const KernelEntry &kernel, Exec &exec);
     KernelCall &buffer(const char *name, Buf &buf);
     KernelCall &scalar(const char *name, float *value);
     void run();
@@ -77,6 +141,7 @@ private:
     const KernelEntry &kernel_;
     std::vector<std::string> names_;
     std::vector<void *> args_;
+    void *user_context_ = nullptr;
 };
 
 // ---- Validation -------------------------------------------------------------------------------------
@@ -100,6 +165,8 @@ public:
     // No output may overlap an input or another output.
     void no_overlaps() const;
     DType dtype() const { return dtype_; }
+    Device device() const { return device_; }
+    const void *first_data() const { return first_data_; }  // a pointer on the call's device
 
 private:
     struct Range {
@@ -109,6 +176,9 @@ private:
     };
     const char *op_;
     DType dtype_ = DType::f32;
+    Device device_ = Device::cpu;
+    int cuda_ordinal_ = -1;
+    const void *first_data_ = nullptr;
     bool have_dtype_ = false;
     std::vector<Range> ranges_;
 };
@@ -179,12 +249,13 @@ void validate_outputs(Validator &v, const Outputs *out,
     v.no_overlaps();
 }
 
-// An owning bundle of zeroed tensors of `shapes` (in output order), and views of one.
+// An owning bundle of zeroed tensors of `shapes` (in output order) on `device`, and views of one.
 template <template <typename> class Bundle>
-Bundle<Tensor> allocate_outputs(DType dtype, const std::vector<std::vector<int64_t>> &shapes) {
+Bundle<Tensor> allocate_outputs(DType dtype, Device device,
+                                const std::vector<std::vector<int64_t>> &shapes) {
     Bundle<Tensor> out;
     std::size_t k = 0;
-    each_output(out, [&](const char *, Tensor &t) { t = Tensor(dtype, shapes[k++]); });
+    each_output(out, [&](const char *, Tensor &t) { t = Tensor(dtype, shapes[k++], device); });
     return out;
 }
 template <template <typename> class Bundle>
@@ -208,16 +279,39 @@ void check_int32_extent(const Validator &v, const char *arg, const char *what, i
 // element type first, so float16 ops use the half-rounded value.
 float attr_in_dtype(float value, DType dtype);
 
-// xw[rows, 4H] = x[rows, I] . w[0:I, :] + b in float32 (gemm_nn_bias): the input projection of
-// every step of a sequence at once (rows = L*B), or of one cell step (rows = B).
-void input_projection(DType dtype, const void *x, int64_t rows, int64_t input_size,
+// xw[rows, 4H] = x[rows, I] . w[0:I, :] + b in float32: the input projection of every step of a
+// sequence at once (rows = L*B), or of one cell step (rows = B).
+void input_projection(Exec &exec, DType dtype, const void *x, int64_t rows, int64_t input_size,
                       int64_t cell_size, const void *w, const void *b, float *xw);
 
-// Zero a whole output; zero steps [from, T) of a [T, ...] output.
-void zero(const TensorView &t);
-void zero_steps(const TensorView &t, int64_t from);
+// A row-major matrix operand of a batched product: `data` holds the operand (rows x cols, row
+// stride ld) or, when `transposed`, its transpose (cols x rows, row stride ld).
+struct Operand {
+    const void *data;
+    DType dtype;
+    int64_t ld;
+    bool transposed = false;
+};
 
-// Host workspace for the f32 intermediates of one call.
-std::vector<float> workspace(int64_t elements);
+// c[M,N] (row-major, row stride ldc, dtype c_dtype) = a[M,K] . b[K,N] + beta * c through cuBLAS
+// (float32 accumulation; float32 without TF32). Returns false, doing nothing, where cuBLAS is not
+// in use (CudaGemm::halide, no library, or operand types it cannot take); the caller then runs
+// the Halide GEMM kernel.
+bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, const Operand &b,
+                 void *c, DType c_dtype, int64_t ldc, float beta);
+
+// Zero a whole output; zero steps [from, T) of a [T, ...] output (on the call's device).
+void zero(const Exec &exec, const TensorView &t);
+void zero_steps(const Exec &exec, const TensorView &t, int64_t from);
+
+// CUDA internals (runtime/src/device.cpp).
+namespace cuda {
+// The device ordinal holding `ptr`, or -1 with `why` set when it is not CUDA device memory.
+int device_of(const void *ptr, std::string *why);
+// Halide's CUDA device interface (throws in a build without CUDA).
+const halide_device_interface_t *halide_interface();
+// Zeroed memory on CUDA device 0, freed (cuMemFree) with the last reference.
+std::shared_ptr<std::byte[]> allocate_zeroed(std::size_t bytes);
+}  // namespace cuda
 
 }  // namespace blocklstm::detail

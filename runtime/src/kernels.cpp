@@ -11,10 +11,20 @@
 #define BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout) \
     family##__##backend##_##dtype##_##flags##_##layout
 
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout)                                 \
-    extern "C" int BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout##_argv)(void **); \
-    extern "C" const halide_filter_metadata_t *BLOCKLSTM_KERNEL_NAME(                           \
-        family, backend, dtype, flags, layout##_metadata)();
+// The table's lines of the backends this build has (CMake builds the cuda lines only with
+// BLOCKLSTM_CUDA).
+#define BLOCKLSTM_IF_BACKEND_cpu(...) __VA_ARGS__
+#if BLOCKLSTM_WITH_CUDA
+#define BLOCKLSTM_IF_BACKEND_cuda(...) __VA_ARGS__
+#else
+#define BLOCKLSTM_IF_BACKEND_cuda(...)
+#endif
+
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout)                                  \
+    BLOCKLSTM_IF_BACKEND_##backend(                                                              \
+        extern "C" int BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout##_argv)(void **); \
+        extern "C" const halide_filter_metadata_t *BLOCKLSTM_KERNEL_NAME(                        \
+            family, backend, dtype, flags, layout##_metadata)();)
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
 
@@ -24,14 +34,15 @@ namespace {
 
 const KernelEntry kernel_table[] = {
 #define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout)                                 \
-    {#family "__" #backend "_" #dtype "_" #flags "_" #layout,                                   \
-     #family,                                                                                   \
-     Device::backend,                                                                           \
-     DType::dtype,                                                                              \
-     std::string_view(#flags) == "peephole",                                                    \
-     #layout,                                                                                   \
-     &BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout##_argv),                      \
-     &BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout##_metadata)},
+    BLOCKLSTM_IF_BACKEND_##backend(                                                             \
+        {#family "__" #backend "_" #dtype "_" #flags "_" #layout,                               \
+         #family,                                                                               \
+         Device::backend,                                                                       \
+         DType::dtype,                                                                          \
+         std::string_view(#flags) == "peephole",                                                \
+         #layout,                                                                               \
+         &BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout##_argv),                  \
+         &BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout##_metadata)},)
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
 };
@@ -66,7 +77,7 @@ std::string ops_of(const KernelEntry &k) {
         add(v2, "BlockLSTMV2");
     }
     if (family == "seq_bwd_step" || family == "seq_bwd_reduce" || family == "gemm_nn" ||
-        family == "gemm_tn") {
+        family == "gemm_tn" || family == "transpose") {
         add(v1, "BlockLSTMGrad");
         add(v2, "BlockLSTMGradV2");
     }
@@ -88,24 +99,43 @@ std::string normalized_argument_name(const char *name) {
 
 }  // namespace
 
-const KernelEntry &find_kernel(const char *family, DType dtype, bool peephole, Layout layout) {
+const KernelEntry &find_kernel(const char *family, Device backend, DType dtype, bool peephole,
+                               Layout layout) {
     for (const KernelEntry &k : kernel_table) {
-        if (std::strcmp(k.family, family) == 0 && k.dtype == dtype && k.peephole == peephole &&
+        if (std::strcmp(k.family, family) == 0 && k.backend == backend && k.dtype == dtype &&
+            k.peephole == peephole &&
             (std::strcmp(k.layout, "any") == 0 || std::strcmp(k.layout, layout_name(layout)) == 0)) {
             return k;
         }
     }
-    throw Error(std::string("blocklstm: no compiled kernel ") + family + " for " + to_string(dtype) +
-                (peephole ? " peephole " : " plain ") + layout_name(layout) +
-                " (runtime/kernels.inc)");
+    throw Error(std::string("blocklstm: no compiled kernel ") + family + " for " +
+                to_string(backend) + " " + to_string(dtype) + (peephole ? " peephole " : " plain ") +
+                layout_name(layout) +
+                (backend == Device::cuda && !BLOCKLSTM_WITH_CUDA
+                     ? " (this build has no CUDA kernels: configure with -DBLOCKLSTM_CUDA=ON)"
+                     : " (runtime/kernels.inc)"));
 }
 
-KernelCall::KernelCall(const KernelEntry &kernel) : kernel_(kernel) {
+KernelCall::KernelCall(const KernelEntry &kernel, Exec &exec) : kernel_(kernel) {
+    if (kernel.backend != exec.device()) {
+        throw Error(std::string("blocklstm internal error: kernel ") + kernel.name + " run on " +
+                    to_string(exec.device()) + " tensors");
+    }
     const halide_filter_metadata_t *md = kernel.metadata();
     for (int i = 0; i < md->num_arguments; ++i) {
         names_.push_back(normalized_argument_name(md->arguments[i].name));
     }
     args_.assign(names_.size(), nullptr);
+    // CUDA kernels are compiled with user_context: the context and stream of this call.
+    user_context_ = exec.user_context();
+    bool has_user_context = false;
+    for (std::size_t i = 0; i < names_.size(); ++i) {
+        if (names_[i] == "__user_context") args_[i] = &user_context_, has_user_context = true;
+    }
+    if (kernel.backend == Device::cuda && !has_user_context) {
+        throw Error(std::string("blocklstm internal error: CUDA kernel ") + kernel.name +
+                    " was compiled without user_context (BLOCKLSTM_CUDA_TARGET)");
+    }
 }
 
 int KernelCall::index_of(const char *name, bool is_buffer) const {
@@ -159,7 +189,7 @@ std::vector<KernelInfo> kernels() {
         info.dtype = k.dtype;
         info.peephole = k.peephole;
         info.layout = k.layout;
-        info.targets = BLOCKLSTM_CPU_TARGETS;
+        info.targets = k.backend == Device::cuda ? BLOCKLSTM_CUDA_TARGET : BLOCKLSTM_CPU_TARGETS;
         out.push_back(std::move(info));
     }
     return out;

@@ -44,21 +44,24 @@ std::vector<std::vector<int64_t>> cell_grad_shapes(const CellDims &d) {
     return {{d.B, d.H}, {d.B, 4 * d.H}, {d.H}, {d.H}, {d.H}};
 }
 
-CellDims validate_cell(const CellInputs &in, const LSTMOutputs<TV> *out, DType *dtype) {
+CellDims validate_cell(const CellInputs &in, const LSTMOutputs<TV> *out, DType *dtype,
+                       Device *device) {
     Validator v("LSTMBlockCell");
     CellDims d = validate_cell_inputs(v, in);
     validate_outputs(v, out, std::vector<std::vector<int64_t>>(7, {d.B, d.H}));
-    *dtype = v.dtype();
+    *dtype = v.dtype(), *device = v.device();
     return d;
 }
 
 CellDims validate_cell_grad(const CellInputs &in, const CellActivations &act,
-                            const LSTMBlockCellGradOutputs<TV> *out, DType *dtype) {
+                            const LSTMBlockCellGradOutputs<TV> *out, DType *dtype, Device *device,
+                            const void **some_data = nullptr) {
     Validator v("LSTMBlockCellGrad");
     CellDims d = validate_cell_inputs(v, in);
     check_activations(v, act, {d.B, d.H});
     validate_outputs(v, out, cell_grad_shapes(d));
-    *dtype = v.dtype();
+    *dtype = v.dtype(), *device = v.device();
+    if (some_data) *some_data = v.first_data();
     return d;
 }
 
@@ -74,7 +77,8 @@ void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w
                    const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out,
                    const LSTMBlockCellAttrs &attrs) {
     DType dt;
-    detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, &out, &dt);
+    Device dev;
+    detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, &out, &dt, &dev);
     // One cell step is BlockLSTM over one time step: the same input projection, step kernel and
     // attrs, on [1, ...] views of x and the outputs (the cell's stricter checks ran above).
     auto one_step = [](const TV &t) {
@@ -92,9 +96,10 @@ LSTMOutputs<Tensor> LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_pr
                                   const TV &wci, const TV &wcf, const TV &wco, const TV &b,
                                   const LSTMBlockCellAttrs &attrs) {
     DType dt;
-    const auto d = detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, nullptr, &dt);
+    Device dev;
+    const auto d = detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, nullptr, &dt, &dev);
     auto out = detail::allocate_outputs<LSTMOutputs>(
-        dt, std::vector<std::vector<int64_t>>(7, {d.B, d.H}));
+        dt, dev, std::vector<std::vector<int64_t>>(7, {d.B, d.H}));
     LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b, detail::views(out), attrs);
     return out;
 }
@@ -105,19 +110,26 @@ void LSTMBlockCellGrad(const TV &x, const TV &cs_prev, const TV &h_prev, const T
                        const TV &h_grad, const LSTMBlockCellGradOutputs<TV> &out,
                        const GradAttrs &attrs) {
     DType dt;
+    Device dev;
+    const void *some_data;
     const auto d = detail::validate_cell_grad({x, cs_prev, h_prev, w, wci, wcf, wco, b},
-                                              {i, cs, f, o, ci, co, cs_grad, h_grad}, &out, &dt);
+                                              {i, cs, f, o, ci, co, cs_grad, h_grad}, &out, &dt,
+                                              &dev, &some_data);
     const int64_t B = d.B, H = d.H;
-    auto rows_by_units = [&](const TV &t) { return Buf(t.data, dt, {B, H}); };
-    Buf buf_cs_prev = rows_by_units(cs_prev), buf_i = rows_by_units(i), buf_cs = rows_by_units(cs), buf_f = rows_by_units(f), buf_o = rows_by_units(o);
-    Buf buf_ci = rows_by_units(ci), buf_co = rows_by_units(co), buf_cs_grad = rows_by_units(cs_grad), buf_h_grad = rows_by_units(h_grad);
-    Buf buf_wci(wci.data, dt, {H}), buf_wcf(wcf.data, dt, {H}), buf_wco(wco.data, dt, {H});
+    const detail::KernelEntry &kernel = find_kernel("cell_bwd", dev, dt, attrs.use_peephole, Layout::icfo);
+    detail::Exec exec(dev, some_data);
+    auto rows_by_units = [&](const TV &t) { return Buf(dev, t.data, dt, {B, H}); };
+    auto units = [&](const TV &t) { return Buf(dev, t.data, dt, {H}); };
+    Buf buf_cs_prev = rows_by_units(cs_prev), buf_i = rows_by_units(i), buf_cs = rows_by_units(cs);
+    Buf buf_f = rows_by_units(f), buf_o = rows_by_units(o), buf_ci = rows_by_units(ci);
+    Buf buf_co = rows_by_units(co), buf_cs_grad = rows_by_units(cs_grad), buf_h_grad = rows_by_units(h_grad);
+    Buf buf_wci = units(wci), buf_wcf = units(wcf), buf_wco = units(wco);
     Buf buf_cs_prev_grad = rows_by_units(out.cs_prev_grad);
-    Buf buf_dicfo = Buf::gate_blocks(out.dicfo.data, dt, B, H);
-    Buf buf_wci_grad(out.wci_grad.data, dt, {H}), buf_wcf_grad(out.wcf_grad.data, dt, {H});
-    Buf buf_wco_grad(out.wco_grad.data, dt, {H});
+    Buf buf_dicfo = Buf::gate_blocks(dev, out.dicfo.data, dt, B, H);
+    Buf buf_wci_grad = units(out.wci_grad), buf_wcf_grad = units(out.wcf_grad);
+    Buf buf_wco_grad = units(out.wco_grad);
 
-    KernelCall call(find_kernel("cell_bwd", dt, attrs.use_peephole, Layout::icfo));
+    KernelCall call(kernel, exec);
     call.buffer("cs_prev", buf_cs_prev).buffer("i", buf_i).buffer("cs", buf_cs).buffer("f", buf_f)
         .buffer("o", buf_o).buffer("ci", buf_ci).buffer("co", buf_co).buffer("cs_grad", buf_cs_grad)
         .buffer("h_grad", buf_h_grad).buffer("wci", buf_wci).buffer("wcf", buf_wcf).buffer("wco", buf_wco)
@@ -128,7 +140,7 @@ void LSTMBlockCellGrad(const TV &x, const TV &cs_prev, const TV &h_prev, const T
     }
     call.run();
     if (!attrs.use_peephole) {  // TF zero-fills the peephole grads
-        detail::zero(out.wci_grad), detail::zero(out.wcf_grad), detail::zero(out.wco_grad);
+        detail::zero(exec, out.wci_grad), detail::zero(exec, out.wcf_grad), detail::zero(exec, out.wco_grad);
     }
 }
 
@@ -137,9 +149,11 @@ LSTMBlockCellGradOutputs<Tensor> LSTMBlockCellGrad(
     const TV &wco, const TV &b, const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
     const TV &co, const TV &cs_grad, const TV &h_grad, const GradAttrs &attrs) {
     DType dt;
+    Device dev;
     const auto d = detail::validate_cell_grad({x, cs_prev, h_prev, w, wci, wcf, wco, b},
-                                              {i, cs, f, o, ci, co, cs_grad, h_grad}, nullptr, &dt);
-    auto out = detail::allocate_outputs<LSTMBlockCellGradOutputs>(dt, detail::cell_grad_shapes(d));
+                                              {i, cs, f, o, ci, co, cs_grad, h_grad}, nullptr, &dt,
+                                              &dev);
+    auto out = detail::allocate_outputs<LSTMBlockCellGradOutputs>(dt, dev, detail::cell_grad_shapes(d));
     LSTMBlockCellGrad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad, h_grad,
                       detail::views(out), attrs);
     return out;

@@ -3,6 +3,7 @@
 // and the peephole grads (backward) are batched over the whole sequence.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "runtime/src/internal.h"
 
@@ -69,21 +70,24 @@ std::vector<std::vector<int64_t>> grad_shapes(const SeqDims &d) {
 }
 
 SeqDims validate_forward(const char *op, const SeqInputs &in, const LSTMOutputs<TV> *out,
-                         DType *dtype) {
+                         DType *dtype, Device *device, const void **some_data = nullptr) {
     Validator v(op);
     SeqDims d = validate_sequence_inputs(v, in, false);
     validate_outputs(v, out, forward_shapes(d));
-    *dtype = v.dtype();
+    *dtype = v.dtype(), *device = v.device();
+    if (some_data) *some_data = v.first_data();
     return d;
 }
 
 SeqDims validate_grad(const char *op, const SeqInputs &in, const SeqActivations &act,
-                      const BlockLSTMGradOutputs<TV> *out, DType *dtype) {
+                      const BlockLSTMGradOutputs<TV> *out, DType *dtype, Device *device,
+                      const void **some_data = nullptr) {
     Validator v(op);
     SeqDims d = validate_sequence_inputs(v, in, true);
     check_activations(v, act, {d.T, d.B, d.H});
     validate_outputs(v, out, grad_shapes(d));
-    *dtype = v.dtype();
+    *dtype = v.dtype(), *device = v.device();
+    if (some_data) *some_data = v.first_data();
     return d;
 }
 
@@ -92,32 +96,35 @@ SeqDims validate_grad(const char *op, const SeqInputs &in, const SeqActivations 
 void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMOutputs<TV> &out,
                  float forget_bias, float cell_clip, bool use_peephole) {
     DType dt;
-    const SeqDims d = validate_forward(op, in, &out, &dt);
+    Device dev;
+    const void *some_data;
+    const SeqDims d = validate_forward(op, in, &out, &dt, &dev, &some_data);
     const int64_t B = d.B, I = d.I, H = d.H, L = d.L;
-    const KernelEntry &step_kernel = find_kernel("seq_fwd_step", dt, use_peephole, layout);
+    const KernelEntry &step_kernel = find_kernel("seq_fwd_step", dev, dt, use_peephole, layout);
+    Exec exec(dev, some_data);
 
     // Every output is zero past seq_len_max (TF leaves i, f, o, ci, co unwritten there).
-    each_output(out, [&](const char *, const TV &t) { zero_steps(t, L); });
+    each_output(out, [&](const char *, const TV &t) { zero_steps(exec, t, L); });
     if (L == 0 || B == 0) return;
 
     // xw = x . W_x + b for all L steps in one GEMM.
-    std::vector<float> xw = workspace(L * B * 4 * H);
-    input_projection(dt, in.x.data, L * B, I, H, in.w.data, in.b.data, xw.data());
+    Scratch xw(exec, L * B * 4 * H * 4);
+    input_projection(exec, dt, in.x.data, L * B, I, H, in.w.data, in.b.data, xw.floats());
 
     // The recurrence: one seq_fwd_step per step; step t reads the outputs of step t-1.
     float fb = attr_in_dtype(forget_bias, dt), clip = attr_in_dtype(cell_clip, dt);
-    Buf xw_t = Buf::matrix(xw.data(), DType::f32, B, 4 * H, 4 * H);
-    Buf h_prev(in.h_prev.data, dt, {B, H}), cs_prev(in.cs_prev.data, dt, {B, H});
-    Buf w_h = Buf::matrix(offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
-    Buf wci(in.wci.data, dt, {H}), wcf(in.wcf.data, dt, {H}), wco(in.wco.data, dt, {H});
+    Buf xw_t = Buf::matrix(dev, xw.data(), DType::f32, B, 4 * H, 4 * H);
+    Buf h_prev(dev, in.h_prev.data, dt, {B, H}), cs_prev(dev, in.cs_prev.data, dt, {B, H});
+    Buf w_h = Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
+    Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
     const TV *outs[7] = {&out.i, &out.cs, &out.f, &out.o, &out.ci, &out.co, &out.h};
     std::vector<Buf> slices;
-    for (const TV *t : outs) slices.emplace_back(t->data, dt, std::initializer_list<int64_t>{B, H});
+    for (const TV *t : outs) slices.emplace_back(dev, t->data, dt, std::initializer_list<int64_t>{B, H});
 
-    std::vector<float> gates = workspace(B * 4 * H);  // one step's pre-activations, reused
-    Buf gates_buf = Buf::matrix(gates.data(), DType::f32, B, 4 * H, 4 * H);
+    Scratch gates(exec, B * 4 * H * 4);  // one step's pre-activations, reused
+    Buf gates_buf = Buf::matrix(dev, gates.data(), DType::f32, B, 4 * H, 4 * H);
 
-    KernelCall step(step_kernel);
+    KernelCall step(step_kernel, exec);
     step.scalar("forget_bias", &fb).scalar("cell_clip", &clip).buffer("gates", gates_buf);
     step.buffer("xw", xw_t).buffer("h_prev", h_prev).buffer("w_h", w_h).buffer("cs_prev", cs_prev);
     step.buffer("wci", wci).buffer("wcf", wcf).buffer("wco", wco);
@@ -126,131 +133,135 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
 
     const int64_t slice = B * H;
     for (int64_t t = 0; t < L; ++t) {
-        xw_t.set_host(xw.data() + t * B * 4 * H);
+        xw_t.set_data(xw.floats() + t * B * 4 * H);
         if (t > 0) {
-            h_prev.set_host(offset_bytes(out.h.data, (t - 1) * slice, dt));
-            cs_prev.set_host(offset_bytes(out.cs.data, (t - 1) * slice, dt));
+            h_prev.set_data(offset_bytes(out.h.data, (t - 1) * slice, dt));
+            cs_prev.set_data(offset_bytes(out.cs.data, (t - 1) * slice, dt));
         }
-        for (int k = 0; k < 7; ++k) slices[k].set_host(offset_bytes(outs[k]->data, t * slice, dt));
+        for (int k = 0; k < 7; ++k) slices[k].set_data(offset_bytes(outs[k]->data, t * slice, dt));
         step.run();
-    }
-}
-
-// dst[cols, rows] = src[rows, cols]^T, in 32 x 32 blocks so both sides stay in cache.
-template <typename T>
-void transpose(const T *src, T *dst, int64_t rows, int64_t cols) {
-    constexpr int64_t block = 32;
-    for (int64_t r0 = 0; r0 < rows; r0 += block) {
-        for (int64_t c0 = 0; c0 < cols; c0 += block) {
-            for (int64_t r = r0; r < std::min(r0 + block, rows); ++r) {
-                for (int64_t c = c0; c < std::min(c0 + block, cols); ++c) dst[c * rows + r] = src[r * cols + c];
-            }
-        }
     }
 }
 
 // ---- backward -----------------------------------------------------------------------------------
 
+// c[M,N] = a . b with the Halide GEMM kernel of `family` (nn: a float32, b dtype; tn: a = the
+// transpose of `a_t`, dtype, b float32), or with cuBLAS where it takes the operands.
+void batched_product(Exec &exec, const char *family, DType dt, int64_t M, int64_t N, int64_t K,
+                     const void *a, int64_t lda, const void *b, int64_t ldb, void *c) {
+    const bool tn = std::strcmp(family, "gemm_tn") == 0;
+    const Operand a_op{a, tn ? dt : DType::f32, lda, tn}, b_op{b, tn ? DType::f32 : dt, ldb};
+    if (cublas_gemm(exec, M, N, K, a_op, b_op, c, dt, N, 0.0f)) return;
+    const Device dev = exec.device();
+    Buf a_buf = tn ? Buf::matrix(dev, const_cast<void *>(a), dt, K, M, lda)
+                   : Buf::matrix(dev, const_cast<void *>(a), DType::f32, M, K, lda);
+    Buf b_buf = Buf::matrix(dev, const_cast<void *>(b), tn ? DType::f32 : dt, K, N, ldb);
+    Buf c_buf = Buf::matrix(dev, c, dt, M, N, N);
+    KernelCall(find_kernel(family, dev, dt, false, Layout::icfo), exec)
+        .buffer("a", a_buf).buffer("b", b_buf).buffer("c", c_buf).run();
+}
+
 void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
               const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
     DType dt;
-    const SeqDims d = validate_grad(op, in, act, &out, &dt);
+    Device dev;
+    const void *some_data;
+    const SeqDims d = validate_grad(op, in, act, &out, &dt, &dev, &some_data);
     const int64_t B = d.B, I = d.I, H = d.H, L = d.L;
-    const std::size_t es = size_of(dt);
-    const KernelEntry &step_kernel = find_kernel("seq_bwd_step", dt, use_peephole, layout);
-    const KernelEntry &gemm_nn = find_kernel("gemm_nn", dt, false, layout);
-    const KernelEntry &gemm_tn = find_kernel("gemm_tn", dt, false, layout);
-    const KernelEntry &reduce_kernel = find_kernel("seq_bwd_reduce", dt, use_peephole, layout);
+    const int64_t es = static_cast<int64_t>(size_of(dt));
+    const KernelEntry &step_kernel = find_kernel("seq_bwd_step", dev, dt, use_peephole, layout);
+    const KernelEntry &reduce_kernel = find_kernel("seq_bwd_reduce", dev, dt, use_peephole, layout);
+    const KernelEntry &transpose_kernel = find_kernel("transpose", dev, dt, false, layout);
+    (void)find_kernel("gemm_nn", dev, dt, false, layout);  // present before any output is written
+    (void)find_kernel("gemm_tn", dev, dt, false, layout);
+    Exec exec(dev, some_data);
 
-    zero_steps(out.x_grad, L);
+    zero_steps(exec, out.x_grad, L);
     if (!use_peephole) {
-        zero(out.wci_grad), zero(out.wcf_grad), zero(out.wco_grad);
+        zero(exec, out.wci_grad), zero(exec, out.wcf_grad), zero(exec, out.wco_grad);
     }
     if (L == 0 || B == 0) {  // nothing flows back: every gradient is zero
-        each_output(out, [&](const char *, const TV &t) { zero(t); });
+        each_output(out, [&](const char *, const TV &t) { zero(exec, t); });
         return;
     }
 
-    // w^T [4H, I+H], so that the products with W_x^T and W_h^T read contiguous rows. A copy of
-    // 4H(I+H) elements per call, against 2 L B 4H (I+H) multiply-adds.
-    std::vector<std::byte> w_t(static_cast<std::size_t>(4 * H * (I + H)) * es);
-    if (dt == DType::f16) {
-        transpose(static_cast<const uint16_t *>(in.w.data), reinterpret_cast<uint16_t *>(w_t.data()), I + H, 4 * H);
-    } else {
-        transpose(static_cast<const uint32_t *>(in.w.data), reinterpret_cast<uint32_t *>(w_t.data()), I + H, 4 * H);
+    // w^T [4H, I+H], so that the recurrent product reads contiguous rows of W_h^T (and the Halide
+    // x_grad product those of W_x^T). A copy of 4H(I+H) elements per call, against 2 L B 4H (I+H)
+    // multiply-adds.
+    Scratch w_t(exec, 4 * H * (I + H) * es);
+    {
+        Buf w_buf = Buf::matrix(dev, in.w.data, dt, I + H, 4 * H, 4 * H);
+        Buf w_t_buf = Buf::matrix(dev, w_t.data(), dt, 4 * H, I + H, I + H);
+        KernelCall(transpose_kernel, exec).buffer("in", w_buf).buffer("out", w_t_buf).run();
     }
+    std::byte *w_t_bytes = static_cast<std::byte *>(w_t.data());
 
     // The recurrence, reverse time: dgates[t] for every t, the cell-state carry ping-pongs.
-    std::vector<float> dgates = workspace(L * B * 4 * H), zeros = workspace(B * 4 * H);
-    std::vector<float> carry[2] = {workspace(B * H), workspace(B * H)};
-    Buf dnext = Buf::matrix(zeros.data(), DType::f32, B, 4 * H, 4 * H);
-    Buf w_h_t = Buf::matrix(w_t.data() + I * es, dt, 4 * H, H, I + H);
-    Buf h_grad(nullptr, dt, {B, H}), cs_grad(nullptr, dt, {B, H});
-    Buf i(nullptr, dt, {B, H}), f(nullptr, dt, {B, H}), o(nullptr, dt, {B, H});
-    Buf ci(nullptr, dt, {B, H}), co(nullptr, dt, {B, H}), cs_prev(nullptr, dt, {B, H});
-    Buf wci(in.wci.data, dt, {H}), wcf(in.wcf.data, dt, {H}), wco(in.wco.data, dt, {H});
-    Buf carry_in(nullptr, DType::f32, {B, H}), carry_out(nullptr, DType::f32, {B, H});
-    Buf dgates_t = Buf::gate_blocks(nullptr, DType::f32, B, H);
-    std::vector<float> dh = workspace(B * H);  // one step's total gradient of h, reused
-    Buf dh_buf = Buf::matrix(dh.data(), DType::f32, B, H, H);
+    Scratch dgates(exec, L * B * 4 * H * 4), zeros(exec, B * 4 * H * 4);
+    Scratch carry0(exec, B * H * 4), carry1(exec, B * H * 4);
+    float *carry[2] = {carry0.floats(), carry1.floats()};
+    Buf dnext = Buf::matrix(dev, zeros.data(), DType::f32, B, 4 * H, 4 * H);
+    Buf w_h_t = Buf::matrix(dev, w_t_bytes + I * es, dt, 4 * H, H, I + H);
+    const TV *step_inputs[] = {&act.h_grad, &act.cs_grad, &act.i, &act.f, &act.o, &act.ci, &act.co};
+    std::vector<Buf> per_step;  // h_grad, cs_grad, i, f, o, ci, co at step t
+    for (const TV *t : step_inputs) per_step.emplace_back(dev, t->data, dt, std::initializer_list<int64_t>{B, H});
+    Buf cs_prev(dev, in.cs_prev.data, dt, {B, H});
+    Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
+    Buf carry_in(dev, carry[0], DType::f32, {B, H}), carry_out(dev, carry[1], DType::f32, {B, H});
+    Buf dgates_t = Buf::gate_blocks(dev, dgates.data(), DType::f32, B, H);
+    Scratch dh(exec, B * H * 4);  // one step's total gradient of h, reused
+    Buf dh_buf = Buf::matrix(dev, dh.data(), DType::f32, B, H, H);
 
-    KernelCall step(step_kernel);
-    step.buffer("dgates_next", dnext).buffer("w_h_t", w_h_t).buffer("h_grad", h_grad);
-    step.buffer("cs_grad", cs_grad).buffer("dcs_carry", carry_in);
-    step.buffer("i", i).buffer("f", f).buffer("o", o).buffer("ci", ci).buffer("co", co);
+    KernelCall step(step_kernel, exec);
+    step.buffer("dgates_next", dnext).buffer("w_h_t", w_h_t).buffer("h_grad", per_step[0]);
+    step.buffer("cs_grad", per_step[1]).buffer("dcs_carry", carry_in);
+    step.buffer("i", per_step[2]).buffer("f", per_step[3]).buffer("o", per_step[4]);
+    step.buffer("ci", per_step[5]).buffer("co", per_step[6]);
     step.buffer("cs_prev", cs_prev).buffer("wci", wci).buffer("wcf", wcf).buffer("wco", wco);
     step.buffer("dgates", dgates_t).buffer("dcs_carry_out", carry_out).buffer("dh", dh_buf);
 
     const int64_t slice = B * H;
     for (int64_t t = L - 1; t >= 0; --t) {
         auto at = [&](const TV &x, int64_t step_index) { return offset_bytes(x.data, step_index * slice, dt); };
-        if (t < L - 1) dnext.set_host(dgates.data() + (t + 1) * B * 4 * H);
-        h_grad.set_host(at(act.h_grad, t));
-        cs_grad.set_host(at(act.cs_grad, t));
-        i.set_host(at(act.i, t)), f.set_host(at(act.f, t)), o.set_host(at(act.o, t));
-        ci.set_host(at(act.ci, t)), co.set_host(at(act.co, t));
-        cs_prev.set_host(t == 0 ? in.cs_prev.data : at(act.cs, t - 1));
-        carry_in.set_host(carry[t % 2].data());
-        carry_out.set_host(carry[(t + 1) % 2].data());
-        dgates_t.set_host(dgates.data() + t * B * 4 * H);
+        if (t < L - 1) dnext.set_data(dgates.floats() + (t + 1) * B * 4 * H);
+        for (std::size_t k = 0; k < per_step.size(); ++k) per_step[k].set_data(at(*step_inputs[k], t));
+        cs_prev.set_data(t == 0 ? in.cs_prev.data : at(act.cs, t - 1));
+        carry_in.set_data(carry[t % 2]);
+        carry_out.set_data(carry[(t + 1) % 2]);
+        dgates_t.set_data(dgates.floats() + t * B * 4 * H);
         step.run();
     }
-    std::vector<float> &final_carry = carry[1];  // written by the step t = 0
+    float *final_carry = carry[1];  // written by the step t = 0
 
-    // Batched over the sequence.
-    Buf dgates_all = Buf::matrix(dgates.data(), DType::f32, L * B, 4 * H, 4 * H);
-    if (I > 0) {  // x_grad[0:L] = dgates . W_x^T
-        Buf w_x_t = Buf::matrix(w_t.data(), dt, 4 * H, I, I + H);
-        Buf x_grad = Buf::matrix(out.x_grad.data, dt, L * B, I, I);
-        KernelCall(gemm_nn).buffer("a", dgates_all).buffer("b", w_x_t).buffer("c", x_grad).run();
+    // Batched over the sequence: x_grad[0:L] = dgates . W_x^T, h_prev_grad = dgates[0] . W_h^T,
+    // w_grad = [x | h_prev_seq]^T . dgates.
+    if (I > 0) {
+        batched_product(exec, "gemm_nn", dt, L * B, I, 4 * H, dgates.data(), 4 * H, w_t.data(),
+                        I + H, out.x_grad.data);
     }
-    {  // h_prev_grad = dgates[0] . W_h^T
-        Buf dgates_0 = Buf::matrix(dgates.data(), DType::f32, B, 4 * H, 4 * H);
-        Buf h_prev_grad = Buf::matrix(out.h_prev_grad.data, dt, B, H, H);
-        KernelCall(gemm_nn).buffer("a", dgates_0).buffer("b", w_h_t).buffer("c", h_prev_grad).run();
+    batched_product(exec, "gemm_nn", dt, B, H, 4 * H, dgates.data(), 4 * H, w_t_bytes + I * es,
+                    I + H, out.h_prev_grad.data);
+    if (I > 0) {
+        batched_product(exec, "gemm_tn", dt, I, 4 * H, L * B, in.x.data, I, dgates.data(), 4 * H,
+                        out.w_grad.data);
     }
-    if (I > 0) {  // w_grad[0:I] = x[0:L]^T . dgates
-        Buf x_seq = Buf::matrix(in.x.data, dt, L * B, I, I);
-        Buf w_grad_x = Buf::matrix(out.w_grad.data, dt, I, 4 * H, 4 * H);
-        KernelCall(gemm_tn).buffer("a", x_seq).buffer("b", dgates_all).buffer("c", w_grad_x).run();
-    }
-    {  // w_grad[I:I+H] = h_prev_seq^T . dgates, h_prev_seq = [h_prev, h[0], ..., h[L-2]]
-        std::vector<std::byte> h_seq(static_cast<std::size_t>(L * B * H) * es);
-        std::memcpy(h_seq.data(), in.h_prev.data, slice * es);
-        if (L > 1) std::memcpy(h_seq.data() + slice * es, act.h.data, (L - 1) * slice * es);
-        Buf a = Buf::matrix(h_seq.data(), dt, L * B, H, H);
-        Buf w_grad_h = Buf::matrix(offset_bytes(out.w_grad.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
-        KernelCall(gemm_tn).buffer("a", a).buffer("b", dgates_all).buffer("c", w_grad_h).run();
+    {  // h_prev_seq = [h_prev, h[0], ..., h[L-2]]
+        Scratch h_seq(exec, L * B * H * es);
+        exec.copy_bytes(h_seq.data(), in.h_prev.data, slice * es);
+        if (L > 1) exec.copy_bytes(static_cast<std::byte *>(h_seq.data()) + slice * es, act.h.data, (L - 1) * slice * es);
+        batched_product(exec, "gemm_tn", dt, H, 4 * H, L * B, h_seq.data(), H, dgates.data(), 4 * H,
+                        offset_bytes(out.w_grad.data, I * 4 * H, dt));
     }
     {  // b_grad, the peephole grads and cs_prev_grad
-        Buf cs_seq(act.cs.data, dt, {L, B, H});
-        Buf cs_prev_all(in.cs_prev.data, dt, {B, H});
-        Buf carry_final(final_carry.data(), DType::f32, {B, H});
-        Buf b_grad(out.b_grad.data, dt, {4 * H});
-        Buf cs_prev_grad(out.cs_prev_grad.data, dt, {B, H});
-        Buf wci_grad(out.wci_grad.data, dt, {H}), wcf_grad(out.wcf_grad.data, dt, {H});
-        Buf wco_grad(out.wco_grad.data, dt, {H});
-        KernelCall reduce(reduce_kernel);
+        Buf dgates_all = Buf::matrix(dev, dgates.data(), DType::f32, L * B, 4 * H, 4 * H);
+        Buf cs_seq(dev, act.cs.data, dt, {L, B, H});
+        Buf cs_prev_all(dev, in.cs_prev.data, dt, {B, H});
+        Buf carry_final(dev, final_carry, DType::f32, {B, H});
+        Buf b_grad(dev, out.b_grad.data, dt, {4 * H});
+        Buf cs_prev_grad(dev, out.cs_prev_grad.data, dt, {B, H});
+        Buf wci_grad(dev, out.wci_grad.data, dt, {H}), wcf_grad(dev, out.wcf_grad.data, dt, {H});
+        Buf wco_grad(dev, out.wco_grad.data, dt, {H});
+        KernelCall reduce(reduce_kernel, exec);
         reduce.buffer("dgates", dgates_all).buffer("cs", cs_seq).buffer("cs_prev", cs_prev_all);
         reduce.buffer("dcs_carry", carry_final).buffer("b_grad", b_grad);
         reduce.buffer("cs_prev_grad", cs_prev_grad);
@@ -264,23 +275,33 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
 
 }  // namespace
 
-void input_projection(DType dt, const void *x, int64_t rows, int64_t input_size,
+void input_projection(Exec &exec, DType dt, const void *x, int64_t rows, int64_t input_size,
                       int64_t cell_size, const void *w, const void *b, float *xw) {
     const int64_t I = input_size, G = 4 * cell_size;
+    const Device dev = exec.device();
+    if (dev == Device::cuda && rows > 0 && cuda_gemm() == CudaGemm::cublas && cublas_available()) {
+        // cuBLAS: xw = 1 . b (a rank-1 product: every row exactly b), then xw += x . W_x.
+        Scratch ones(exec, rows * static_cast<int64_t>(size_of(dt)));
+        exec.fill_ones(ones.data(), dt, rows);
+        if (cublas_gemm(exec, rows, G, 1, {ones.data(), dt, 1}, {b, dt, G}, xw, DType::f32, G, 0.0f)) {
+            if (I > 0) cublas_gemm(exec, rows, G, I, {x, dt, I}, {w, dt, G}, xw, DType::f32, G, 1.0f);
+            return;
+        }
+    }
     // With I = 0 the product is empty, but a Halide kernel cannot be handed an operand of extent 0
     // that it indexes: x . W_x is then an exact zero, computed from one zero column.
-    std::vector<std::byte> zero_x, zero_w;
+    std::optional<Scratch> zero_x, zero_w;
     if (I == 0) {
-        zero_x.assign(static_cast<std::size_t>(rows) * size_of(dt), std::byte{0});
-        zero_w.assign(static_cast<std::size_t>(G) * size_of(dt), std::byte{0});
-        x = zero_x.data(), w = zero_w.data();
+        zero_x.emplace(exec, rows * static_cast<int64_t>(size_of(dt)));
+        zero_w.emplace(exec, G * static_cast<int64_t>(size_of(dt)));
+        x = zero_x->data(), w = zero_w->data();
     }
     const int64_t depth = std::max<int64_t>(I, 1);
-    Buf a = Buf::matrix(const_cast<void *>(x), dt, rows, depth, depth);
-    Buf w_x = Buf::matrix(const_cast<void *>(w), dt, depth, G, G);
-    Buf bias(const_cast<void *>(b), dt, {G});
-    Buf c = Buf::matrix(xw, DType::f32, rows, G, G);
-    KernelCall(find_kernel("gemm_nn_bias", dt, false, Layout::icfo))
+    Buf a = Buf::matrix(dev, const_cast<void *>(x), dt, rows, depth, depth);
+    Buf w_x = Buf::matrix(dev, const_cast<void *>(w), dt, depth, G, G);
+    Buf bias(dev, const_cast<void *>(b), dt, {G});
+    Buf c = Buf::matrix(dev, xw, DType::f32, rows, G, G);
+    KernelCall(find_kernel("gemm_nn_bias", dev, dt, false, Layout::icfo), exec)
         .buffer("a", a).buffer("b", w_x).buffer("bias", bias).buffer("c", c).run();
 }
 
@@ -306,8 +327,9 @@ void BlockLSTM(BLOCKLSTM_SEQ_INPUT_PARAMS, const LSTMOutputs<TV> &out, const Blo
 
 LSTMOutputs<Tensor> BlockLSTM(BLOCKLSTM_SEQ_INPUT_PARAMS, const BlockLSTMAttrs &attrs) {
     DType dt;
-    auto d = detail::validate_forward("BlockLSTM", BLOCKLSTM_SEQ_INPUTS, nullptr, &dt);
-    auto out = detail::allocate_outputs<LSTMOutputs>(dt, detail::forward_shapes(d));
+    Device dev;
+    auto d = detail::validate_forward("BlockLSTM", BLOCKLSTM_SEQ_INPUTS, nullptr, &dt, &dev);
+    auto out = detail::allocate_outputs<LSTMOutputs>(dt, dev, detail::forward_shapes(d));
     BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, detail::views(out), attrs);
     return out;
 }
@@ -319,8 +341,9 @@ void BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_PARAMS, const LSTMOutputs<TV> &out, const B
 
 LSTMOutputs<Tensor> BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_PARAMS, const BlockLSTMV2Attrs &attrs) {
     DType dt;
-    auto d = detail::validate_forward("BlockLSTMV2", BLOCKLSTM_SEQ_INPUTS, nullptr, &dt);
-    auto out = detail::allocate_outputs<LSTMOutputs>(dt, detail::forward_shapes(d));
+    Device dev;
+    auto d = detail::validate_forward("BlockLSTMV2", BLOCKLSTM_SEQ_INPUTS, nullptr, &dt, &dev);
+    auto out = detail::allocate_outputs<LSTMOutputs>(dt, dev, detail::forward_shapes(d));
     BlockLSTMV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, detail::views(out), attrs);
     return out;
 }
@@ -334,9 +357,10 @@ void BlockLSTMGrad(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
 BlockLSTMGradOutputs<Tensor> BlockLSTMGrad(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
                                            const GradAttrs &attrs) {
     DType dt;
+    Device dev;
     auto d = detail::validate_grad("BlockLSTMGrad", BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS,
-                                   nullptr, &dt);
-    auto out = detail::allocate_outputs<BlockLSTMGradOutputs>(dt, detail::grad_shapes(d));
+                                   nullptr, &dt, &dev);
+    auto out = detail::allocate_outputs<BlockLSTMGradOutputs>(dt, dev, detail::grad_shapes(d));
     BlockLSTMGrad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
                   cs_grad, h_grad, detail::views(out), attrs);
     return out;
@@ -351,9 +375,10 @@ void BlockLSTMGradV2(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
 BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
                                              const GradAttrs &attrs) {
     DType dt;
+    Device dev;
     auto d = detail::validate_grad("BlockLSTMGradV2", BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS,
-                                   nullptr, &dt);
-    auto out = detail::allocate_outputs<BlockLSTMGradOutputs>(dt, detail::grad_shapes(d));
+                                   nullptr, &dt, &dev);
+    auto out = detail::allocate_outputs<BlockLSTMGradOutputs>(dt, dev, detail::grad_shapes(d));
     BlockLSTMGradV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
                     cs_grad, h_grad, detail::views(out), attrs);
     return out;

@@ -16,9 +16,10 @@ int64_t TensorView::num_elements() const {
     return n;
 }
 
-Tensor::Tensor(DType dtype, std::vector<int64_t> shape) {
+Tensor::Tensor(DType dtype, std::vector<int64_t> shape, Device device) {
     view_.dtype = dtype;
     view_.shape = std::move(shape);
+    view_.device = device;
     int64_t bytes_signed = static_cast<int64_t>(size_of(dtype));
     for (int64_t d : view_.shape) {
         if (d < 0) throw Error("Tensor: negative dimension in shape " + detail::shape_string(view_.shape));
@@ -28,7 +29,11 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> shape) {
         }
     }
     const auto bytes = static_cast<std::size_t>(bytes_signed);
-    storage_ = std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]());
+    if (device == Device::cuda) {
+        storage_ = detail::cuda::allocate_zeroed(bytes);
+    } else {
+        storage_ = std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]());
+    }
     view_.data = storage_.get();
 }
 
@@ -78,11 +83,28 @@ halide_type_t halide_type(DType dtype) {
 }
 }  // namespace
 
-Buf::Buf(void *data, DType dtype, std::initializer_list<int64_t> shape) {
-    buf_.host = host_pointer(data);
+void Buf::init(Device device, void *data, DType dtype) {
+    device_ = device;
     buf_.type = halide_type(dtype);
-    buf_.dimensions = static_cast<int32_t>(shape.size());
     buf_.dim = dims_;
+    if (device == Device::cuda) {
+        buf_.device_interface = cuda::halide_interface();
+    }
+    set_data(data);
+}
+
+void Buf::set_data(void *data) {
+    if (device_ == Device::cuda) {
+        buf_.device = reinterpret_cast<uint64_t>(data);  // the allocation of a wrapped pointer
+        buf_.host = nullptr;
+    } else {
+        buf_.host = host_pointer(data);
+    }
+}
+
+Buf::Buf(Device device, void *data, DType dtype, std::initializer_list<int64_t> shape) {
+    init(device, data, dtype);
+    buf_.dimensions = static_cast<int32_t>(shape.size());
     int64_t stride = 1;
     const std::vector<int64_t> s(shape);  // outermost first; Halide's dims are innermost first
     for (int i = 0; i < buf_.dimensions; ++i) {
@@ -92,23 +114,20 @@ Buf::Buf(void *data, DType dtype, std::initializer_list<int64_t> shape) {
     }
 }
 
-Buf Buf::matrix(void *data, DType dtype, int64_t rows, int64_t cols, int64_t row_stride) {
+Buf Buf::matrix(Device device, void *data, DType dtype, int64_t rows, int64_t cols,
+                int64_t row_stride) {
     Buf b;
-    b.buf_.host = host_pointer(data);
-    b.buf_.type = halide_type(dtype);
+    b.init(device, data, dtype);
     b.buf_.dimensions = 2;
-    b.buf_.dim = b.dims_;
     b.dims_[0] = halide_dimension_t(0, static_cast<int32_t>(cols), 1);
     b.dims_[1] = halide_dimension_t(0, static_cast<int32_t>(rows), static_cast<int32_t>(row_stride));
     return b;
 }
 
-Buf Buf::gate_blocks(void *data, DType dtype, int64_t rows, int64_t cell_size) {
+Buf Buf::gate_blocks(Device device, void *data, DType dtype, int64_t rows, int64_t cell_size) {
     Buf b;
-    b.buf_.host = host_pointer(data);
-    b.buf_.type = halide_type(dtype);
+    b.init(device, data, dtype);
     b.buf_.dimensions = 3;
-    b.buf_.dim = b.dims_;
     const auto h = static_cast<int32_t>(cell_size);
     b.dims_[0] = halide_dimension_t(0, h, 1);
     b.dims_[1] = halide_dimension_t(0, 4, h);
@@ -116,30 +135,27 @@ Buf Buf::gate_blocks(void *data, DType dtype, int64_t rows, int64_t cell_size) {
     return b;
 }
 
-Buf::Buf(const Buf &other) : buf_(other.buf_) {
+Buf::Buf(const Buf &other) : device_(other.device_), buf_(other.buf_) {
     std::memcpy(dims_, other.dims_, sizeof(dims_));
     buf_.dim = dims_;
 }
 
 Buf &Buf::operator=(const Buf &other) {
+    device_ = other.device_;
     buf_ = other.buf_;
     std::memcpy(dims_, other.dims_, sizeof(dims_));
     buf_.dim = dims_;
     return *this;
 }
 
-void zero(const TensorView &t) {
-    if (t.num_elements() > 0) std::memset(t.data, 0, t.num_bytes());
+void zero(const Exec &exec, const TensorView &t) {
+    if (t.num_elements() > 0) exec.zero_bytes(t.data, static_cast<int64_t>(t.num_bytes()));
 }
 
-void zero_steps(const TensorView &t, int64_t from) {
+void zero_steps(const Exec &exec, const TensorView &t, int64_t from) {
     const int64_t step = t.num_elements() / std::max<int64_t>(t.shape[0], 1);
     const int64_t count = (t.shape[0] - from) * step;
-    if (count > 0) std::memset(offset_bytes(t.data, from * step, t.dtype), 0, count * size_of(t.dtype));
-}
-
-std::vector<float> workspace(int64_t elements) {
-    return std::vector<float>(static_cast<std::size_t>(elements > 0 ? elements : 0), 0.0f);
+    if (count > 0) exec.zero_bytes(offset_bytes(t.data, from * step, t.dtype), count * size_of(t.dtype));
 }
 
 float attr_in_dtype(float value, DType dtype) {

@@ -78,16 +78,20 @@ void Validator::tensor(const char *arg, const TensorView &t) {
         fail_arg(arg, "has dtype value " + std::to_string(static_cast<int>(t.dtype)) +
                           ": expected float16 or float32");
     }
-    if (t.device != Device::cpu) {
-        fail_arg(arg, std::string("is on device ") + to_string(t.device) +
-                          ": expected cpu (this build has no CUDA kernels)");
+    if (t.device != Device::cpu && t.device != Device::cuda) {
+        fail_arg(arg, "has device value " + std::to_string(static_cast<int>(t.device)) +
+                          ": expected cpu or cuda");
     }
     if (!have_dtype_) {
         dtype_ = t.dtype;
+        device_ = t.device;
         have_dtype_ = true;
     } else if (t.dtype != dtype_) {
         fail_arg(arg, std::string("has dtype ") + to_string(t.dtype) + ": expected " +
                           to_string(dtype_) + " like the op's other float tensors");
+    } else if (t.device != device_) {
+        fail_arg(arg, std::string("is on device ") + to_string(t.device) + ": expected " +
+                          to_string(device_) + " like the op's other tensors");
     }
     int64_t elements = 1;
     for (int64_t d : t.shape) {
@@ -103,6 +107,20 @@ void Validator::tensor(const char *arg, const TensorView &t) {
         fail_arg(arg, "has a null data pointer: expected data for " + std::to_string(elements) +
                           " elements");
     }
+    if (elements > 0 && t.device == Device::cuda) {
+        // Device memory is checked with the driver, so a host pointer marked cuda (or memory of
+        // another GPU) is an error here, not a fault in a kernel.
+        std::string why;
+        const int ordinal = cuda::device_of(t.data, &why);
+        if (ordinal < 0) fail_arg(arg, "(device cuda) " + why);
+        if (cuda_ordinal_ < 0) {
+            cuda_ordinal_ = ordinal;
+        } else if (ordinal != cuda_ordinal_) {
+            fail_arg(arg, "is on CUDA device " + std::to_string(ordinal) + ": expected device " +
+                              std::to_string(cuda_ordinal_) + " like the op's other tensors");
+        }
+    }
+    if (elements > 0 && !first_data_) first_data_ = t.data;
     const auto begin = reinterpret_cast<uintptr_t>(t.data);
     ranges_.push_back({arg, begin, begin + static_cast<uintptr_t>(elements) * size_of(t.dtype), false});
 }

@@ -12,6 +12,12 @@
 // has been written.
 //
 // Thread safety: every op may be called concurrently from several threads on different outputs.
+//
+// Devices: every tensor of a call is on the CPU (host memory) or every one is on the same CUDA
+// device (device memory: cudaMalloc / cuMemAlloc / cuMemAllocAsync or managed memory). A CUDA
+// call runs in that device's primary context, is enqueued on this thread's stream
+// (set_cuda_stream) and returns without waiting for the GPU, as cuDNN does; its workspace is
+// stream-ordered memory (cuMemAllocAsync) freed on the same stream.
 #pragma once
 
 #include <cstddef>
@@ -55,11 +61,13 @@ struct BLOCKLSTM_API TensorView {
     std::size_t num_bytes() const { return static_cast<std::size_t>(num_elements()) * size_of(dtype); }
 };
 
-// An owning, zero-initialised host tensor; converts to a TensorView.
+// An owning, zero-initialised tensor in host memory or, with Device::cuda, in the memory of CUDA
+// device 0 (cuMemAlloc in its primary context); converts to a TensorView.
 class BLOCKLSTM_API Tensor {
 public:
     Tensor() = default;
-    Tensor(DType dtype, std::vector<int64_t> shape);
+    Tensor(DType dtype, std::vector<int64_t> shape, Device device = Device::cpu);
+    Device device() const { return view_.device; }
 
     DType dtype() const { return view_.dtype; }
     const std::vector<int64_t> &shape() const { return view_.shape; }
@@ -185,6 +193,35 @@ BLOCKLSTM_API BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(
     const TV &f, const TV &o, const TV &ci, const TV &co, const TV &h, const TV &cs_grad,
     const TV &h_grad, const GradAttrs &attrs = {});
 
+// ---- CUDA ----------------------------------------------------------------------------------
+
+struct CUstream_st;
+using CudaStream = CUstream_st *;  // the same type as cudaStream_t and CUstream
+
+// Whether this build has the CUDA kernels (CMake BLOCKLSTM_CUDA), and how many CUDA devices a
+// driver reports (0 without a driver or a GPU; never throws).
+BLOCKLSTM_API bool cuda_built();
+BLOCKLSTM_API int cuda_device_count();
+BLOCKLSTM_API std::string cuda_device_name(int device = 0);
+
+// The stream this thread's CUDA calls are enqueued on (default: nullptr, the legacy default
+// stream); cuda_synchronize() waits for it.
+BLOCKLSTM_API void set_cuda_stream(CudaStream stream);
+BLOCKLSTM_API CudaStream cuda_stream();
+BLOCKLSTM_API void cuda_synchronize();
+
+// The batched matrix products of the sequence ops on CUDA (input projection, x_grad, h_prev_grad,
+// w_grad): cuBLAS (loaded at run time; float32 without TF32) where it can take the operands,
+// else the Halide GEMM kernels. halide forces the Halide kernels everywhere.
+enum class CudaGemm : int { cublas, halide };
+BLOCKLSTM_API void set_cuda_gemm(CudaGemm gemm);
+BLOCKLSTM_API CudaGemm cuda_gemm();
+BLOCKLSTM_API bool cublas_available();
+
+// Copies src into dst (same dtype and element count; host or CUDA memory on either side) on this
+// thread's stream and waits for the copy.
+BLOCKLSTM_API void copy(const TensorView &src, const TensorView &dst);
+
 // ---- Kernels and threads -------------------------------------------------------------------
 
 // One compiled kernel of the variant table (runtime/kernels.inc).
@@ -197,6 +234,7 @@ struct KernelInfo {
     bool peephole;
     std::string layout;   // "icfo", "ifco" or "any"
     std::string targets;  // the Halide targets compiled into it, ','-separated, best first
+                          // (CUDA kernels: one target, e.g. x86-64-linux-cuda-cuda_capability_80-...)
 };
 BLOCKLSTM_API std::vector<KernelInfo> kernels();
 

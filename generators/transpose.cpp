@@ -1,0 +1,32 @@
+// out[cols, rows] = in[rows, cols]^T. The grad ops transpose w once per call, so that the
+// recurrent product and x_grad read the rows of W^T contiguously (a copy of 4H(I+H) elements
+// against 2 L B 4H (I+H) multiply-adds).
+#include "generators/common.h"
+#include "schedules/schedule.h"
+
+namespace blocklstm::gen {
+
+class Transpose : public Generator<Transpose> {
+public:
+    GeneratorParam<Type> dtype{"dtype", Float(32)};
+
+    Input<Buffer<>> *in = nullptr;
+    Output<Buffer<>> *out = nullptr;
+
+    void configure() {
+        in = add_input<Buffer<>>("in", dtype, 2);
+        out = add_output<Buffer<>>("out", dtype, 2);
+    }
+
+    void generate() {
+        Var x("x"), y("y");
+        Func staged("staged");  // the input, tile by tile
+        staged(x, y) = (*in)(x, y);
+        (*out)(x, y) = staged(y, x);
+        schedules::schedule_transpose(*out, staged, x, y, get_target());
+    }
+};
+
+}  // namespace blocklstm::gen
+
+HALIDE_REGISTER_GENERATOR(blocklstm::gen::Transpose, transpose)

@@ -1,0 +1,92 @@
+// CUDA schedules, kept apart from the algorithms in generators/ and from the CPU schedules in
+// cpu.h. Every loop of a CUDA kernel is mapped to GPU blocks and threads: the runtime hands the
+// kernels device pointers only, so nothing may run on the host.
+#pragma once
+
+#include <vector>
+
+#include "Halide.h"
+#include "schedules/cpu.h"  // GemmFuncs
+#include "schedules/cuda_params.h"
+
+namespace blocklstm::schedules {
+
+using namespace Halide;
+
+// A matrix product (generators/common.h: matrix_product) built with one k block (k_block 0):
+// `part` holds the whole dot products of one thread's register tile, the operand panels are
+// inlined (read straight from global memory: the columns' operand coalesced across the warp, the
+// rows' operand broadcast), and `sum` adds them to its initial value.
+inline void schedule_gemm_cuda(GemmFuncs g, const CudaGemmTile &tile) {
+    const int rx = tile.cols_per_thread, ry = tile.rows_per_thread;
+    const int tile_cols = 32 * rx, tile_rows = tile.thread_rows * ry;
+    Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xt("xt"), yt("yt"), xr("xr"), yr("yr");
+    Var x = g.x, y = g.y;
+
+    if (!g.sum_is_output) g.sum.compute_root();
+    g.sum.gpu_tile(x, y, xo, yo, xi, yi, 32, 8, TailStrategy::GuardWithIf);
+    g.sum.update()
+        .tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
+        .split(xi, xt, xr, rx, TailStrategy::GuardWithIf)
+        .split(yi, yt, yr, ry, TailStrategy::GuardWithIf)
+        .reorder(g.blocks, xr, yr, xt, yt, xo, yo)
+        .unroll(xr)
+        .unroll(yr)
+        .gpu_blocks(xo, yo)
+        .gpu_threads(xt, yt);
+
+    // The accumulators: rx x ry registers per thread, constant extent even at the edges.
+    g.part.compute_at(g.sum, xt)
+        .bound_extent(x, rx)
+        .bound_extent(y, ry)
+        .unroll(x)
+        .unroll(y);
+    g.part.update().reorder(x, y, g.k).unroll(x).unroll(y);
+}
+
+// Element-wise stages over (unit j, batch row n).
+inline void schedule_elementwise_cuda(Func f, Var j, Var n) {
+    Var jo("jo"), no("no"), ji("ji"), ni("ni");
+    f.gpu_tile(j, n, jo, no, ji, ni, cuda_elementwise_cols, cuda_elementwise_rows,
+               TailStrategy::GuardWithIf);
+}
+
+// A 3-D element-wise output (j, gate, n): the four gate blocks in one thread, so the shared
+// per-element work (dcs) is computed once.
+inline void schedule_gate_blocks_cuda(Func f, Var j, Var gate, Var n) {
+    f.reorder(gate, j, n).bound(gate, 0, 4).unroll(gate);
+    schedule_elementwise_cuda(f, j, n);
+}
+
+// A sum over rows (one or two row variables) into a vector indexed by x. The rows are split into chunks
+// summed in parallel (rfactor), then the chunk sums are added in order: the result does not
+// depend on the launch, and a long sequence still fills the GPU.
+inline void schedule_column_sum_cuda(Func sum, Var x, const std::vector<RVar> &rows) {
+    Var xo("xo"), xi("xi"), chunk("chunk");
+    RVar all_rows = rows.front(), chunk_of("chunk_of"), in_chunk("in_chunk");
+    Stage update = sum.update();
+    if (rows.size() == 2) {  // (row, step): one run of rows, so chunks span steps
+        all_rows = RVar("all_rows");
+        update.fuse(rows[0], rows[1], all_rows);
+    }
+    Func partial = update.split(all_rows, chunk_of, in_chunk, cuda_sum_rows_per_chunk,
+                                TailStrategy::GuardWithIf)
+                       .rfactor(chunk_of, chunk);
+    partial.compute_root().gpu_tile(x, chunk, xo, Var("co"), xi, Var("ci"), 32, 4,
+                                    TailStrategy::GuardWithIf);
+    partial.update().gpu_tile(x, chunk, xo, Var("co"), xi, Var("ci"), 32, 4,
+                              TailStrategy::GuardWithIf);
+    sum.compute_root().gpu_tile(x, xo, xi, 64, TailStrategy::GuardWithIf);
+    sum.update().gpu_tile(x, xo, xi, 64, TailStrategy::GuardWithIf);
+}
+
+// A transpose out(x, y) = in(y, x): a 32 x 32 tile of the input is staged in shared memory by
+// coalesced row reads, then written out by coalesced row writes.
+inline void schedule_transpose_cuda(Func out, Func staged, Var x, Var y) {
+    Var xo("xo"), yo("yo"), xi("xi"), yi("yi");
+    out.gpu_tile(x, y, xo, yo, xi, yi, 32, 32, TailStrategy::GuardWithIf);
+    const std::vector<Var> args = staged.args();
+    staged.compute_at(out, xo).store_in(MemoryType::GPUShared).gpu_threads(args[0], args[1]);
+}
+
+}  // namespace blocklstm::schedules
