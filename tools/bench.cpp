@@ -84,7 +84,7 @@ struct Bench {
     std::function<void()> call;
 };
 
-Bench make_bench(const BenchOptions &o) {
+Bench make_bench(const BenchOptions &o, Device dev) {
     const DType dt = o.dtype;
     const int64_t T = o.time, B = o.batch, I = o.input, H = o.cell;
     const bool cell = is_cell_op(o.op);
@@ -92,7 +92,13 @@ Bench make_bench(const BenchOptions &o) {
     const float ws = 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(I + H, 1)));
 
     Bench bench;
-    auto add = [&bench](Tensor t) -> const Tensor & {
+    // Every tensor on the benchmarked device (random data is made on the host and copied).
+    auto add = [&bench, dev](Tensor t) -> const Tensor & {
+        if (t.device() != dev) {
+            Tensor d(t.dtype(), t.shape(), dev);
+            copy(t, d);
+            t = d;
+        }
         bench.keep.push_back(std::move(t));
         return bench.keep.back();
     };
@@ -219,7 +225,7 @@ private:
 }  // namespace
 
 int bench(const BenchOptions &o) {
-    check_device(o.device);  // the same check as `run`: --device cuda fails here (exit 2)
+    const Device dev = check_device(o.device);  // the same check as `run`
     const double need = bytes_needed(o);
     const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
     if (have > 0 && need > have)
@@ -236,8 +242,13 @@ int bench(const BenchOptions &o) {
                                               : "one per core (" + std::to_string(cores) + ")";
     std::printf("blocklstm bench %s  %s  %s  use_peephole=%s\n", o.op.c_str(), to_string(o.dtype),
                 shape.c_str(), o.use_peephole ? "true" : "false");
-    std::printf("  device %s (%s), threads %s\n", o.device.c_str(), cpu_target_in_use().c_str(),
-                threads.c_str());
+    if (dev == Device::cuda)
+        std::printf("  device cuda (%s; GEMMs: %s), each call timed to the end of its GPU work\n",
+                    cuda_device_name().c_str(),
+                    cuda_gemm() == CudaGemm::cublas && cublas_available() ? "cuBLAS" : "Halide");
+    else
+        std::printf("  device %s (%s), threads %s\n", o.device.c_str(), cpu_target_in_use().c_str(),
+                    threads.c_str());
     if (is_grad_op(o.op))
         std::printf("  inputs: activations from one %s call, random cs_grad/h_grad (seed %llu)\n",
                     o.op == "LSTMBlockCellGrad" ? "LSTMBlockCell"
@@ -248,7 +259,13 @@ int bench(const BenchOptions &o) {
 
     Bench b;
     try {
-        b = make_bench(o);
+        b = make_bench(o, dev);
+        if (dev == Device::cuda) {  // a call ends when its GPU work does
+            b.call = [call = b.call] {
+                call();
+                cuda_synchronize();
+            };
+        }
     } catch (const std::bad_alloc &) {
         throw CliError("bench: cannot allocate the " + gib(need) + " GiB of tensors of this shape");
     }

@@ -19,13 +19,13 @@ namespace blocklstm::cli {
 namespace {
 
 constexpr const char *kUsage =
-    "usage: blocklstm run <OpName> --in DIR --out DIR [--device cpu] [--forget-bias F]\n"
+    "usage: blocklstm run <OpName> --in DIR --out DIR [--device cpu|cuda] [--forget-bias F]\n"
     "                     [--cell-clip C] [--use-peephole] [--threads N]\n"
     "       blocklstm bench <OpName> --time T --batch B --input I --cell H\n"
-    "                       [--dtype float32|float16] [--use-peephole] [--device cpu]\n"
+    "                       [--dtype float32|float16] [--use-peephole] [--device cpu|cuda]\n"
     "                       [--reps N] [--warmup N] [--threads N] [--seed S] [--print-reps]\n"
     "       blocklstm list\n"
-    "       blocklstm demo [--steps N] [--seed S] [--device cpu] [--threads N]\n"
+    "       blocklstm demo [--steps N] [--seed S] [--device auto|cpu|cuda] [--threads N]\n"
     "       blocklstm --help\n";
 
 constexpr const char *kHelp =
@@ -40,7 +40,8 @@ constexpr const char *kHelp =
     "                 names the output. Attr defaults are TF's: forget_bias 1.0 and cell_clip 3.0\n"
     "                 for LSTMBlockCell and BlockLSTM; cell_clip 0.0 and no forget_bias for\n"
     "                 BlockLSTMV2; the grad ops take only --use-peephole. use_peephole defaults\n"
-    "                 to false. On error nothing is written.\n"
+    "                 to false. On error nothing is written. --device cuda copies the inputs to\n"
+    "                 CUDA device 0, runs there and copies the outputs back.\n"
     "  bench <OpName> Time one op on random inputs of the given shape (the grad ops on the\n"
     "                 activations of the matching forward op) after a warm-up; print the median,\n"
     "                 min and max and, as the last line, \"median_ms=<float> gflops=<float>\".\n"
@@ -50,10 +51,15 @@ constexpr const char *kHelp =
     "                 and reports gflops=0. --dtype defaults to float32. --reps defaults to about\n"
     "                 1 s worth of calls (5 to 1000), --warmup to 0.2 s worth; runs expected to\n"
     "                 take over 2 s show progress on stderr. --print-reps also prints each\n"
-    "                 timed call (reps_ms=a,b,...). Attrs are TF's defaults.\n"
+    "                 timed call (reps_ms=a,b,...). Attrs are TF's defaults. With --device cuda\n"
+    "                 the tensors live on the GPU and each call is timed to the end of its GPU\n"
+    "                 work; the warm-up's first call includes the PTX JIT of the kernels.\n"
+    "                 BLOCKLSTM_CUDA_GEMM=halide runs the batched GEMMs on the Halide kernels\n"
+    "                 instead of cuBLAS.\n"
     "  list           List every compiled kernel variant and the CPU target in use.\n"
     "  demo           Train a small peephole LSTM (BlockLSTM + BlockLSTMGrad, Adam) on noisy\n"
     "                 sums of sines, then check one BlockLSTMGrad against the float64 reference.\n"
+    "                 --device auto (the default) trains on the GPU when one is present.\n"
     "\n"
     "Exit status: 0 success, 2 usage or input error, 1 demo self-check failure.\n";
 
@@ -267,7 +273,7 @@ int cmd_demo(Args &args) {
             unknown("demo", args.peek());
         }
     }
-    check_device(o.device);
+    if (o.device != "auto") check_device(o.device);
     return demo(o);
 }
 

@@ -40,8 +40,9 @@ bool is_op_name(const std::string &name);
 // Throws CliError (bad options / files) or blocklstm::Error (rejected by the library).
 void run_op(const RunOptions &options);
 
-// Throws CliError unless `device` is "cpu"; "cuda" gets a message saying why it cannot run.
-void check_device(const std::string &device, const std::string &option = "--device");
+// The device named by --device: cpu, or cuda where this build has CUDA kernels and the machine a
+// CUDA device; otherwise CliError saying why.
+Device check_device(const std::string &device, const std::string &option = "--device");
 
 // ---- bench --------------------------------------------------------------------------------------
 
@@ -73,7 +74,7 @@ void list_kernels();
 struct DemoOptions {
     int steps = 300;
     uint64_t seed = 20240607;
-    std::string device = "cpu";
+    std::string device = "auto";  // auto: CUDA when a device is present, else the CPU
 };
 
 // Returns the process exit code (0 on success).

@@ -5,6 +5,7 @@
 // clip as identity, so with clipping on the gradient would not be the loss's exact gradient);
 // y[t,b] = h[t,b,:]·V + c; loss = mean over (t,b) of (y - target)^2. The readout and its gradient
 // (which gives BlockLSTMGrad's h_grad; cs_grad is zero) and Adam are plain C++.
+#include <deque>
 #include <blocklstm/blocklstm.h>
 
 #include <algorithm>
@@ -111,11 +112,44 @@ double ms_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
-void forward(const Model &m, const Batch &batch, Work &wk, bool timed) {
+// The ops run on `device`; on CUDA the host tensors are copied in, the outputs back (the readout
+// and Adam stay on the host), and a call is timed to the end of its GPU work.
+struct OnDevice {
+    Device device;
+    std::deque<Tensor> keep;
+    const Tensor &in(const Tensor &host) {
+        if (device == Device::cpu) return host;
+        keep.emplace_back(host.dtype(), host.shape(), device);
+        copy(host, keep.back());
+        return keep.back();
+    }
+    const Tensor &out(const Tensor &host) {
+        if (device == Device::cpu) return host;
+        keep.emplace_back(host.dtype(), host.shape(), device);
+        return keep.back();
+    }
+    void finish() {
+        if (device == Device::cuda) cuda_synchronize();
+    }
+};
+
+void forward(const Model &m, const Batch &batch, Work &wk, bool timed, Device device) {
+    OnDevice d{device, {}};
+    const LSTMOutputs<TensorView> out{d.out(wk.i), d.out(wk.cs), d.out(wk.f), d.out(wk.o),
+                                      d.out(wk.ci), d.out(wk.co), d.out(wk.h)};
+    const Tensor &x = d.in(batch.x), &cs0 = d.in(wk.cs0), &h0 = d.in(wk.h0), &w = d.in(m.w.value);
+    const Tensor &wci = d.in(m.wci.value), &wcf = d.in(m.wcf.value), &wco = d.in(m.wco.value);
+    const Tensor &b = d.in(m.b.value);
+    d.finish();
     const auto start = std::chrono::steady_clock::now();
-    BlockLSTM(T, batch.x, wk.cs0, wk.h0, m.w.value, m.wci.value, m.wcf.value, m.wco.value,
-              m.b.value, {wk.i, wk.cs, wk.f, wk.o, wk.ci, wk.co, wk.h}, fwd_attrs());
+    BlockLSTM(T, x, cs0, h0, w, wci, wcf, wco, b, out, fwd_attrs());
+    d.finish();
     if (timed) wk.fwd_ms.push_back(ms_since(start));
+    if (device != Device::cpu) {
+        const Tensor *host[] = {&wk.i, &wk.cs, &wk.f, &wk.o, &wk.ci, &wk.co, &wk.h};
+        const TensorView *dev[] = {&out.i, &out.cs, &out.f, &out.o, &out.ci, &out.co, &out.h};
+        for (int k = 0; k < 7; ++k) copy(*dev[k], *host[k]);
+    }
 }
 
 // Readout and loss; fills wk.y.
@@ -154,16 +188,32 @@ void readout_backward(const Model &m, const Batch &batch, Work &wk, std::vector<
     gc = static_cast<float>(dc);
 }
 
-void backward(const Model &m, const Batch &batch, Work &wk, bool timed) {
-    const auto start = std::chrono::steady_clock::now();
+void backward(const Model &m, const Batch &batch, Work &wk, bool timed, Device device) {
+    OnDevice d{device, {}};
     GradAttrs attrs;
     attrs.use_peephole = true;
-    BlockLSTMGrad(T, batch.x, wk.cs0, wk.h0, m.w.value, m.wci.value, m.wcf.value, m.wco.value,
-                  m.b.value, wk.i, wk.cs, wk.f, wk.o, wk.ci, wk.co, wk.h, wk.cs_grad, wk.h_grad,
-                  {wk.x_grad, wk.cs_prev_grad, wk.h_prev_grad, wk.w_grad, wk.wci_grad,
-                   wk.wcf_grad, wk.wco_grad, wk.b_grad},
+    const BlockLSTMGradOutputs<TensorView> out{d.out(wk.x_grad),   d.out(wk.cs_prev_grad),
+                                               d.out(wk.h_prev_grad), d.out(wk.w_grad),
+                                               d.out(wk.wci_grad), d.out(wk.wcf_grad),
+                                               d.out(wk.wco_grad), d.out(wk.b_grad)};
+    const Tensor &x = d.in(batch.x), &cs0 = d.in(wk.cs0), &h0 = d.in(wk.h0), &w = d.in(m.w.value);
+    const Tensor &wci = d.in(m.wci.value), &wcf = d.in(m.wcf.value), &wco = d.in(m.wco.value);
+    const Tensor &b = d.in(m.b.value), &i = d.in(wk.i), &cs = d.in(wk.cs), &f = d.in(wk.f);
+    const Tensor &o = d.in(wk.o), &ci = d.in(wk.ci), &co = d.in(wk.co), &h = d.in(wk.h);
+    const Tensor &cs_grad = d.in(wk.cs_grad), &h_grad = d.in(wk.h_grad);
+    d.finish();
+    const auto start = std::chrono::steady_clock::now();
+    BlockLSTMGrad(T, x, cs0, h0, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad, h_grad, out,
                   attrs);
+    d.finish();
     if (timed) wk.bwd_ms.push_back(ms_since(start));
+    if (device != Device::cpu) {
+        const Tensor *host[] = {&wk.x_grad,   &wk.cs_prev_grad, &wk.h_prev_grad, &wk.w_grad,
+                                &wk.wci_grad, &wk.wcf_grad,     &wk.wco_grad,    &wk.b_grad};
+        const TensorView *dev[] = {&out.x_grad,   &out.cs_prev_grad, &out.h_prev_grad, &out.w_grad,
+                                   &out.wci_grad, &out.wcf_grad,     &out.wco_grad,    &out.b_grad};
+        for (int k = 0; k < 8; ++k) copy(*dev[k], *host[k]);
+    }
 }
 
 void adam_step(Model &m, const std::vector<const float *> &grads, int step) {
@@ -237,7 +287,11 @@ double max_abs_diff(const reference::Array &a, const reference::Array &b) {
 
 int demo(const DemoOptions &options) {
     const auto t_start = std::chrono::steady_clock::now();
-    std::printf("blocklstm demo: train a peephole LSTM with BlockLSTM + BlockLSTMGrad (float32, CPU)\n");
+    const Device device = options.device == "auto"
+                              ? (cuda_device_count() > 0 ? Device::cuda : Device::cpu)
+                              : check_device(options.device);
+    std::printf("blocklstm demo: train a peephole LSTM with BlockLSTM + BlockLSTMGrad (float32, %s)\n",
+                device == Device::cuda ? "CUDA" : "CPU");
     std::printf("  seed %llu | T=%lld B=%lld I=%lld H=%lld | forget_bias 1.0, cell_clip 0 (off), "
                 "use_peephole true\n",
                 static_cast<unsigned long long>(options.seed), static_cast<long long>(T),
@@ -245,7 +299,11 @@ int demo(const DemoOptions &options) {
     std::printf("  task: next-value prediction of noisy sums of 3 sines; readout y = h.V + c; "
                 "Adam lr %g, %d steps\n",
                 kLearningRate, options.steps);
-    std::printf("  CPU target: %s\n\n", cpu_target_in_use().c_str());
+    if (device == Device::cuda)
+        std::printf("  CUDA device: %s\n\n", cuda_device_name().c_str());
+    else
+        std::printf("  CPU target: %s%s\n\n", cpu_target_in_use().c_str(),
+                    options.device == "auto" ? " (no CUDA device found)" : "");
 
     Rng rng(options.seed);
     Rng val_rng(options.seed ^ 0x5eed5eed5eed5eedULL);
@@ -254,7 +312,7 @@ int demo(const DemoOptions &options) {
     Work wk;
     const Batch val = make_batch(val_rng);
 
-    forward(model, val, wk, false);
+    forward(model, val, wk, false, device);
     const double initial_val_loss = readout_loss(model, val, wk);
     std::printf("initial validation loss %.6f\n", initial_val_loss);
 
@@ -267,7 +325,7 @@ int demo(const DemoOptions &options) {
     int next_milestone = 1;
     for (int step = 1; step <= options.steps; ++step) {
         const Batch batch = make_batch(rng);
-        forward(model, batch, wk, true);
+        forward(model, batch, wk, true, device);
         const double loss = readout_loss(model, batch, wk);
         if (!std::isfinite(loss)) {
             std::fprintf(stderr, "\nblocklstm demo: loss became %f at step %d\n", loss, step);
@@ -277,7 +335,7 @@ int demo(const DemoOptions &options) {
         interval_sum += loss;
         ++interval_n;
         readout_backward(model, batch, wk, gV, gc);
-        backward(model, batch, wk, true);
+        backward(model, batch, wk, true, device);
         adam_step(model,
                   {wk.w_grad.data_as<float>(), wk.b_grad.data_as<float>(),
                    wk.wci_grad.data_as<float>(), wk.wcf_grad.data_as<float>(),
@@ -294,7 +352,7 @@ int demo(const DemoOptions &options) {
         }
     }
 
-    forward(model, val, wk, false);
+    forward(model, val, wk, false, device);
     const double final_val_loss = readout_loss(model, val, wk);
     std::printf("\nfirst training loss     %.6f\n", first_train_loss);
     std::printf("validation loss         %.6f -> %.6f (%.1fx lower)\n", initial_val_loss,
@@ -308,7 +366,7 @@ int demo(const DemoOptions &options) {
 
     // ---- One BlockLSTMGrad on the trained weights against the float64 reference. -------------
     readout_backward(model, val, wk, gV, gc);  // h_grad of the validation batch
-    backward(model, val, wk, false);
+    backward(model, val, wk, false, device);
     namespace ref = reference;
     const auto A = [](const Tensor &t) { return ref::to_array(t); };
     const ref::LSTMOut rf = ref::block_lstm(T, A(val.x), A(wk.cs0), A(wk.h0), A(model.w.value),

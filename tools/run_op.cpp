@@ -169,6 +169,14 @@ int64_t load_seq_len_max(const std::string &dir) {
     return value;
 }
 
+// `t` on `device` (a copy when it is elsewhere).
+Tensor on(Device device, const Tensor &t) {
+    if (t.device() == device) return t;
+    Tensor copy(t.dtype(), t.shape(), device);
+    blocklstm::copy(t, copy);
+    return copy;
+}
+
 Tensor to_tensor(const npy::Array &a) {
     Tensor t(a.type == npy::Type::f16 ? DType::f16 : DType::f32, a.shape);
     if (!a.data.empty()) std::memcpy(t.data(), a.data.data(), a.data.size());
@@ -235,16 +243,15 @@ bool is_op_name(const std::string &name) {
     return false;
 }
 
-void check_device(const std::string &device, const std::string &option) {
-    if (device == "cpu") return;
+Device check_device(const std::string &device, const std::string &option) {
+    if (device == "cpu") return Device::cpu;
     if (device == "cuda") {
-        bool built = false;
-        for (const auto &k : kernels())
-            if (k.backend == Device::cuda) built = true;
-        if (!built)
+        if (!cuda_built())
             throw CliError(option + " cuda: CUDA backend not built (this blocklstm has CPU kernels "
                                     "only; see `blocklstm list`)");
-        throw CliError(option + " cuda: not supported by the command-line tool yet (use --device cpu)");
+        if (cuda_device_count() == 0)
+            throw CliError(option + " cuda: no CUDA device on this machine (use --device cpu)");
+        return Device::cuda;
     }
     throw CliError(option + ": unknown device '" + device + "' (expected cpu or cuda)");
 }
@@ -256,7 +263,7 @@ void run_op(const RunOptions &options) {
                        (std::string(op.name) == "BlockLSTMV2" ? " (its forget bias is always 0)" : ""));
     if (options.cell_clip && !op.has_cell_clip)
         throw CliError(std::string("--cell-clip: ") + op.name + " has no cell_clip attr");
-    check_device(options.device);
+    const Device device = check_device(options.device);
 
     std::error_code ec;
     if (!fs::is_directory(options.in_dir, ec))
@@ -280,7 +287,7 @@ void run_op(const RunOptions &options) {
                            label(first) + " (" + npy::numpy_name_of(float_type) +
                            "); all float inputs must have the same dtype");
         }
-        in.t.emplace(name, to_tensor(a));
+        in.t.emplace(name, on(device, to_tensor(a)));
     }
 
     Attrs attrs;
@@ -290,7 +297,9 @@ void run_op(const RunOptions &options) {
     const Outputs outputs = op.run(in, attrs);  // blocklstm::Error propagates to main
     if (outputs.size() != op.outputs.size())
         throw CliError(std::string(op.name) + ": internal error: wrong number of outputs");
-    write_outputs(options.out_dir, op, outputs);
+    Outputs host_outputs;
+    for (const Tensor &t : outputs) host_outputs.push_back(on(Device::cpu, t));
+    write_outputs(options.out_dir, op, host_outputs);
 }
 
 }  // namespace blocklstm::cli

@@ -163,7 +163,11 @@ const Cublas &cublas() {
     return c;
 }
 
-std::atomic<CudaGemm> gemm_choice{CudaGemm::cublas};
+// BLOCKLSTM_CUDA_GEMM=halide in the environment starts with the Halide GEMM kernels.
+std::atomic<CudaGemm> gemm_choice{[] {
+    const char *env = std::getenv("BLOCKLSTM_CUDA_GEMM");
+    return env && std::string(env) == "halide" ? CudaGemm::halide : CudaGemm::cublas;
+}()};
 
 // One handle per (thread, context): a cuBLAS handle belongs to the context current at its
 // creation, and a handle shared between threads would race on cublasSetStream.

@@ -32,6 +32,14 @@
 namespace fs = std::filesystem;
 using blocklstm::DType;
 using blocklstm::Tensor;
+
+// The GPU tests: true (with the reason printed) where they cannot run.
+bool skip_without_cuda() {
+    if (blocklstm::cuda_device_count() > 0) return false;
+    std::cout << (blocklstm::cuda_built() ? "[SKIP] no CUDA device" : "[SKIP] built without CUDA")
+              << std::endl;
+    return true;
+}
 namespace npy = blocklstm::npy;
 
 namespace {
@@ -396,6 +404,43 @@ std::string as_version(const std::string &bytes, int major) {
     return out + dict + bytes.substr(h.data_offset);
 }
 
+// The GPU run of every case against the library's CPU result: the CUDA kernels sum in another
+// order, so within the variant tests' tolerances rather than bitwise.
+TEST_P(RunOp, CudaMatchesCpu) {
+    if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
+    const RunCase &c = GetParam();
+    TempDir tmp;
+    const std::string in = tmp / "in", out = tmp / "out";
+    const Problem p = make_problem(c.op, c.dtype, c.peephole, c.seq_len_max,
+                                   std::hash<std::string>{}(c.label));
+    p.write(in);
+    std::vector<std::string> args = {"run", c.op, "--in", in, "--out", out, "--device", "cuda"};
+    if (c.peephole) args.push_back("--use-peephole");
+    if (c.attrs.forget_bias) args.insert(args.end(), {"--forget-bias", fmt_float(*c.attrs.forget_bias)});
+    if (c.attrs.cell_clip) args.push_back("--cell-clip=" + fmt_float(*c.attrs.cell_clip));
+    const Result r = run_cli(args);
+    ASSERT_EQ(r.code, 0) << describe(r);
+    const double tol = c.dtype == DType::f32 ? 1e-5 : 1e-2;
+    auto values = [&](const void *data, std::size_t count) {
+        std::vector<double> v(count);
+        for (std::size_t k = 0; k < count; ++k)
+            v[k] = c.dtype == DType::f32 ? static_cast<const float *>(data)[k]
+                                         : blocklstm::half_to_float(static_cast<const uint16_t *>(data)[k]);
+        return v;
+    };
+    for (const auto &[name, t] : expected(p, c.attrs)) {
+        npy::Array got;
+        ASSERT_NO_THROW(got = npy::read((fs::path(out) / (name + ".npy")).string()));
+        ASSERT_EQ(got.data.size(), t.num_bytes()) << name;
+        const auto n = static_cast<std::size_t>(t.num_elements());
+        const std::vector<double> gpu = values(got.data.data(), n), cpu = values(t.data(), n);
+        double scale = 1, worst = 0;
+        for (double x : cpu) scale = std::max(scale, std::abs(x));
+        for (std::size_t k = 0; k < n; ++k) worst = std::max(worst, std::abs(gpu[k] - cpu[k]));
+        EXPECT_LE(worst, tol * scale) << name << ": max |cuda - cpu|";
+    }
+}
+
 TEST(RunInputs, AcceptsVersion2And3AndOneElementSeqLenMax) {
     TempDir tmp;
     const std::string in = tmp / "in", out = tmp / "out";
@@ -570,6 +615,8 @@ class BadInput : public ::testing::TestWithParam<BadCase> {};
 
 TEST_P(BadInput, ExitsTwoNamesCulpritWritesNothing) {
     const BadCase &c = GetParam();
+    if (c.label == "device_cuda" && blocklstm::cuda_device_count() > 0)
+        GTEST_SKIP() << "a CUDA device is present: --device cuda is valid here";
     TempDir tmp;
     const std::string in = tmp / "in", out = tmp / "out";
     const std::string base_op = c.op == "FooLSTM" ? "BlockLSTM" : c.op;
@@ -731,7 +778,20 @@ TEST(Bench, DefaultRepsAndWarmup) {
     EXPECT_NE(r.out.find("warm-up:"), std::string::npos) << r.out;
 }
 
+TEST(Bench, DeviceCudaRunsOnTheGpu) {
+    if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
+    for (const char *op : {"BlockLSTM", "BlockLSTMGrad"}) {
+        std::vector<std::string> args = bench_args(op, "float32", true);
+        args.insert(args.end(), {"--device", "cuda"});
+        const Result r = run_cli(args);
+        ASSERT_EQ(r.code, 0) << describe(r);
+        EXPECT_NE(r.out.find("device cuda"), std::string::npos) << r.out;
+        EXPECT_TRUE(std::regex_search(r.out, std::regex(R"(median_ms=[0-9.]+ gflops=[0-9.]+\n$)"))) << r.out;
+    }
+}
+
 TEST(Bench, DeviceCudaFailsLikeRun) {
+    if (blocklstm::cuda_device_count() > 0) GTEST_SKIP() << "a CUDA device is present";
     std::vector<std::string> args = bench_args("BlockLSTM", "float32", false);
     args.insert(args.end(), {"--device", "cuda"});
     const Result b = run_cli(args);
