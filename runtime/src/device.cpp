@@ -191,7 +191,7 @@ cudaDataType cuda_type(DType t) { return t == DType::f16 ? CUDA_R_16F : CUDA_R_3
 int device_of(const void *ptr, std::string *why) {
     const Driver &d = driver();
     if (d.device_count == 0) {
-        *why = d.why_not;
+        *why = d.why_not + ": expected cpu tensors on this machine";
         return -1;
     }
     unsigned int memory_type = 0;
@@ -200,7 +200,8 @@ int device_of(const void *ptr, std::string *why) {
     if (d.cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS ||
         d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) != CUDA_SUCCESS ||
         (memory_type != CU_MEMORYTYPE_DEVICE && memory_type != CU_MEMORYTYPE_UNIFIED)) {
-        *why = "is not CUDA device memory";
+        *why = "its data pointer is not CUDA device memory: expected memory from cudaMalloc, "
+               "cuMemAlloc or cudaMallocManaged";
         return -1;
     }
     return ordinal;
@@ -232,7 +233,8 @@ std::shared_ptr<std::byte[]> allocate_zeroed(std::size_t bytes) {
 #else
 namespace cuda {
 int device_of(const void *, std::string *why) {
-    *why = "cannot be used: this build has no CUDA kernels (configure with -DBLOCKLSTM_CUDA=ON)";
+    *why = "this build has no CUDA kernels: expected cpu tensors (or a build configured with "
+           "-DBLOCKLSTM_CUDA=ON)";
     return -1;
 }
 const halide_device_interface_t *halide_interface() {
@@ -251,7 +253,7 @@ Exec::Exec(Device device, const void *any_tensor) : device_(device) {
 #if BLOCKLSTM_WITH_CUDA
     std::string why;
     const int ordinal = cuda::device_of(any_tensor, &why);
-    if (ordinal < 0) throw Error("blocklstm: CUDA call: the tensors " + why);
+    if (ordinal < 0) throw Error("blocklstm: CUDA call: " + why);
     cuda::install_halide_hooks();
     cuda_.context = cuda::primary_context(ordinal);
     cuda_.stream = cuda::this_thread_stream;

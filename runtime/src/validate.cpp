@@ -112,7 +112,7 @@ void Validator::tensor(const char *arg, const TensorView &t) {
         // another GPU) is an error here, not a fault in a kernel.
         std::string why;
         const int ordinal = cuda::device_of(t.data, &why);
-        if (ordinal < 0) fail_arg(arg, "(device cuda) " + why);
+        if (ordinal < 0) fail_arg(arg, "is on device cuda, but " + why);
         if (cuda_ordinal_ < 0) {
             cuda_ordinal_ = ordinal;
         } else if (ordinal != cuda_ordinal_) {
