@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""GPU peer benchmark: our BlockLSTM / BlockLSTMGrad (`blocklstm bench --device cuda`, no
+peephole and peephole) against cuDNN's LSTM forward-training and backward (PyTorch's nn.LSTM,
+which calls cuDNN), timed in the same run on the same GPU, interleaved shape by shape.
+
+Both sides are timed the same way: host wall clock around one call, synchronised before and
+after, median of --reps calls after a warm-up. cuDNN's backward is (forward + backward) minus
+forward-training, as in DESIGN.md section 4. float32 runs with TF32 off on both sides.
+
+Usage (on the GPU machine, from the repository root, with a built tree):
+    python3 tools/peers/gpu_bench.py --blocklstm build/tools/blocklstm --out DIR [--quick]
+Writes DIR/gpu_latest.md and DIR/gpu_latest.csv and prints the table.
+"""
+import argparse
+import csv
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+SHAPES = [(100, 64, 512), (100, 64, 1024), (50, 128, 2048), (200, 16, 256), (100, 32, 256)]
+
+
+def ours(blocklstm, op, T, B, H, dtype, peephole, reps):
+    cmd = [blocklstm, "bench", op, "--time", str(T), "--batch", str(B), "--input", str(H),
+           "--cell", str(H), "--dtype", dtype, "--device", "cuda", "--reps", str(reps),
+           "--warmup", "3"]
+    if peephole:
+        cmd.append("--use-peephole")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(" ".join(cmd) + "\n" + r.stdout + r.stderr)
+    first = re.search(r"first call ([0-9.]+) ms", r.stdout)
+    med = re.search(r"median_ms=([0-9.]+)", r.stdout)
+    return float(med.group(1)), float(first.group(1)) if first else float("nan")
+
+
+def cudnn(T, B, H, dtype, reps):
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    dt = torch.float16 if dtype == "float16" else torch.float32
+    dev = torch.device("cuda")
+    lstm = torch.nn.LSTM(H, H, batch_first=False).to(dev, dt)
+    x = torch.randn(T, B, H, device=dev, dtype=dt, requires_grad=True)
+    h0 = torch.zeros(1, B, H, device=dev, dtype=dt)
+    c0 = torch.zeros(1, B, H, device=dev, dtype=dt)
+    gy = torch.randn(T, B, H, device=dev, dtype=dt) * 0.1
+
+    def timed(fn):
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(reps):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            torch.cuda.synchronize()
+            times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+    def fwd():
+        lstm(x, (h0, c0))
+
+    def fwd_bwd():
+        y, _ = lstm(x, (h0, c0))
+        y.backward(gy)
+
+    f = timed(fwd)
+    fb = timed(fwd_bwd)
+    return f, max(fb - f, 0.0)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--blocklstm", default="build/tools/blocklstm")
+    ap.add_argument("--out", default="tools/peers/results")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="first shape only, 5 reps")
+    a = ap.parse_args()
+    shapes = SHAPES[:1] if a.quick else SHAPES
+    reps = 5 if a.quick else a.reps
+    import torch
+    device = torch.cuda.get_device_name(0)
+    rows = []
+    for dtype in ("float32", "float16"):
+        for (T, B, H) in shapes:
+            c_f, c_b = cudnn(T, B, H, dtype, reps)
+            r = {"dtype": dtype, "T": T, "B": B, "IH": H, "cudnn_fwd_ms": c_f, "cudnn_bwd_ms": c_b}
+            for peephole in (False, True):
+                tag = "peep" if peephole else "plain"
+                f, f_first = ours(a.blocklstm, "BlockLSTM", T, B, H, dtype, peephole, reps)
+                b, _ = ours(a.blocklstm, "BlockLSTMGrad", T, B, H, dtype, peephole, reps)
+                r[f"ours_{tag}_fwd_ms"], r[f"ours_{tag}_bwd_ms"] = f, b
+                r[f"ours_{tag}_first_call_ms"] = f_first
+            rows.append(r)
+            print(r, flush=True)
+
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "gpu_latest.csv"), "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+    lines = [f"GPU: {device}; `python3 tools/peers/gpu_bench.py` ({reps} reps, median, wall clock "
+             "with synchronisation; f32 with TF32 off). Ratio = cuDNN ms / our ms (> 1: we are faster).",
+             "",
+             "| dtype | T,B,I=H | cuDNN fwd | ours fwd | ratio | cuDNN bwd | ours bwd | ratio | ours fwd peephole | ours bwd peephole | first call (JIT) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(
+            f"| {r['dtype']} | {r['T']},{r['B']},{r['IH']} | {r['cudnn_fwd_ms']:.3f} | "
+            f"{r['ours_plain_fwd_ms']:.3f} | {r['cudnn_fwd_ms'] / r['ours_plain_fwd_ms']:.2f} | "
+            f"{r['cudnn_bwd_ms']:.3f} | {r['ours_plain_bwd_ms']:.3f} | "
+            f"{r['cudnn_bwd_ms'] / r['ours_plain_bwd_ms']:.2f} | {r['ours_peep_fwd_ms']:.3f} | "
+            f"{r['ours_peep_bwd_ms']:.3f} | {r['ours_plain_first_call_ms']:.1f} ms |")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(a.out, "gpu_latest.md"), "w") as fh:
+        fh.write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
