@@ -37,8 +37,7 @@ struct Driver {
     X(cuInit) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)            \
     X(cuDevicePrimaryCtxRetain) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuPointerGetAttribute)    \
     X(cuMemAlloc) X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemsetD8Async)             \
-    X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuMemcpyAsync) X(cuStreamSynchronize)                \
-    X(cuCtxSynchronize)
+    X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuMemcpyAsync) X(cuStreamSynchronize)
 #define BLOCKLSTM_CU_FIELD(fn) decltype(&::fn) fn = nullptr;
     BLOCKLSTM_CU_FUNCTIONS(BLOCKLSTM_CU_FIELD)
 #undef BLOCKLSTM_CU_FIELD
@@ -361,13 +360,20 @@ Scratch::~Scratch() {
 
 // ---- cuBLAS products ----------------------------------------------------------------------------
 
+bool cublas_in_use(const Exec &exec) {
+#if BLOCKLSTM_WITH_CUDA
+    return exec.device() == Device::cuda && cuda::gemm_choice.load() == CudaGemm::cublas &&
+           cuda::cublas().ok;
+#else
+    (void)exec;
+    return false;
+#endif
+}
+
 bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, const Operand &b,
                  void *c, DType c_dtype, int64_t ldc, float beta) {
 #if BLOCKLSTM_WITH_CUDA
-    if (exec.device() != Device::cuda || cuda::gemm_choice.load() != CudaGemm::cublas ||
-        !cuda::cublas().ok) {
-        return false;
-    }
+    if (!cublas_in_use(exec)) return false;
     // cublasGemmEx takes a and b of one type; float32 without TF32 needs float32 throughout.
     if (a.dtype != b.dtype || (a.dtype == DType::f32 && c_dtype != DType::f32)) return false;
     const cuda::Cublas &cb = cuda::cublas();

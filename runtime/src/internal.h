@@ -297,6 +297,9 @@ struct Operand {
 // (float32 accumulation; float32 without TF32). Returns false, doing nothing, where cuBLAS is not
 // in use (CudaGemm::halide, no library, or operand types it cannot take); the caller then runs
 // the Halide GEMM kernel.
+// Whether this call's batched products go to cuBLAS (a CUDA call, CudaGemm::cublas, the library
+// loaded); cublas_gemm may still decline operand types it cannot take.
+bool cublas_in_use(const Exec &exec);
 bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, const Operand &b,
                  void *c, DType c_dtype, int64_t ldc, float beta);
 

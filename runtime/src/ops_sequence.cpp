@@ -279,7 +279,7 @@ void input_projection(Exec &exec, DType dt, const void *x, int64_t rows, int64_t
                       int64_t cell_size, const void *w, const void *b, float *xw) {
     const int64_t I = input_size, G = 4 * cell_size;
     const Device dev = exec.device();
-    if (dev == Device::cuda && rows > 0 && cuda_gemm() == CudaGemm::cublas && cublas_available()) {
+    if (rows > 0 && cublas_in_use(exec)) {
         // cuBLAS: xw = 1 . b (a rank-1 product: every row exactly b), then xw += x . W_x.
         Scratch ones(exec, rows * static_cast<int64_t>(size_of(dt)));
         exec.fill_ones(ones.data(), dt, rows);
