@@ -38,14 +38,27 @@ inline Func peephole_sums(const PeepholeGradTerms &terms, const Var &j) {
     return sums;
 }
 
+// The b(x, k) operand of a step's recurrent product: element (x, k) of weight panels
+// w(xi, k, xo) (panel_cols > 0, see generators/panels.cpp) or of the weight matrix w(x, k).
+inline Expr recurrent_weight(const Func &w, int panel_cols, const Expr &x, const Expr &k) {
+    if (panel_cols == 0) return w(x, k);
+    return w(x % panel_cols, k, x / panel_cols);
+}
+
 // sum(x, y) = init(x, y) + sum_k a(k, y) * b(x, k), accumulated in float32, with the reduction
 // blocked: part(x, y, kb) is the product over one block of k_block steps of k (k_block 0: one
 // block of all of k), so a register tile
 // of part and the packed operand panels of one block stay in L1 (DESIGN.md §4: packing and cache
 // blocking of K are where the other half of GEMM speed lives). The panels are float32 views of a
 // and b, both zero past the last k, so a partial last block adds exact zeros (never inf * 0).
+// The panels are laid out for the schedule's register tiles: a_panel(yi, k, yo) holds row
+// yo * panel_rows + yi and b_panel(xi, k, xo) column xo * panel_cols + xi, so a schedule that
+// stores many tiles' panels at once keeps each tile's panel contiguous (0: no tiles,
+// a_panel(y, k, 0) and b_panel(x, k, 0)).
 // Reads past the last row / column / k are clamped (min(likely(...)) lets Halide split off the
-// edge iterations), so a schedule may compute whole register tiles and blocks at the edges.
+// edge iterations), so a schedule may compute whole register tiles and blocks at the edges;
+// b_padded: b may be read past its last column up to the end of a panel (zeros there), so its
+// columns are not clamped and a step's product reads b's panels in whole vectors.
 struct MatrixProduct {
     Func sum, part, a_panel, b_panel;
     RDom k_in_block, blocks;
@@ -56,7 +69,8 @@ inline MatrixProduct matrix_product(const std::string &name,
                                     const std::function<Expr(Expr x, Expr k)> &b,
                                     const std::function<Expr(Expr x, Expr y)> &init,
                                     const Expr &rows, const Expr &cols, const Expr &depth,
-                                    int k_block, const Var &x, const Var &y,
+                                    int k_block, int panel_rows, int panel_cols, bool b_padded,
+                                    const Var &x, const Var &y,
                                     std::optional<Func> sum = std::nullopt) {
     // depth in equal blocks of at most k_block steps (the last one is padded by less than one
     // step per block): H = 128 runs one block of 128, not a block of k_block half zeros.
@@ -66,14 +80,22 @@ inline MatrixProduct matrix_product(const std::string &name,
     MatrixProduct p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"),
                     Func(name + "_a_panel"), Func(name + "_b_panel"),
                     RDom(0, block_size, name + "_k"), RDom(0, num_blocks, name + "_kb")};
-    Var k("k"), kb("kb");
+    Var k("k"), kb("kb"), xo("xo"), yo("yo");
     Expr xc = min(likely(x), cols - 1), yc = min(likely(y), rows - 1);
     Expr kc = min(likely(k), max(depth - 1, 0));
-    p.a_panel(k, y) = select(likely(k < depth), f32(a(kc, yc)), 0.0f);
-    p.b_panel(x, k) = select(k < depth, f32(b(xc, kc)), 0.0f);
+    Expr panel_x = panel_cols > 0 ? xo * panel_cols + x : x;
+    Expr panel_y = panel_rows > 0 ? yo * panel_rows + y : y;
+    p.a_panel(y, k, yo) =
+        select(likely(k < depth), f32(a(kc, min(likely(panel_y), rows - 1))), 0.0f);
+    Expr b_x = b_padded ? panel_x : min(likely(panel_x), cols - 1);
+    p.b_panel(x, k, xo) = select(k < depth, f32(b(b_x, kc)), 0.0f);
     Expr kk = kb * block_size + p.k_in_block;
+    Expr a_kk = panel_rows > 0 ? p.a_panel(y % panel_rows, kk, y / panel_rows)
+                               : p.a_panel(y, kk, 0);
+    Expr b_kk = panel_cols > 0 ? p.b_panel(x % panel_cols, kk, x / panel_cols)
+                               : p.b_panel(x, kk, 0);
     p.part(x, y, kb) = 0.0f;
-    p.part(x, y, kb) += p.a_panel(kk, y) * p.b_panel(x, kk);
+    p.part(x, y, kb) += a_kk * b_kk;
     p.sum(x, y) = f32(init(xc, yc));
     p.sum(x, y) += p.part(x, y, p.blocks);
     return p;

@@ -35,6 +35,10 @@ public:
     void generate() {
         Var x("x"), y("y");  // column, row of c
         const bool transpose_a = form == GemmForm::tn;
+        // The runtime's buffers start at 0; known here, a column's place in its packed panel
+        // (x % panel_cols) is known at compile time.
+        c->dim(0).set_min(0);
+        c->dim(1).set_min(0);
         Expr rows = c->dim(1).extent(), cols = c->dim(0).extent();
         Expr depth = transpose_a ? a->dim(1).extent() : a->dim(0).extent();
         const auto batched = schedules::GemmFuncs::Shape::batched;
@@ -45,13 +49,15 @@ public:
             [&](Expr k, Expr yy) { return transpose_a ? (*a)(yy, k) : (*a)(k, yy); },
             [&](Expr xx, Expr k) { return (*b)(xx, k); },
             [&](Expr xx, Expr) { return bias ? f32((*bias)(xx)) : Expr(0.0f); },
-            rows, cols, depth, schedules::matrix_product_k_block(batched, get_target()), x, y,
+            rows, cols, depth, schedules::matrix_product_k_block(batched, get_target()),
+            schedules::matrix_product_panel_rows(batched, get_target()),
+            schedules::matrix_product_panel_cols(batched, get_target()), /*b_padded=*/false, x, y,
             c_is_f32 ? std::optional<Func>(Func(*c)) : std::nullopt);
         if (!c_is_f32) (*c)(x, y) = cast(c->types()[0], p.sum(x, y));
 
         const Target t = get_target();
         schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
-                                  p.blocks.x, c_is_f32, batched},
+                                  p.blocks.x, c_is_f32, batched, !transpose_a, cols},
                                  t);
         if (!c_is_f32) schedules::schedule_elementwise(*c, x, y, t);
     }

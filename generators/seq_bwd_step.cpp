@@ -21,7 +21,9 @@ public:
 
     void configure() {
         dgates_next = add_input<Buffer<>>("dgates_next", Float(32), 2);  // [B,4H], zeros at t = L-1
-        w_h_t = add_input<Buffer<>>("w_h_t", dtype, 2);                  // [4H,H] = W_h^T
+        // [4H,H] = W_h^T; on the CPU as packed float32 panels (generators/panels.cpp)
+        const bool panels = schedules::step_weights_in_panels(get_target());
+        w_h_t = add_input<Buffer<>>("w_h_t", panels ? Float(32) : Type(dtype), panels ? 3 : 2);
         h_grad = add_input<Buffer<>>("h_grad", dtype, 2);                // [B,H]
         cs_grad = add_input<Buffer<>>("cs_grad", dtype, 2);
         dcs_carry = add_input<Buffer<>>("dcs_carry", Float(32), 2);
@@ -43,11 +45,24 @@ public:
         Var x("x"), y("y"), j("j"), n("n"), g("g");
         Expr H = h_grad->dim(0).extent(), B = h_grad->dim(1).extent();
 
+        const int panel_cols =
+            schedules::step_weights_in_panels(get_target()) ? schedules::weight_panel_cols : 0;
+        if (panel_cols > 0) {
+            // Known panel width and zero origins: a column's place in its panel is static.
+            w_h_t->dim(0).set_min(0).set_extent(panel_cols);
+            w_h_t->dim(1).set_min(0);
+            w_h_t->dim(2).set_min(0);
+            dh->dim(0).set_min(0);
+            dh->dim(1).set_min(0);
+        }
         MatrixProduct p = matrix_product(
             "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
-            [&](Expr xx, Expr k) { return (*w_h_t)(xx, k); },
+            [&](Expr xx, Expr k) { return recurrent_weight(*w_h_t, panel_cols, xx, k); },
             [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H,
             schedules::matrix_product_k_block(schedules::GemmFuncs::Shape::step, get_target()),
+            schedules::matrix_product_panel_rows(schedules::GemmFuncs::Shape::step, get_target()),
+            schedules::matrix_product_panel_cols(schedules::GemmFuncs::Shape::step, get_target()),
+            /*b_padded=*/panel_cols > 0,
             x, y, Func(*dh));
 
         auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, n)); };
@@ -63,7 +78,8 @@ public:
 
         const Target t = get_target();
         schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
-                                  p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step},
+                                  p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step,
+                                  /*a_rows_contiguous=*/true, /*cols=*/H, panel_cols > 0},
                                  t);
         // The cell math (no transcendentals) is inlined into both outputs: recomputing it is
         // cheaper than a [5, B, H] buffer written and read back every step.

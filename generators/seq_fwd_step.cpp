@@ -23,7 +23,9 @@ public:
     void configure() {
         xw = add_input<Buffer<>>("xw", Float(32), 2);       // [B,4H] x.W_x + b
         h_prev = add_input<Buffer<>>("h_prev", dtype, 2);   // [B,H]
-        w_h = add_input<Buffer<>>("w_h", dtype, 2);         // [H,4H] rows I.. of w
+        // [H,4H] rows I.. of w; on the CPU as packed float32 panels (generators/panels.cpp)
+        const bool panels = schedules::step_weights_in_panels(get_target());
+        w_h = add_input<Buffer<>>("w_h", panels ? Float(32) : Type(dtype), panels ? 3 : 2);
         cs_prev = add_input<Buffer<>>("cs_prev", dtype, 2); // [B,H]
         wci = add_input<Buffer<>>("wci", dtype, 1);
         wcf = add_input<Buffer<>>("wcf", dtype, 1);
@@ -36,11 +38,24 @@ public:
         Var x("x"), y("y"), j("j"), n("n");
         Expr H = cs_prev->dim(0).extent(), B = cs_prev->dim(1).extent();
 
+        const int panel_cols =
+            schedules::step_weights_in_panels(get_target()) ? schedules::weight_panel_cols : 0;
+        if (panel_cols > 0) {
+            // Known panel width and zero origins: a column's place in its panel is static.
+            w_h->dim(0).set_min(0).set_extent(panel_cols);
+            w_h->dim(1).set_min(0);
+            w_h->dim(2).set_min(0);
+            gates->dim(0).set_min(0);
+            gates->dim(1).set_min(0);
+        }
         MatrixProduct p = matrix_product(
             "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
-            [&](Expr xx, Expr k) { return (*w_h)(xx, k); },
+            [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k); },
             [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H,
             schedules::matrix_product_k_block(schedules::GemmFuncs::Shape::step, get_target()),
+            schedules::matrix_product_panel_rows(schedules::GemmFuncs::Shape::step, get_target()),
+            schedules::matrix_product_panel_cols(schedules::GemmFuncs::Shape::step, get_target()),
+            /*b_padded=*/panel_cols > 0,
             x, y, Func(*gates));
 
         auto gate = [&](Gate g) { return (*gates)(j + gate_block(layout, g) * H, n); };
@@ -53,7 +68,8 @@ public:
 
         const Target t = get_target();
         schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
-                                  p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step},
+                                  p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step,
+                                  /*a_rows_contiguous=*/true, /*cols=*/4 * H, panel_cols > 0},
                                  t);
         schedules::schedule_elementwise(*lstm, j, n, t);
     }

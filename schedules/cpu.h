@@ -23,6 +23,12 @@ struct GemmFuncs {
     // batched: many rows (L*B); A is packed per row block (GotoBLAS order, parallel over row
     // blocks). step: few rows (B, once per time step); A is read in place.
     enum class Shape { step, batched } shape = Shape::step;
+    // a(k, y) is stored row-major (k contiguous): its rows can be read in place. Otherwise
+    // (a transposed operand) a batched product packs it.
+    bool a_rows_contiguous = true;
+    Expr cols;  // extent of x (batched: splits the columns into gemm_column_chunks)
+    // b is read from weight panels packed once per call (generators/panels.cpp): nothing to pack.
+    bool b_in_panels = false;
 };
 
 // Register-blocked, packed, K-blocked GEMM. For each block of k (outermost, so one block's panels
@@ -33,6 +39,7 @@ struct GemmFuncs {
 // accumulator tile lives in vector registers for the whole block.
 inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
     const bool pack_a = g.shape == GemmFuncs::Shape::batched;
+    const bool batched = g.shape == GemmFuncs::Shape::batched;
     const int vec = t.natural_vector_size<float>();
     const int tile_cols = gemm_tile_cols(t);
     const int tile_rows = gemm_tile_rows(t);
@@ -53,21 +60,36 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
         // is packed once and reused by every column tile; the row blocks run in parallel.
         // Measured on this machine: transposed-A products 19 -> 31 GFLOP per core-second,
         // the others 29 -> 31 (OpenBLAS: 31-36).
-        update.parallel(yb);
-        const std::vector<Var> a_args = g.a_panel.args();  // (k, y)
-        g.a_panel.compute_at(g.sum, yb)
-            .bound_extent(a_args[1], tile_rows * gemm_row_block_tiles)
-            .reorder_storage(a_args[1], a_args[0])
-            .reorder(a_args[1], a_args[0])
-            .vectorize(a_args[1], vec);
-        g.b_panel.compute_at(g.sum, xo);
+        Var xc("xc"), work("work");
+        Expr col_tiles = (g.cols + tile_cols - 1) / tile_cols;
+        update.split(xo, xc, xo, (col_tiles + gemm_column_chunks - 1) / gemm_column_chunks,
+                     TailStrategy::GuardWithIf)
+            .reorder(xo, yb, xc)
+            .fuse(yb, xc, work)
+            .parallel(work);
+        const std::vector<Var> a_args = g.a_panel.args();  // (yi, k, yo)
+        g.a_panel.compute_at(g.sum, work)
+            .bound_extent(a_args[0], tile_rows)
+            .reorder(a_args[0], a_args[1], a_args[2])
+            .unroll(a_args[0]);
+        // b is packed once per k block for all row blocks (panel_cols: one contiguous panel
+        // per column tile), in parallel over the panels.
+        const std::vector<Var> b_args = g.b_panel.args();  // (xi, k, xo)
+        g.b_panel.compute_at(g.sum, g.blocks)
+            .bound_extent(b_args[0], tile_cols)
+            .vectorize(b_args[0], vec)
+            .parallel(b_args[2]);
     } else {
         // a's rows are read in place; row blocks x column tiles in parallel, so a product with
         // few rows (B, per step) still spreads its 4H columns over the cores.
         update.fuse(xo, yb, tile).parallel(tile);
-        g.b_panel.compute_at(g.sum, tile);
+        if (g.b_in_panels) {
+            // Columns from 0: each tile starts a panel, read in whole vectors.
+            g.sum.bound(x, 0, g.cols);
+        } else {
+            g.b_panel.compute_at(g.sum, tile).bound_extent(x, tile_cols).vectorize(x, vec);
+        }
     }
-    g.b_panel.bound_extent(x, tile_cols).vectorize(x, vec);
 
     // Accumulators: tile_cols/vec x tile_rows vector registers, constant extent even at the edges.
     g.part.compute_at(g.sum, yo)
@@ -129,6 +151,22 @@ inline void schedule_transpose_cpu(Func out, Var x, Var y, const Target &t) {  /
         .vectorize(xi)
         .unroll(yi)
         .parallel(yo);
+}
+
+// Weight panels out(xi, k, xo) (generators/panels.cpp): panels in parallel; a transposed source
+// is read in square tiles of one vector, transposed in registers as in schedule_transpose_cpu.
+inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed,
+                                const Target &t) {
+    const int vec = t.natural_vector_size<float>();
+    out.bound(xi, 0, weight_panel_cols).parallel(xo);
+    if (transposed) {
+        Var xii("xii"), ki("ki"), xio("xio"), ko("ko");
+        out.tile(xi, k, xio, ko, xii, ki, vec, vec, TailStrategy::GuardWithIf)
+            .vectorize(xii)
+            .unroll(ki);
+    } else {
+        out.vectorize(xi, vec);
+    }
 }
 
 }  // namespace blocklstm::schedules

@@ -26,7 +26,14 @@ inline int gemm_k_block(const Halide::Target &t) {
 // (BlockLSTMGrad at T=100, B=64, H=512).
 inline int gemm_step_k_block(const Halide::Target &) { return 2048; }
 
+// Columns per packed panel of the recurrent weights (generators/panels.cpp), the same on every
+// CPU target so that the runtime knows the layout: a register tile of 8 (SSE4.1), 16 (AVX2) or
+// 32 (AVX-512) columns reads half a panel, one or two.
+constexpr int weight_panel_cols = 16;
+
 // Register tiles per row block: the rows of A a packed panel is reused for (6 x 16 = 96 rows).
 constexpr int gemm_row_block_tiles = 16;
+
+constexpr int gemm_column_chunks = 2;
 
 }  // namespace blocklstm::schedules

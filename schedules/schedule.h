@@ -2,6 +2,7 @@
 // the target being compiled, so an algorithm in generators/ is written once for both.
 #pragma once
 
+#include <stdexcept>
 #include <vector>
 
 #include "Halide.h"
@@ -17,6 +18,18 @@ inline bool is_cuda(const Halide::Target &t) { return t.has_feature(Halide::Targ
 inline int matrix_product_k_block(GemmFuncs::Shape shape, const Halide::Target &t) {
     if (is_cuda(t)) return 0;
     return shape == GemmFuncs::Shape::batched ? gemm_k_block(t) : gemm_step_k_block(t);
+}
+
+// Rows / columns per packed panel of a matrix product's operands (0: no panels): the CPU's
+// batched products pack their operands in one panel per register tile.
+inline int matrix_product_panel_rows(GemmFuncs::Shape shape, const Halide::Target &t) {
+    if (is_cuda(t) || shape != GemmFuncs::Shape::batched) return 0;
+    return gemm_tile_rows(t);
+}
+
+inline int matrix_product_panel_cols(GemmFuncs::Shape shape, const Halide::Target &t) {
+    if (is_cuda(t) || shape != GemmFuncs::Shape::batched) return 0;
+    return gemm_tile_cols(t);
 }
 
 inline void schedule_gemm(const GemmFuncs &g, const Halide::Target &t) {
@@ -47,6 +60,18 @@ inline void schedule_transpose(Halide::Func out, Halide::Func staged, Halide::Va
                                const Halide::Target &t) {
     if (!is_cuda(t)) return schedule_transpose_cpu(out, x, y, t);
     schedule_transpose_cuda(out, staged, x, y);
+}
+
+// The CPU's per-step products read their recurrent weights from packed panels
+// (generators/panels.cpp, float32, weight_panel_cols wide), made once per call; the GPU's read the
+// weight matrix in place.
+inline bool step_weights_in_panels(const Halide::Target &t) { return !is_cuda(t); }
+
+// Packed weight panels exist for the CPU's per-step products only.
+inline void schedule_panels(Halide::Func out, Halide::Var xi, Halide::Var k, Halide::Var xo,
+                            bool transposed, const Halide::Target &t) {
+    if (is_cuda(t)) throw std::invalid_argument("panels: the CUDA products read the weights in place");
+    schedule_panels_cpu(out, xi, k, xo, transposed, t);
 }
 
 }  // namespace blocklstm::schedules

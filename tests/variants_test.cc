@@ -74,12 +74,13 @@ std::vector<Use> uses(const Variant &v) {
     std::vector<Use> u;
     if (v.family == "cell_fwd") u.push_back({Op::cell, peep, Layout::icfo});
     if (v.family == "cell_bwd") u.push_back({Op::cell_grad, peep, Layout::icfo});
-    if (v.family == "seq_fwd_step") {
+    if (v.family == "seq_fwd_step" || v.family == "panels") {
         for (Layout l : layouts) u.push_back({Op::seq, peep, l});
         // LSTMBlockCell is one ICFO forward step.
         if (v.layout != "ifco") u.push_back({Op::cell, peep, Layout::icfo});
     }
-    if (v.family == "seq_bwd_step" || v.family == "seq_bwd_reduce" || v.family == "transpose")
+    if (v.family == "seq_bwd_step" || v.family == "seq_bwd_reduce" || v.family == "transpose" ||
+        v.family == "panels_t")
         for (Layout l : layouts) u.push_back({Op::seq_grad, peep, l});
     if (v.family.rfind("gemm_", 0) == 0) {
         // The GEMMs serve the forward input projection and the backward products; run every op

@@ -271,6 +271,15 @@ Bundle<TensorView> views(const Bundle<Tensor> &owned) {
 // The product of sizes, saturated at INT64_MAX instead of overflowing.
 int64_t saturating_product(std::initializer_list<int64_t> factors);
 
+// Columns per packed panel of the recurrent weights on the CPU: schedules::weight_panel_cols,
+// which the step kernels check (a buffer of another panel width is an error, not a wrong result).
+constexpr int64_t kWeightPanelCols = 16;
+
+// Elements of a [depth, cols] operand in panels of kWeightPanelCols columns (the last one padded).
+inline int64_t panel_elements(int64_t cols, int64_t depth) {
+    return saturating_product({(cols + kWeightPanelCols - 1) / kWeightPanelCols, depth, kWeightPanelCols});
+}
+
 // Products of sizes that become Halide extents or strides must fit int32; `arg` is the input
 // whose size sets the product.
 void check_int32_extent(const Validator &v, const char *arg, const char *what, int64_t value);

@@ -71,13 +71,13 @@ std::string ops_of(const KernelEntry &k) {
         ops += op;
     };
     if (family == "cell_bwd") add(true, "LSTMBlockCellGrad");
-    if (family == "seq_fwd_step" || family == "gemm_nn_bias") {
+    if (family == "seq_fwd_step" || family == "gemm_nn_bias" || family == "panels") {
         add(v1, "LSTMBlockCell");
         add(v1, "BlockLSTM");
         add(v2, "BlockLSTMV2");
     }
     if (family == "seq_bwd_step" || family == "seq_bwd_reduce" || family == "gemm_nn" ||
-        family == "gemm_tn" || family == "transpose") {
+        family == "gemm_tn" || family == "transpose" || family == "panels_t") {
         add(v1, "BlockLSTMGrad");
         add(v2, "BlockLSTMGradV2");
     }

@@ -57,7 +57,23 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
                                       " time steps)");
     }
     check_int32_extent(v, "x", "a gate workspace [T*B, 4*cell_size]", saturating_product({d.T, d.B, 4, d.H}));
+    check_int32_extent(v, "w", "the recurrent weights in panels of 16 columns",
+                       std::max(panel_elements(4 * d.H, d.H), panel_elements(d.H, 4 * d.H)));
     return d;
+}
+
+// The recurrent weights as the step kernels read them: on the CPU packed once per call into
+// float32 panels of kWeightPanelCols columns (generators/panels.cpp; `family` panels: b(x, k) =
+// w(x, k), panels_t: b(x, k) = w(k, x)), on the GPU the matrix `w` itself.
+Buf recurrent_weights(Exec &exec, const char *family, DType dt, Buf w, int64_t cols,
+                      int64_t depth, std::optional<Scratch> &storage) {
+    if (exec.device() != Device::cpu) return w;
+    const int64_t num_panels = (cols + kWeightPanelCols - 1) / kWeightPanelCols;
+    storage.emplace(exec, panel_elements(cols, depth) * 4);
+    Buf panels(Device::cpu, storage->data(), DType::f32, {num_panels, depth, kWeightPanelCols});
+    KernelCall(find_kernel(family, Device::cpu, dt, false, Layout::icfo), exec)
+        .buffer("in", w).buffer("out", panels).run();
+    return panels;
 }
 
 std::vector<std::vector<int64_t>> forward_shapes(const SeqDims &d) {
@@ -101,6 +117,7 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     const SeqDims d = validate_forward(op, in, &out, &dt, &dev, &some_data);
     const int64_t B = d.B, I = d.I, H = d.H, L = d.L;
     const KernelEntry &step_kernel = find_kernel("seq_fwd_step", dev, dt, use_peephole, layout);
+    if (dev == Device::cpu) (void)find_kernel("panels", dev, dt, false, layout);
     Exec exec(dev, some_data);
 
     // Every output is zero past seq_len_max (TF leaves i, f, o, ci, co unwritten there).
@@ -115,7 +132,10 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     float fb = attr_in_dtype(forget_bias, dt), clip = attr_in_dtype(cell_clip, dt);
     Buf xw_t = Buf::matrix(dev, xw.data(), DType::f32, B, 4 * H, 4 * H);
     Buf h_prev(dev, in.h_prev.data, dt, {B, H}), cs_prev(dev, in.cs_prev.data, dt, {B, H});
-    Buf w_h = Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
+    std::optional<Scratch> w_h_panels;
+    Buf w_h = recurrent_weights(exec, "panels", dt,
+                                Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H),
+                                4 * H, H, w_h_panels);
     Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
     const TV *outs[7] = {&out.i, &out.cs, &out.f, &out.o, &out.ci, &out.co, &out.h};
     std::vector<Buf> slices;
@@ -174,6 +194,7 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     const KernelEntry &transpose_kernel = find_kernel("transpose", dev, dt, false, layout);
     (void)find_kernel("gemm_nn", dev, dt, false, layout);  // present before any output is written
     (void)find_kernel("gemm_tn", dev, dt, false, layout);
+    if (dev == Device::cpu) (void)find_kernel("panels_t", dev, dt, false, layout);
     Exec exec(dev, some_data);
 
     zero_steps(exec, out.x_grad, L);
@@ -201,7 +222,13 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     Scratch carry0(exec, B * H * 4), carry1(exec, B * H * 4);
     float *carry[2] = {carry0.floats(), carry1.floats()};
     Buf dnext = Buf::matrix(dev, zeros.data(), DType::f32, B, 4 * H, 4 * H);
-    Buf w_h_t = Buf::matrix(dev, w_t_bytes + I * es, dt, 4 * H, H, I + H);
+    // W_h^T: on the CPU in panels straight from the rows of W_h, else the rows of w^T.
+    std::optional<Scratch> w_h_t_panels;
+    Buf w_h_t = dev == Device::cpu
+                    ? recurrent_weights(exec, "panels_t", dt,
+                                        Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H),
+                                        H, 4 * H, w_h_t_panels)
+                    : Buf::matrix(dev, w_t_bytes + I * es, dt, 4 * H, H, I + H);
     const TV *step_inputs[] = {&act.h_grad, &act.cs_grad, &act.i, &act.f, &act.o, &act.ci, &act.co};
     std::vector<Buf> per_step;  // h_grad, cs_grad, i, f, o, ci, co at step t
     for (const TV *t : step_inputs) per_step.emplace_back(dev, t->data, dt, std::initializer_list<int64_t>{B, H});

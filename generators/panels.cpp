@@ -1,0 +1,37 @@
+// The recurrent weights as packed panels, once per call, for the CPU's per-step products:
+// out(xi, k, xo) = b(xo * P + xi, k) in float32, P = schedules::weight_panel_cols, zero past the
+// last column. Each panel (P columns x all of k) is contiguous, so a step's product streams its
+// weights instead of packing them again at every step (at B = 8 that packing cost as much as the
+// product itself).
+//   panels    b(x, k) = in(x, k): in's rows are k     (forward: W_h,   [H, 4H])
+//   panels_t  b(x, k) = in(k, x): in's rows are x     (backward: W_h^T, read from W_h's rows)
+#include "generators/common.h"
+#include "schedules/schedule.h"
+
+namespace blocklstm::gen {
+
+class Panels : public Generator<Panels> {
+public:
+    GeneratorParam<Type> dtype{"dtype", Float(32)};
+    GeneratorParam<bool> transpose{"transpose", false};
+
+    Input<Buffer<>> *in = nullptr;
+    Output<Buffer<float, 3>> out{"out"};
+
+    void configure() { in = add_input<Buffer<>>("in", dtype, 2); }
+
+    void generate() {
+        const int P = schedules::weight_panel_cols;
+        out.dim(0).set_min(0).set_extent(P);
+        Var xi("xi"), k("k"), xo("xo");
+        Expr cols = transpose ? in->dim(1).extent() : in->dim(0).extent();
+        Expr x = xo * P + xi, xc = min(x, cols - 1);
+        Expr value = transpose ? (*in)(k, xc) : (*in)(xc, k);
+        out(xi, k, xo) = select(x < cols, f32(value), 0.0f);
+        schedules::schedule_panels(out, xi, k, xo, transpose, get_target());
+    }
+};
+
+}  // namespace blocklstm::gen
+
+HALIDE_REGISTER_GENERATOR(blocklstm::gen::Panels, panels)
