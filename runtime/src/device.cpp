@@ -327,11 +327,11 @@ void Exec::fill_ones(void *data, DType dtype, int64_t count) const {
 #endif
 }
 
-Scratch::Scratch(Exec &exec, int64_t bytes) : exec_(&exec) {
+Scratch::Scratch(Exec &exec, int64_t bytes, Fill fill) : exec_(&exec) {
     const auto n = static_cast<std::size_t>(bytes > 0 ? bytes : 0);
     if (exec.device() == Device::cpu) {
-        host_.assign(n > 0 ? n : 1, std::byte{0});
-        data_ = host_.data();
+        host_.reset(fill == Fill::zeros ? new std::byte[n > 0 ? n : 1]() : new std::byte[n > 0 ? n : 1]);
+        data_ = host_.get();
         return;
     }
 #if BLOCKLSTM_WITH_CUDA
@@ -339,14 +339,13 @@ Scratch::Scratch(Exec &exec, int64_t bytes) : exec_(&exec) {
     cuda::check(cuda::driver().cuMemAllocAsync(&p, n > 0 ? n : 1, static_cast<CUstream>(exec.stream())),
                 "cuMemAllocAsync (workspace)");
     data_ = reinterpret_cast<void *>(p);
-    exec.zero_bytes(data_, bytes);
+    if (fill == Fill::zeros) exec.zero_bytes(data_, bytes);
 #endif
 }
 
 Scratch::Scratch(Scratch &&other) noexcept
     : exec_(other.exec_), data_(other.data_), host_(std::move(other.host_)) {
     other.data_ = nullptr;
-    if (!host_.empty()) data_ = host_.data();
 }
 
 Scratch::~Scratch() {

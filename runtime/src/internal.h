@@ -53,10 +53,12 @@ private:
 
 // Scratch memory of one call on its device (CUDA: stream-ordered, cuMemAllocAsync /
 // cuMemFreeAsync on the call's stream, so it is reused from the driver's pool and needs no
-// synchronisation). Zero-initialised.
+// synchronisation). Zero-initialised unless the caller writes all of it first (Fill::none: no
+// memset of tens of MB per call, and no page faults from touching it twice).
 class Scratch {
 public:
-    Scratch(Exec &exec, int64_t bytes);
+    enum class Fill { zeros, none };
+    Scratch(Exec &exec, int64_t bytes, Fill fill = Fill::zeros);
     ~Scratch();
     Scratch(const Scratch &) = delete;
     Scratch &operator=(const Scratch &) = delete;
@@ -68,7 +70,7 @@ public:
 private:
     Exec *exec_;
     void *data_ = nullptr;
-    std::vector<std::byte> host_;
+    std::unique_ptr<std::byte[]> host_;
 };
 
 // ---- Halide buffers over caller memory ----------------------------------------------------------

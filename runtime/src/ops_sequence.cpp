@@ -69,7 +69,7 @@ Buf recurrent_weights(Exec &exec, const char *family, DType dt, Buf w, int64_t c
                       int64_t depth, std::optional<Scratch> &storage) {
     if (exec.device() != Device::cpu) return w;
     const int64_t num_panels = (cols + kWeightPanelCols - 1) / kWeightPanelCols;
-    storage.emplace(exec, panel_elements(cols, depth) * 4);
+    storage.emplace(exec, panel_elements(cols, depth) * 4, Scratch::Fill::none);
     Buf panels(Device::cpu, storage->data(), DType::f32, {num_panels, depth, kWeightPanelCols});
     KernelCall(find_kernel(family, Device::cpu, dt, false, Layout::icfo), exec)
         .buffer("in", w).buffer("out", panels).run();
@@ -125,7 +125,7 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     if (L == 0 || B == 0) return;
 
     // xw = x . W_x + b for all L steps in one GEMM.
-    Scratch xw(exec, L * B * 4 * H * 4);
+    Scratch xw(exec, L * B * 4 * H * 4, Scratch::Fill::none);
     input_projection(exec, dt, in.x.data, L * B, I, H, in.w.data, in.b.data, xw.floats());
 
     // The recurrence: one seq_fwd_step per step; step t reads the outputs of step t-1.
@@ -141,7 +141,7 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     std::vector<Buf> slices;
     for (const TV *t : outs) slices.emplace_back(dev, t->data, dt, std::initializer_list<int64_t>{B, H});
 
-    Scratch gates(exec, B * 4 * H * 4);  // one step's pre-activations, reused
+    Scratch gates(exec, B * 4 * H * 4, Scratch::Fill::none);  // one step's pre-activations, reused
     Buf gates_buf = Buf::matrix(dev, gates.data(), DType::f32, B, 4 * H, 4 * H);
 
     KernelCall step(step_kernel, exec);
@@ -209,7 +209,7 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     // w^T [4H, I+H], so that the recurrent product reads contiguous rows of W_h^T (and the Halide
     // x_grad product those of W_x^T). A copy of 4H(I+H) elements per call, against 2 L B 4H (I+H)
     // multiply-adds.
-    Scratch w_t(exec, 4 * H * (I + H) * es);
+    Scratch w_t(exec, 4 * H * (I + H) * es, Scratch::Fill::none);
     {
         Buf w_buf = Buf::matrix(dev, in.w.data, dt, I + H, 4 * H, 4 * H);
         Buf w_t_buf = Buf::matrix(dev, w_t.data(), dt, 4 * H, I + H, I + H);
@@ -218,7 +218,7 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     std::byte *w_t_bytes = static_cast<std::byte *>(w_t.data());
 
     // The recurrence, reverse time: dgates[t] for every t, the cell-state carry ping-pongs.
-    Scratch dgates(exec, L * B * 4 * H * 4), zeros(exec, B * 4 * H * 4);
+    Scratch dgates(exec, L * B * 4 * H * 4, Scratch::Fill::none), zeros(exec, B * 4 * H * 4);
     Scratch carry0(exec, B * H * 4), carry1(exec, B * H * 4);
     float *carry[2] = {carry0.floats(), carry1.floats()};
     Buf dnext = Buf::matrix(dev, zeros.data(), DType::f32, B, 4 * H, 4 * H);
@@ -236,7 +236,7 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
     Buf carry_in(dev, carry[0], DType::f32, {B, H}), carry_out(dev, carry[1], DType::f32, {B, H});
     Buf dgates_t = Buf::gate_blocks(dev, dgates.data(), DType::f32, B, H);
-    Scratch dh(exec, B * H * 4);  // one step's total gradient of h, reused
+    Scratch dh(exec, B * H * 4, Scratch::Fill::none);  // one step's total gradient of h, reused
     Buf dh_buf = Buf::matrix(dev, dh.data(), DType::f32, B, H, H);
 
     KernelCall step(step_kernel, exec);
@@ -273,7 +273,7 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
                         out.w_grad.data);
     }
     {  // h_prev_seq = [h_prev, h[0], ..., h[L-2]]
-        Scratch h_seq(exec, L * B * H * es);
+        Scratch h_seq(exec, L * B * H * es, Scratch::Fill::none);
         exec.copy_bytes(h_seq.data(), in.h_prev.data, slice * es);
         if (L > 1) exec.copy_bytes(static_cast<std::byte *>(h_seq.data()) + slice * es, act.h.data, (L - 1) * slice * es);
         batched_product(exec, "gemm_tn", dt, H, 4 * H, L * B, h_seq.data(), H, dgates.data(), 4 * H,
