@@ -69,7 +69,8 @@ public:
         const Target t = get_target();
         schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
                                   p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step,
-                                  /*a_rows_contiguous=*/true, /*cols=*/4 * H, panel_cols > 0},
+                                  /*a_rows_contiguous=*/true, /*cols=*/4 * H, panel_cols > 0,
+                                  /*a_converted=*/Type(dtype) != Float(32)},
                                  t);
         schedules::schedule_elementwise(*lstm, j, n, t);
     }

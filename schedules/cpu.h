@@ -29,6 +29,9 @@ struct GemmFuncs {
     Expr cols;  // extent of x (batched: splits the columns into gemm_column_chunks)
     // b is read from weight panels packed once per call (generators/panels.cpp): nothing to pack.
     bool b_in_panels = false;
+    // a is stored in another type than float32 (float16): a step's product converts it once,
+    // not at every use.
+    bool a_converted = false;
 };
 
 // Register-blocked, packed, K-blocked GEMM. For each block of k (outermost, so one block's panels
@@ -83,6 +86,10 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
         // a's rows are read in place; row blocks x column tiles in parallel, so a product with
         // few rows (B, per step) still spreads its 4H columns over the cores.
         update.fuse(xo, yb, tile).parallel(tile);
+        if (g.a_converted) {
+            const std::vector<Var> a_args = g.a_panel.args();  // (y, k, 0)
+            g.a_panel.compute_root().vectorize(a_args[1], vec, TailStrategy::GuardWithIf);
+        }
         if (g.b_in_panels) {
             // Columns from 0: each tile starts a panel, read in whole vectors.
             g.sum.bound(x, 0, g.cols);
