@@ -38,6 +38,20 @@ inline Func peephole_sums(const PeepholeGradTerms &terms, const Var &j) {
     return sums;
 }
 
+// The weight-panel width a step kernel reads (0: the weight matrix, GPU). With panels, the
+// panel width and the zero origins of the weights and of the product are declared, so a column's
+// place in its panel is static.
+template <typename WeightsInput, typename ProductOutput>
+int step_weight_panels(WeightsInput *weights, ProductOutput *product, int panel_cols) {
+    if (panel_cols == 0) return 0;
+    weights->dim(0).set_min(0).set_extent(panel_cols);
+    weights->dim(1).set_min(0);
+    weights->dim(2).set_min(0);
+    product->dim(0).set_min(0);
+    product->dim(1).set_min(0);
+    return panel_cols;
+}
+
 // The b(x, k) operand of a step's recurrent product: element (x, k) of weight panels
 // w(xi, k, xo) (panel_cols > 0, see generators/panels.cpp) or of the weight matrix w(x, k).
 inline Expr recurrent_weight(const Func &w, int panel_cols, const Expr &x, const Expr &k) {

@@ -45,16 +45,9 @@ public:
         Var x("x"), y("y"), j("j"), n("n"), g("g");
         Expr H = h_grad->dim(0).extent(), B = h_grad->dim(1).extent();
 
-        const int panel_cols =
-            schedules::step_weights_in_panels(get_target()) ? schedules::weight_panel_cols : 0;
-        if (panel_cols > 0) {
-            // Known panel width and zero origins: a column's place in its panel is static.
-            w_h_t->dim(0).set_min(0).set_extent(panel_cols);
-            w_h_t->dim(1).set_min(0);
-            w_h_t->dim(2).set_min(0);
-            dh->dim(0).set_min(0);
-            dh->dim(1).set_min(0);
-        }
+        const int panel_cols = step_weight_panels(
+            w_h_t, dh,
+            schedules::step_weights_in_panels(get_target()) ? schedules::weight_panel_cols : 0);
         MatrixProduct p = matrix_product(
             "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
             [&](Expr xx, Expr k) { return recurrent_weight(*w_h_t, panel_cols, xx, k); },

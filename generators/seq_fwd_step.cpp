@@ -38,16 +38,9 @@ public:
         Var x("x"), y("y"), j("j"), n("n");
         Expr H = cs_prev->dim(0).extent(), B = cs_prev->dim(1).extent();
 
-        const int panel_cols =
-            schedules::step_weights_in_panels(get_target()) ? schedules::weight_panel_cols : 0;
-        if (panel_cols > 0) {
-            // Known panel width and zero origins: a column's place in its panel is static.
-            w_h->dim(0).set_min(0).set_extent(panel_cols);
-            w_h->dim(1).set_min(0);
-            w_h->dim(2).set_min(0);
-            gates->dim(0).set_min(0);
-            gates->dim(1).set_min(0);
-        }
+        const int panel_cols = step_weight_panels(
+            w_h, gates,
+            schedules::step_weights_in_panels(get_target()) ? schedules::weight_panel_cols : 0);
         MatrixProduct p = matrix_product(
             "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
             [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k); },
