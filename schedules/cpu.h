@@ -45,7 +45,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
     const bool batched = g.shape == GemmFuncs::Shape::batched;
     const int vec = t.natural_vector_size<float>();
     const int tile_cols = gemm_tile_cols(t);
-    const int tile_rows = gemm_tile_rows(t);
+    const int tile_rows = batched ? gemm_tile_rows(t) : gemm_step_tile_rows(t);
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xv("xv"), xl("xl"), yb("yb"), tile("tile");
     Var x = g.x, y = g.y;
 

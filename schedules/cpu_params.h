@@ -15,6 +15,12 @@ inline int gemm_tile_rows(const Halide::Target &t) {
     return t.has_feature(Halide::Target::AVX512) ? 12 : 6;
 }
 
+// Rows of a per-step product's accumulator tile: the batch B, usually a multiple of 4 and often
+// small (8, 16), is not padded to a multiple of 6.
+inline int gemm_step_tile_rows(const Halide::Target &t) {
+    return t.has_feature(Halide::Target::AVX512) ? 8 : 4;
+}
+
 // Steps of k per block: a B panel of tile_cols x k_block floats is 16 KiB (AVX2: 16 x 256) or
 // 16 KiB (AVX-512: 32 x 128), half of a 32 KiB L1 data cache, beside a 6 or 12 KiB A panel.
 inline int gemm_k_block(const Halide::Target &t) {
