@@ -57,7 +57,9 @@ public:
 
         const Target t = get_target();
         schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
-                                  p.blocks.x, c_is_f32, batched, !transpose_a, cols},
+                                  p.blocks.x, c_is_f32, batched, !transpose_a, cols,
+                                  /*b_in_panels=*/false,
+                                  /*a_converted=*/a->type() != Float(32)},
                                  t);
         if (!c_is_f32) schedules::schedule_elementwise(*c, x, y, t);
     }
