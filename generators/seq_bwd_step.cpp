@@ -76,8 +76,7 @@ public:
                                  t);
         // The cell math (no transcendentals) is inlined into both outputs: recomputing it is
         // cheaper than a [5, B, H] buffer written and read back every step.
-        schedules::schedule_gate_blocks(*dgates, j, g, n, t);
-        schedules::schedule_elementwise(*dcs_carry_out, j, n, t);
+        schedules::schedule_gate_blocks_and(*dgates, *dcs_carry_out, j, g, n, t);
     }
 };
 

@@ -49,7 +49,10 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
     Var x = g.x, y = g.y;
 
     if (!g.sum_is_output) g.sum.compute_root();
-    g.sum.vectorize(x, vec, TailStrategy::GuardWithIf).parallel(y);
+    // The initial value (bias, h_grad, the input projection): a per-step product's is one small
+    // copy, cheaper than a fork of the thread pool.
+    g.sum.vectorize(x, vec, TailStrategy::GuardWithIf);
+    if (batched) g.sum.parallel(y);
     Stage update = g.sum.update();
     update.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
         .split(yo, yb, yo, gemm_row_block_tiles, TailStrategy::GuardWithIf)
@@ -144,6 +147,15 @@ inline void schedule_gate_blocks_cpu(Func f, Var j, Var gate, Var n, const Targe
         .unroll(gate)
         .vectorize(j, vec, TailStrategy::GuardWithIf)
         .parallel(n);
+}
+
+// The gate gradients and one more per-element output of the same cell math (j, n), e.g. the
+// cell-state carry: both in one parallel loop over the rows, so a step forks once for them.
+inline void schedule_gate_blocks_and_cpu(Func gates, Func other, Var j, Var gate, Var n,
+                                         const Target &t) {
+    schedule_gate_blocks_cpu(gates, j, gate, n, t);
+    schedule_elementwise_cpu(other, j, n, t);
+    other.compute_with(gates, n);
 }
 
 // A sum over (rows r) into a vector indexed by x: vectors along x, sequential over rows so the

@@ -49,6 +49,14 @@ inline void schedule_gate_blocks(Halide::Func f, Halide::Var j, Halide::Var gate
     schedule_gate_blocks_cuda(f, j, gate, n);
 }
 
+// gates as in schedule_gate_blocks and `other` (j, n) element-wise, in one loop over n on the CPU.
+inline void schedule_gate_blocks_and(Halide::Func gates, Halide::Func other, Halide::Var j,
+                                     Halide::Var gate, Halide::Var n, const Halide::Target &t) {
+    if (!is_cuda(t)) return schedule_gate_blocks_and_cpu(gates, other, j, gate, n, t);
+    schedule_gate_blocks_cuda(gates, j, gate, n);
+    schedule_elementwise_cuda(other, j, n);
+}
+
 inline void schedule_column_sum(Halide::Func sum, Halide::Var x,
                                 const std::vector<Halide::RVar> &rows, const Halide::Target &t) {
     if (!is_cuda(t)) return schedule_column_sum_cpu(sum, x, rows, t);

@@ -1,5 +1,6 @@
 // Thread safety: several threads run BlockLSTM + BlockLSTMGrad concurrently on different data;
-// every result must equal (bitwise) the single-threaded result of the same call.
+// every result must equal (bitwise) the single-threaded result of the same call. The host memory
+// cache (workspaces reused across calls and threads) must not change any result either.
 #include <atomic>
 #include <thread>
 
@@ -82,6 +83,37 @@ TEST(ThreadSafety, ConcurrentForwardAndBackward) {
     for (auto &th : threads) th.join();
     for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(first_error[t].empty()) << "thread " << t << ": " << first_error[t];
     EXPECT_EQ(mismatches.load(), 0);
+}
+
+// Workspaces kept from a call of another shape hold that call's numbers: a kernel that read any
+// of it before writing it would change the result. The reference run keeps no cache at all.
+TEST(HostCache, ReusedWorkspacesGiveTheSameResults) {
+    const Shape big{12, 16, 48, 64, 12, 1, 0.0, 1.0, "fills the cache"};
+    const Shape small{12, 16, 40, 48, 10, 1, 3.0, 1.0, "reuses its blocks"};
+    BLT_SEED(seed_big, "HostCache/big");
+    BLT_SEED(seed_small, "HostCache/small");
+    Job filler, job;
+    filler.p = make_problem(seed_big, big, DType::f32, false, true, Layout::icfo);
+    filler.in = std::make_unique<Inputs>(filler.p);
+    job.p = make_problem(seed_small, small, DType::f32, false, true, Layout::icfo);
+    job.in = std::make_unique<Inputs>(job.p);
+
+    blocklstm::set_host_cache_limit(0);
+    EXPECT_EQ(blocklstm::host_cache_bytes(), 0u);
+    run_job(job, job.fwd, job.grad);  // fresh memory only
+    EXPECT_EQ(blocklstm::host_cache_bytes(), 0u) << "a limit of 0 keeps nothing";
+
+    blocklstm::set_host_cache_limit(std::size_t(1) << 30);
+    blocklstm::LSTMOutputs<Tensor> fwd;
+    blocklstm::BlockLSTMGradOutputs<Tensor> grad;
+    run_job(filler, fwd, grad);
+    EXPECT_GT(blocklstm::host_cache_bytes(), 0u) << "the gate gradients' workspace is kept";
+    for (int it = 0; it < 3; ++it) {
+        run_job(job, fwd, grad);
+        EXPECT_TRUE(same(fwd, job.fwd)) << "iteration " << it;
+        EXPECT_TRUE(same(grad, job.grad)) << "iteration " << it;
+        run_job(filler, fwd, grad);
+    }
 }
 
 }  // namespace

@@ -330,8 +330,9 @@ void Exec::fill_ones(void *data, DType dtype, int64_t count) const {
 Scratch::Scratch(Exec &exec, int64_t bytes, Fill fill) : exec_(&exec) {
     const auto n = static_cast<std::size_t>(bytes > 0 ? bytes : 0);
     if (exec.device() == Device::cpu) {
-        host_.reset(fill == Fill::zeros ? new std::byte[n > 0 ? n : 1]() : new std::byte[n > 0 ? n : 1]);
-        data_ = host_.get();
+        data_ = host_allocate(n);
+        if (!data_) throw Error("blocklstm: out of host memory for a workspace of " + std::to_string(n) + " bytes");
+        if (fill == Fill::zeros) std::memset(data_, 0, n);
         return;
     }
 #if BLOCKLSTM_WITH_CUDA
@@ -343,12 +344,12 @@ Scratch::Scratch(Exec &exec, int64_t bytes, Fill fill) : exec_(&exec) {
 #endif
 }
 
-Scratch::Scratch(Scratch &&other) noexcept
-    : exec_(other.exec_), data_(other.data_), host_(std::move(other.host_)) {
+Scratch::Scratch(Scratch &&other) noexcept : exec_(other.exec_), data_(other.data_) {
     other.data_ = nullptr;
 }
 
 Scratch::~Scratch() {
+    if (data_ && exec_->device() == Device::cpu) host_free(data_);
 #if BLOCKLSTM_WITH_CUDA
     if (data_ && exec_->device() == Device::cuda) {
         cuda::driver().cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(data_),

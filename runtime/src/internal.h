@@ -70,8 +70,12 @@ public:
 private:
     Exec *exec_;
     void *data_ = nullptr;
-    std::unique_ptr<std::byte[]> host_;
 };
+
+// Host memory from the cache of blocks freed by earlier calls (runtime/src/host_cache.cpp), 128-byte
+// aligned; Halide's own buffers come from it too.
+void *host_allocate(std::size_t bytes);
+void host_free(void *p);
 
 // ---- Halide buffers over caller memory ----------------------------------------------------------
 

@@ -244,4 +244,11 @@ BLOCKLSTM_API std::string cpu_target_in_use();
 // Threads of the CPU kernels (Halide's thread pool); 0 = one per core. Call before any op.
 BLOCKLSTM_API void set_num_threads(int threads);
 
+// CPU workspaces (the gate gradients of a sequence, packed weights, GEMM panels) are kept for the
+// next call when freed, so that a training loop does not pay the page faults of fresh memory on
+// every call. At most `max_bytes` are kept (default 1 GiB, largest blocks released first); 0
+// releases them all and keeps none from then on. host_cache_bytes(): what is kept now.
+BLOCKLSTM_API void set_host_cache_limit(std::size_t max_bytes);
+BLOCKLSTM_API std::size_t host_cache_bytes();
+
 }  // namespace blocklstm
