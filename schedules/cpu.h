@@ -159,20 +159,24 @@ inline void schedule_gate_blocks_and_cpu(Func gates, Func other, Var j, Var gate
 }
 
 // A sum over (rows r) into a vector indexed by x: vectors along x, sequential over rows so the
-// result is deterministic; chunks of x in parallel.
+// result is deterministic; chunks of x in parallel. A chunk is 16 vectors (512 bytes of a row),
+// a stretch the prefetcher follows, where 4 vectors (a register tile) made most rows a cache and
+// TLB miss (perf, BlockLSTMGrad at 100,32,256 with peepholes: b_grad 2.2 -> 1.6 % of the time,
+// the peephole sums 1.6 -> 1.1 %).
 inline void schedule_column_sum_cpu(Func sum, Var x, const std::vector<RVar> &rows,
                                     const Target &t) {
     const int vec = t.natural_vector_size<float>();
+    const int chunk = vec * 16;
     Var xo("xo"), xi("xi");
     sum.compute_root()
-        .split(x, xo, xi, vec * 4, TailStrategy::GuardWithIf)
+        .split(x, xo, xi, chunk, TailStrategy::GuardWithIf)
         .parallel(xo)
         .vectorize(xi, vec, TailStrategy::GuardWithIf);
     std::vector<VarOrRVar> order{xi};
     order.insert(order.end(), rows.begin(), rows.end());
     order.push_back(xo);
     sum.update()
-        .split(x, xo, xi, vec * 4, TailStrategy::GuardWithIf)
+        .split(x, xo, xi, chunk, TailStrategy::GuardWithIf)
         .reorder(order)
         .parallel(xo)
         .vectorize(xi, vec, TailStrategy::GuardWithIf);
