@@ -65,42 +65,39 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
         Expr col_tiles = (g.cols + tile_cols - 1) / tile_cols;
         update.split(xo, xc, xo, (col_tiles + gemm_column_chunks - 1) / gemm_column_chunks,
                      TailStrategy::GuardWithIf);
-        const std::vector<Var> b_args = g.b_panel.args();  // (xi, k, xo)
+        // Packing: a's panel (rows interleaved per register tile) and b's panels (one contiguous
+        // panel per column tile, in parallel over the panels), each made at `at`.
+        auto pack_a_at = [&](LoopLevel at) {
+            const std::vector<Var> a_args = g.a_panel.args();  // (yi, k, yo)
+            g.a_panel.compute_at(at)
+                .bound_extent(a_args[0], tile_rows)
+                .reorder(a_args[0], a_args[1], a_args[2])
+                .unroll(a_args[0]);
+        };
+        auto pack_b_at = [&](LoopLevel at) {
+            const std::vector<Var> b_args = g.b_panel.args();  // (xi, k, xo)
+            g.b_panel.compute_at(at)
+                .bound_extent(b_args[0], tile_cols)
+                .vectorize(b_args[0], vec)
+                .parallel(b_args[2]);
+        };
         if (g.a_rows_contiguous) {
             // c has the many rows (T*B) and b is a weight matrix: each work item (row block x
             // column chunk) runs all k blocks on its block of c, which stays in L2 instead of
             // being swept from memory once per k block; b is packed whole, once. float32 rows
             // of a are read in place (a packed copy costs more than the L2 reuse it buys);
-            // float16 ones are converted once per row block and k block.
+            // float16 ones are converted once per work item and k block.
             update.reorder(xo, g.blocks, yb, xc).fuse(yb, xc, work).parallel(work);
-            if (g.a_converted) {
-                const std::vector<Var> a_args = g.a_panel.args();  // (yi, k, yo)
-                g.a_panel.compute_at(g.sum, g.blocks)
-                    .bound_extent(a_args[0], tile_rows)
-                    .reorder(a_args[0], a_args[1], a_args[2])
-                    .unroll(a_args[0]);
-            }
-            g.b_panel.compute_root()
-                .bound_extent(b_args[0], tile_cols)
-                .vectorize(b_args[0], vec)
-                .parallel(b_args[2]);
+            if (g.a_converted) pack_a_at(LoopLevel(g.sum, g.blocks));
+            pack_b_at(LoopLevel::root());
         } else {
-            // GotoBLAS order: the A panel of a whole row block (96 rows x one k block, 96 KiB,
+            // GotoBLAS order: the A panel of a whole row block (96 rows x one k block, 192 KiB,
             // L2) is packed once and reused by every column tile; the row blocks run in
-            // parallel. Measured on this machine: transposed-A products 19 -> 31 GFLOP per
-            // core-second (OpenBLAS: 31-36).
+            // parallel; b is packed once per k block for all row blocks. Measured on this
+            // machine: transposed-A products 19 -> 31 GFLOP per core-second (OpenBLAS: 31-36).
             update.reorder(xo, yb, xc).fuse(yb, xc, work).parallel(work);
-            const std::vector<Var> a_args = g.a_panel.args();  // (yi, k, yo)
-            g.a_panel.compute_at(g.sum, work)
-                .bound_extent(a_args[0], tile_rows)
-                .reorder(a_args[0], a_args[1], a_args[2])
-                .unroll(a_args[0]);
-            // b is packed once per k block for all row blocks (panel_cols: one contiguous
-            // panel per column tile), in parallel over the panels.
-            g.b_panel.compute_at(g.sum, g.blocks)
-                .bound_extent(b_args[0], tile_cols)
-                .vectorize(b_args[0], vec)
-                .parallel(b_args[2]);
+            pack_a_at(LoopLevel(g.sum, work));
+            pack_b_at(LoopLevel(g.sum, g.blocks));
         }
     } else {
         // a's rows are read in place; row blocks x column tiles in parallel, so a product with

@@ -23,7 +23,7 @@ inline int gemm_step_tile_rows(const Halide::Target &t) {
 
 // Steps of k per block: a B panel of tile_cols x k_block floats is 32 KiB (AVX2: 16 x 512;
 // AVX-512: 32 x 256, not measured), as large as a 32 KiB L1 data cache. Measured on this
-// machine against blocks of 256 (half of L1), with tools/gemm-ab: fewer block updates of c
+// machine against blocks of 256 (half of L1), with tools/peers/gemm_ab.sh: fewer block updates of c
 // and packing passes win, 2-7% on every batched product of the benchmark shapes.
 inline int gemm_k_block(const Halide::Target &t) {
     return t.has_feature(Halide::Target::AVX512) ? 256 : 512;
