@@ -89,7 +89,8 @@ inline MatrixProduct matrix_product(const std::string &name,
     // depth in equal blocks of at most k_block steps (the last one is padded by less than one
     // step per block): H = 128 runs one block of 128, not a block of k_block half zeros.
     // k_block 0: all of depth in one block.
-    Expr num_blocks = k_block > 0 ? (depth + (k_block - 1)) / k_block : Expr(1);  // x / 0 == 0
+    // At least one block, even for an empty depth: the first block writes the initial value.
+    Expr num_blocks = k_block > 0 ? max((depth + (k_block - 1)) / k_block, 1) : Expr(1);
     Expr block_size = k_block > 0 ? (depth + num_blocks - 1) / num_blocks : depth;
     MatrixProduct p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"),
                     Func(name + "_a_panel"), Func(name + "_b_panel"),
@@ -110,8 +111,17 @@ inline MatrixProduct matrix_product(const std::string &name,
                                : p.b_panel(x, kk, 0);
     p.part(x, y, kb) = 0.0f;
     p.part(x, y, kb) += a_kk * b_kk;
-    p.sum(x, y) = f32(init(xc, yc));
-    p.sum(x, y) += p.part(x, y, p.blocks);
+    if (k_block > 0) {
+        // Blocked k (the CPU): the initial value joins the first block's update, so that no pass
+        // of its own writes c before the products do (a parallel loop that zeroed w_grad and
+        // x_grad, 1 % of BlockLSTMGrad at 50,8,128). The select reads c's old value, unused, in
+        // the first block.
+        p.sum(x, y) = undef<float>();
+        p.sum(x, y) = select(p.blocks.x == 0, f32(init(xc, yc)), p.sum(x, y)) + p.part(x, y, p.blocks);
+    } else {
+        p.sum(x, y) = f32(init(xc, yc));
+        p.sum(x, y) += p.part(x, y, p.blocks);
+    }
     return p;
 }
 

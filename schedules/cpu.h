@@ -48,11 +48,9 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xv("xv"), xl("xl"), yb("yb"), tile("tile");
     Var x = g.x, y = g.y;
 
+    // sum's pure stage is empty on the CPU: the initial value (bias, h_grad, the input
+    // projection, or zero) is added in the first k block's update (generators/common.h).
     if (!g.sum_is_output) g.sum.compute_root();
-    // The initial value (bias, h_grad, the input projection): a per-step product's is one small
-    // copy, cheaper than a fork of the thread pool.
-    g.sum.vectorize(x, vec, TailStrategy::GuardWithIf);
-    if (batched) g.sum.parallel(y);
     Stage update = g.sum.update();
     update.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
         .split(yo, yb, yo, gemm_row_block_tiles, TailStrategy::GuardWithIf)
