@@ -117,7 +117,8 @@ inline MatrixProduct matrix_product(const std::string &name,
         // x_grad, 1 % of BlockLSTMGrad at 50,8,128). The select reads c's old value, unused, in
         // the first block.
         p.sum(x, y) = undef<float>();
-        p.sum(x, y) = select(p.blocks.x == 0, f32(init(xc, yc)), p.sum(x, y)) + p.part(x, y, p.blocks);
+        Expr before = select(p.blocks.x == 0, f32(init(xc, yc)), p.sum(x, y));
+        p.sum(x, y) = before + p.part(x, y, p.blocks);
     } else {
         p.sum(x, y) = f32(init(xc, yc));
         p.sum(x, y) += p.part(x, y, p.blocks);
