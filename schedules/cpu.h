@@ -20,8 +20,9 @@ struct GemmFuncs {
     Var x, y;
     RVar k, blocks;
     bool sum_is_output = true;
-    // batched: many rows (L*B); A is packed per row block (GotoBLAS order, parallel over row
-    // blocks). step: few rows (B, once per time step); A is read in place.
+    // batched: a product over the whole sequence (L*B rows or depth), parallel over work items
+    // (row block x column chunk); two loop orders, by a_rows_contiguous (schedule_gemm_cpu).
+    // step: few rows (B, once per time step); A is read in place.
     enum class Shape { step, batched } shape = Shape::step;
     // a(k, y) is stored row-major (k contiguous): its rows can be read in place. Otherwise
     // (a transposed operand) a batched product packs it.
@@ -29,17 +30,17 @@ struct GemmFuncs {
     Expr cols;  // extent of x (batched: splits the columns into gemm_column_chunks)
     // b is read from weight panels packed once per call (generators/panels.cpp): nothing to pack.
     bool b_in_panels = false;
-    // a is stored in another type than float32 (float16): a step's product converts it once,
-    // not at every use.
+    // a is stored in another type than float32 (float16): converted once into a float32 panel
+    // (a step's product: per call; a batched one: per work item and k block), not at every use.
     bool a_converted = false;
 };
 
-// Register-blocked, packed, K-blocked GEMM. For each block of k (outermost, so one block's panels
-// are what the caches hold): a B panel of gemm_tile_cols(t) columns x one k block is packed per
-// (row block, column tile) and reused by gemm_row_block_tiles register tiles; an A panel of
-// the A operand is packed per row block (rows interleaved, so one cache line feeds the
-// broadcasts of a k step) for the batched GEMMs, read in place by the per-step products; the
-// accumulator tile lives in vector registers for the whole block.
+// Register-blocked, packed, K-blocked GEMM. B is packed in panels of gemm_tile_cols(t) columns x
+// one k block, each reused by gemm_row_block_tiles register tiles; where A is packed, its panel
+// interleaves the rows of a register tile, so one cache line feeds the broadcasts of a k step;
+// the accumulator tile lives in vector registers for the whole k block. The batched products
+// pack per work item or per call (see the two loop orders below); the per-step products read A
+// in place and B from the weight panels packed once per call.
 inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
     const bool batched = g.shape == GemmFuncs::Shape::batched;
     const int vec = t.natural_vector_size<float>();
