@@ -45,7 +45,9 @@ int main(int argc, char **argv) {
         names.push_back(n.substr(0, n.find(".so")));
     }
     names.push_back("oneDNN");
-    halide_set_num_threads(2);
+    // GEMM_AB_THREADS: 1 shows a single core's kernel without the parallel loop's costs.
+    const char *threads = std::getenv("GEMM_AB_THREADS");
+    halide_set_num_threads(threads ? std::atoi(threads) : 2);
     for (const std::string &shape : shapes) {
         char form[8];
         int M, N, K;

@@ -8,6 +8,7 @@
 #
 # Each revision's generator is built in a git worktree under build/gemm_ab/ (git-ignored) and run
 # for gemm_tn / gemm_nn, float32, for BLOCKLSTM_AB_TARGET (default x86-64-linux-avx2-fma-f16c).
+# GEMM_AB_THREADS=1 times one core (default 2).
 # Needs the main build (tools/bootstrap.sh build) for Halide's runtime, and libdnnl-dev.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -61,5 +62,6 @@ done
 hi=$(python3 -c 'import halide, os; print(os.path.join(os.path.dirname(halide.__file__), "include"))')
 g++ -O2 -std=c++17 -I"$hi" "$root/tools/peers/gemm_ab.cpp" -Wl,--whole-archive "$runtime" \
     -Wl,--no-whole-archive -rdynamic -ldnnl -lpthread -ldl -o "$work/gemm_ab"
-echo "gemm_ab: $(nproc) cores, 2 threads each, best of $rounds interleaved rounds"
-OMP_NUM_THREADS=2 "$work/gemm_ab" "$rounds" "${libs[@]}" "${shapes[@]}"
+threads=${GEMM_AB_THREADS:-2}
+echo "gemm_ab: $(nproc) cores, $threads threads each, best of $rounds interleaved rounds"
+GEMM_AB_THREADS=$threads OMP_NUM_THREADS=$threads "$work/gemm_ab" "$rounds" "${libs[@]}" "${shapes[@]}"
