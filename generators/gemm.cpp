@@ -2,6 +2,9 @@
 //   nn_bias  c[M,N] (f32)   = a[M,K] (dtype) . b[K,N] (dtype) + bias[N]   input projection x.W_x + b
 //   nn       c[M,N] (dtype) = a[M,K] (f32)   . b[K,N] (dtype)             x_grad, h_prev_grad (b = W^T)
 //   tn       c[M,N] (dtype) = a[K,M]^T (dtype) . b[K,N] (f32)             w_grad = [x | h_prev_seq]^T . dgates
+//            c may have more rows than a has columns: a's missing columns are ones, so c's row M
+//            is 1^T . b = b's column sums (the CPU's b_grad, the weight gradient of the constant
+//            input 1, from the x product's register tiles, whose spare rows compute it anyway)
 // The float32 side is the runtime's workspace (projections, gate gradients); float16 variants
 // round once, when c is stored.
 #include "generators/common.h"
@@ -46,7 +49,12 @@ public:
         const bool c_is_f32 = c->types()[0] == Float(32);
         MatrixProduct p = matrix_product(
             "c",
-            [&](Expr k, Expr yy) { return transpose_a ? (*a)(yy, k) : (*a)(k, yy); },
+            [&](Expr k, Expr yy) {
+                if (!transpose_a) return (*a)(k, yy);
+                Expr a_cols = a->dim(0).extent();
+                return select(likely(yy < a_cols), (*a)(min(yy, a_cols - 1), k),
+                              cast(a->type(), 1));
+            },
             [&](Expr xx, Expr k) { return (*b)(xx, k); },
             [&](Expr xx, Expr) { return bias ? f32((*bias)(xx)) : Expr(0.0f); },
             rows, cols, depth, schedules::matrix_product_k_block(batched, get_target()),
