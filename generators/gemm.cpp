@@ -4,7 +4,8 @@
 //   tn       c[M,N] (dtype) = a[K,M]^T (dtype) . b[K,N] (f32)             w_grad = [x | h_prev_seq]^T . dgates
 //            c may have more rows than a has columns: a's missing columns are ones, so c's row M
 //            is 1^T . b = b's column sums (the CPU's b_grad, the weight gradient of the constant
-//            input 1, from the x product's register tiles, whose spare rows compute it anyway)
+//            input 1, from the x product's last register tile, whose spare rows compute it
+//            anyway unless the tile height divides M)
 // The float32 side is the runtime's workspace (projections, gate gradients); float16 variants
 // round once, when c is stored.
 #include "generators/common.h"

@@ -22,6 +22,7 @@ public:
         cs = add_input<Buffer<>>("cs", dtype, 3);              // [L,B,H]
         cs_prev = add_input<Buffer<>>("cs_prev", dtype, 2);    // [B,H]
         dcs_carry = add_input<Buffer<>>("dcs_carry", Float(32), 2);
+        // [4H], or empty where w_grad's product computed it (the CPU runtime, I > 0)
         b_grad = add_output<Buffer<>>("b_grad", dtype, 1);
         cs_prev_grad = add_output<Buffer<>>("cs_prev_grad", dtype, 2);
         if (use_peephole) {  // Tuple (wci_grad, wcf_grad, wco_grad), each [H]

@@ -271,9 +271,9 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     batched_product(exec, "gemm_nn", dt, B, H, 4 * H, dgates.data(), 4 * H, w_t_bytes + I * es,
                     I + H, out.h_prev_grad.data);
     // On the CPU b_grad = 1^T . dgates comes with the x product: its c has one more row, which
-    // the spare rows of its last register tile compute anyway, where a pass of its own would read
-    // all of dgates again (b_grad 1.6 % of BlockLSTMGrad at 100,32,256). That row is w_grad's row
-    // I, rewritten by the h product below.
+    // the spare rows of its last register tile compute anyway (unless 6 divides I), where a pass
+    // of its own would read all of dgates again (1.6 % of BlockLSTMGrad at 100,32,256). That row
+    // is w_grad's row I, rewritten by the h product below.
     const bool b_grad_from_w_grad = dev == Device::cpu && I > 0;
     if (I > 0) {
         batched_product(exec, "gemm_tn", dt, I, 4 * H, L * B, in.x.data, I, dgates.data(), 4 * H,
@@ -294,7 +294,7 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
         Buf cs_seq(dev, act.cs.data, dt, {L, B, H});
         Buf cs_prev_all(dev, in.cs_prev.data, dt, {B, H});
         Buf carry_final(dev, final_carry, DType::f32, {B, H});
-        Buf b_grad(dev, out.b_grad.data, dt, {b_grad_from_w_grad ? 0 : 4 * H});  // 0: done
+        Buf b_grad(dev, out.b_grad.data, dt, {b_grad_from_w_grad ? 0 : 4 * H});  // empty: done above
         Buf cs_prev_grad(dev, out.cs_prev_grad.data, dt, {B, H});
         Buf wci_grad(dev, out.wci_grad.data, dt, {H}), wcf_grad(dev, out.wcf_grad.data, dt, {H});
         Buf wco_grad(dev, out.wco_grad.data, dt, {H});
