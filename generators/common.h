@@ -103,7 +103,7 @@ inline MatrixProduct matrix_product(const std::string &name,
     p.a_panel(y, k, yo) =
         select(likely(k < depth), f32(a(kc, min(likely(panel_y), rows - 1))), 0.0f);
     Expr b_x = b_padded ? panel_x : min(likely(panel_x), cols - 1);
-    p.b_panel(x, k, xo) = select(k < depth, f32(b(b_x, kc)), 0.0f);
+    p.b_panel(x, k, xo) = select(likely(k < depth), f32(b(b_x, kc)), 0.0f);
     Expr kk = kb * block_size + p.k_in_block;
     Expr a_kk = panel_rows > 0 ? p.a_panel(y % panel_rows, kk, y / panel_rows)
                                : p.a_panel(y, kk, 0);

@@ -6,6 +6,9 @@
 //            is 1^T . b = b's column sums (the CPU's b_grad, the weight gradient of the constant
 //            input 1, from the x product's last register tile, whose spare rows compute it
 //            anyway unless the tile height divides M)
+//   tn_panels  c[M,N] (f32) = (accumulate ? c : 0) + a[K,M]^T (f32) . b[K,N] (f32), b in panels
+//            of 16 columns (generators/panels.cpp): the CPU's float32 w_grad, summed over chunks
+//            of the sequence, each chunk of dgates packed once for both of its products
 // The float32 side is the runtime's workspace (projections, gate gradients); float16 variants
 // round once, when c is stored.
 #include "generators/common.h"
@@ -13,7 +16,7 @@
 
 namespace blocklstm::gen {
 
-enum class GemmForm { nn_bias, nn, tn };
+enum class GemmForm { nn_bias, nn, tn, tn_panels };
 
 class Gemm : public Generator<Gemm> {
 public:
@@ -21,24 +24,35 @@ public:
     GeneratorParam<GemmForm> form{"form", GemmForm::nn,
                                   {{"nn_bias", GemmForm::nn_bias},
                                    {"nn", GemmForm::nn},
-                                   {"tn", GemmForm::tn}}};
+                                   {"tn", GemmForm::tn},
+                                   {"tn_panels", GemmForm::tn_panels}}};
 
-    Input<Buffer<>> *a = nullptr, *b = nullptr, *bias = nullptr;
+    Input<Buffer<>> *a = nullptr, *b = nullptr, *bias = nullptr, *c_in = nullptr;
+    Input<float> *accumulate = nullptr;  // tn_panels: 0 (c = the product) or 1 (c += it)
     Output<Buffer<>> *c = nullptr;
 
     void configure() {
         const Type f32_type = Float(32);
-        const bool a_is_f32 = form == GemmForm::nn;
-        const bool b_is_f32 = form == GemmForm::tn;
+        const bool panels = form == GemmForm::tn_panels;
+        const bool a_is_f32 = form == GemmForm::nn || panels;
+        const bool b_is_f32 = form == GemmForm::tn || panels;
+        const bool c_is_f32 = form == GemmForm::nn_bias || panels;
         a = add_input<Buffer<>>("a", a_is_f32 ? f32_type : Type(dtype), 2);
-        b = add_input<Buffer<>>("b", b_is_f32 ? f32_type : Type(dtype), 2);
+        b = add_input<Buffer<>>("b", b_is_f32 ? f32_type : Type(dtype), panels ? 3 : 2);
         if (form == GemmForm::nn_bias) bias = add_input<Buffer<>>("bias", dtype, 1);
-        c = add_output<Buffer<>>("c", form == GemmForm::nn_bias ? f32_type : Type(dtype), 2);
+        if (panels) {
+            c_in = add_input<Buffer<>>("c_in", f32_type, 2);  // c itself: read before it is written
+            accumulate = add_input<float>("accumulate");
+        }
+        c = add_output<Buffer<>>("c", c_is_f32 ? f32_type : Type(dtype), 2);
     }
 
     void generate() {
         Var x("x"), y("y");  // column, row of c
-        const bool transpose_a = form == GemmForm::tn;
+        const bool transpose_a = form == GemmForm::tn || form == GemmForm::tn_panels;
+        const int b_panel_cols = form == GemmForm::tn_panels
+                                     ? step_weight_panels(b, c, schedules::weight_panel_cols)
+                                     : 0;
         // The runtime's buffers start at 0; known here, a column's place in its packed panel
         // (x % panel_cols) is known at compile time.
         c->dim(0).set_min(0);
@@ -56,18 +70,22 @@ public:
                 return select(likely(yy < a_cols), (*a)(min(yy, a_cols - 1), k),
                               cast(a->type(), 1));
             },
-            [&](Expr xx, Expr k) { return (*b)(xx, k); },
-            [&](Expr xx, Expr) { return bias ? f32((*bias)(xx)) : Expr(0.0f); },
+            [&](Expr xx, Expr k) { return recurrent_weight(*b, b_panel_cols, xx, k); },
+            [&](Expr xx, Expr yy) {
+                if (c_in) return select(*accumulate != 0.0f, (*c_in)(xx, yy), 0.0f);
+                return bias ? f32((*bias)(xx)) : Expr(0.0f);
+            },
             rows, cols, depth, schedules::matrix_product_k_block(batched, get_target()),
             schedules::matrix_product_panel_rows(batched, get_target()),
-            schedules::matrix_product_panel_cols(batched, get_target()), /*b_padded=*/false, x, y,
+            schedules::matrix_product_panel_cols(batched, get_target()),
+            /*b_padded=*/b_panel_cols > 0, x, y,
             c_is_f32 ? std::optional<Func>(Func(*c)) : std::nullopt);
         if (!c_is_f32) (*c)(x, y) = cast(c->types()[0], p.sum(x, y));
 
         const Target t = get_target();
         schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
                                   p.blocks.x, c_is_f32, batched, !transpose_a, cols,
-                                  /*b_in_panels=*/false,
+                                  /*b_in_panels=*/b_panel_cols > 0,
                                   /*a_converted=*/a->type() != Float(32)},
                                  t);
         if (!c_is_f32) schedules::schedule_elementwise(*c, x, y, t);

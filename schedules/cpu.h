@@ -96,7 +96,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
             // machine: transposed-A products 19 -> 31 GFLOP per core-second (OpenBLAS: 31-36).
             update.reorder(xo, yb, xc).fuse(yb, xc, work).parallel(work);
             pack_a_at(LoopLevel(g.sum, work));
-            pack_b_at(LoopLevel(g.sum, g.blocks));
+            if (!g.b_in_panels) pack_b_at(LoopLevel(g.sum, g.blocks));
         }
     } else {
         // a's rows are read in place; row blocks x column tiles in parallel, so a product with

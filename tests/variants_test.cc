@@ -27,8 +27,8 @@ const std::vector<Variant> &table() {
     return v;
 }
 
-// Shapes: H ∈ {1,7,8,16,17,33,64}, B ∈ {1,3,8,9,17}, I ∈ {0,1,5,16,31}, T ∈ {1,2,5}; L = T, 0 and
-// < T; the clip inactive (0, negative, TF's default 3 at small weights) and active (large
+// Shapes: H ∈ {1,2,7,8,16,17,33,64,65}, B ∈ {1,3,8,9,17,600}, I ∈ {0,1,3,5,16,31,300},
+// T ∈ {1,2,5,7,40}; L = T, 0 and < T; the clip inactive (0, negative, TF's default 3 at small weights) and active (large
 // weights); forget_bias default and not. Cell ops use B, I, H and the attrs only.
 const std::vector<Shape> &shapes() {
     static const std::vector<Shape> s = {
@@ -45,6 +45,10 @@ const std::vector<Shape> &shapes() {
         // GEMMs past one block: K = I = 300 and 4H = 260 > 256 (a partial second k block),
         // L*B = 102 rows > one 96-row block (AVX2 schedule, schedules/cpu_params.h).
         {7, 17, 300, 65, 6, 1, 0.0, 1.0, "multi-block GEMMs"},
+        // The CPU's float32 w_grad runs in chunks of 512 rows of dgates (L*B): 595 rows are two
+        // chunks; with B = 600 the second chunk starts inside h_prev's rows of h_prev_seq.
+        {40, 17, 5, 16, 35, 1, 0.0, 1.0, "w_grad over two chunks"},
+        {2, 600, 3, 2, 2, 1, 0.0, 1.0, "a w_grad chunk starting inside h_prev"},
     };
     return s;
 }

@@ -280,10 +280,14 @@ int64_t saturating_product(std::initializer_list<int64_t> factors);
 // Columns per packed panel of the recurrent weights on the CPU: schedules::weight_panel_cols,
 // which the step kernels check (a buffer of another panel width is an error, not a wrong result).
 constexpr int64_t kWeightPanelCols = 16;
+// Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: weight_grads_in_chunks),
+// one k block of its product (schedules/cpu_params.h: gemm_k_block, AVX2).
+constexpr int64_t kWeightGradChunkRows = 512;
 
 // Elements of a [depth, cols] operand in panels of kWeightPanelCols columns (the last one padded).
+inline int64_t num_weight_panels(int64_t cols) { return (cols + kWeightPanelCols - 1) / kWeightPanelCols; }
 inline int64_t panel_elements(int64_t cols, int64_t depth) {
-    return saturating_product({(cols + kWeightPanelCols - 1) / kWeightPanelCols, depth, kWeightPanelCols});
+    return saturating_product({num_weight_panels(cols), depth, kWeightPanelCols});
 }
 
 // Products of sizes that become Halide extents or strides must fit int32; `arg` is the input

@@ -76,8 +76,13 @@ std::string ops_of(const KernelEntry &k) {
         add(v1, "BlockLSTM");
         add(v2, "BlockLSTMV2");
     }
+    if (family == "panels" && k.dtype == DType::f32) {
+        add(v1, "BlockLSTMGrad");
+        add(v2, "BlockLSTMGradV2");
+    }
     if (family == "seq_bwd_step" || family == "seq_bwd_reduce" || family == "gemm_nn" ||
-        family == "gemm_tn" || family == "transpose" || family == "panels_t") {
+        family == "gemm_tn" || family == "gemm_tn_panels" || family == "transpose" ||
+        family == "panels_t") {
         add(v1, "BlockLSTMGrad");
         add(v2, "BlockLSTMGradV2");
     }

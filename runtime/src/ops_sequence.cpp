@@ -183,6 +183,58 @@ void batched_product(Exec &exec, const char *family, DType dt, int64_t M, int64_
         .buffer("a", a_buf).buffer("b", b_buf).buffer("c", c_buf).run();
 }
 
+// w_grad = [x | h_prev_seq]^T . dgates, and with I > 0 b_grad = 1^T . dgates (the x product's
+// extra row), on the CPU in float32: summed over chunks of kWeightGradChunkRows rows of dgates
+// (time steps x batch), each chunk packed once into panels (generators/panels.cpp) that both
+// products read, where a gemm_tn per product packs all of dgates again (perf at 100,64,512:
+// packing 2.1 -> 1.2 % of the samples; BlockLSTMGrad 0.98x the time). Run after the recurrence:
+// run between its steps, while a chunk's rows are still in cache, it was 1-2 % slower.
+void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const void *x, const void *h_prev,
+                            const void *h, const float *dgates, void *w_grad, void *b_grad) {
+    const int64_t B = d.B, I = d.I, H = d.H, rows = d.L * d.B, G = 4 * H;
+    const Device dev = Device::cpu;
+    const KernelEntry &pack = find_kernel("panels", dev, DType::f32, false, Layout::icfo);
+    const KernelEntry &product = find_kernel("gemm_tn_panels", dev, DType::f32, false, Layout::icfo);
+    const int64_t chunk = std::min(rows, kWeightGradChunkRows);
+    Scratch panels(exec, panel_elements(G, chunk) * 4, Scratch::Fill::none);
+    // h_prev_seq's rows r are h_prev's for r < B, then h's: a chunk that starts in h_prev is
+    // copied, every later one read in place.
+    Scratch h_head(exec, chunk * H * 4, Scratch::Fill::none);
+    // The x product's extra row (b_grad's sum) and the h product's first row are both w_grad's
+    // row I: while the x product runs, the h product's partial row waits here, and the other
+    // way round.
+    Scratch other_row(exec, G * 4, Scratch::Fill::none);
+    float *row_i = static_cast<float *>(w_grad) + I * G;
+    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
+        const int64_t n = std::min(chunk, rows - r0);
+        float accumulate = r0 > 0 ? 1.0f : 0.0f;
+        Buf dgates_chunk = Buf::matrix(dev, const_cast<float *>(dgates) + r0 * G, DType::f32, n, G, G);
+        Buf b(dev, panels.data(), DType::f32, {num_weight_panels(G), n, kWeightPanelCols});
+        KernelCall(pack, exec).buffer("in", dgates_chunk).buffer("out", b).run();
+        auto product_into = [&](const void *a, int64_t a_cols, void *c, int64_t c_rows) {
+            Buf a_buf = Buf::matrix(dev, const_cast<void *>(a), DType::f32, n, a_cols, a_cols);
+            Buf c_buf = Buf::matrix(dev, c, DType::f32, c_rows, G, G);
+            KernelCall(product, exec)
+                .buffer("a", a_buf).buffer("b", b).buffer("c_in", c_buf).buffer("c", c_buf)
+                .scalar("accumulate", &accumulate).run();
+        };
+        if (I > 0) {
+            std::swap_ranges(row_i, row_i + G, other_row.floats());
+            product_into(static_cast<const float *>(x) + r0 * I, I, w_grad, I + 1);
+            std::swap_ranges(row_i, row_i + G, other_row.floats());
+        }
+        if (r0 >= B) {
+            product_into(static_cast<const float *>(h) + (r0 - B) * H, H, row_i, H);
+        } else {
+            const int64_t from_h_prev = std::min(n, B - r0);
+            std::copy_n(static_cast<const float *>(h_prev) + r0 * H, from_h_prev * H, h_head.floats());
+            std::copy_n(static_cast<const float *>(h), (n - from_h_prev) * H, h_head.floats() + from_h_prev * H);
+            product_into(h_head.data(), H, row_i, H);
+        }
+    }
+    if (I > 0) std::copy_n(other_row.floats(), G, static_cast<float *>(b_grad));
+}
+
 void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
               const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
     DType dt;
@@ -197,6 +249,10 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     (void)find_kernel("gemm_nn", dev, dt, false, layout);  // present before any output is written
     (void)find_kernel("gemm_tn", dev, dt, false, layout);
     if (dev == Device::cpu) (void)find_kernel("panels_t", dev, dt, false, layout);
+    if (dev == Device::cpu && dt == DType::f32) {
+        (void)find_kernel("panels", dev, dt, false, layout);
+        (void)find_kernel("gemm_tn_panels", dev, dt, false, layout);
+    }
     Exec exec(dev, some_data);
 
     zero_steps(exec, out.x_grad, L);
@@ -270,19 +326,26 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     }
     batched_product(exec, "gemm_nn", dt, B, H, 4 * H, dgates.data(), 4 * H, w_t_bytes + I * es,
                     I + H, out.h_prev_grad.data);
-    // On the CPU b_grad = 1^T . dgates comes with the x product: its c has one more row, which
-    // the spare rows of its last register tile compute anyway (unless 6 divides I), where a pass
-    // of its own would read all of dgates again (1.6 % of BlockLSTMGrad at 100,32,256). That row
-    // is w_grad's row I, rewritten by the h product below.
+    // b_grad = 1^T . dgates comes with w_grad's x product on the CPU: its c has one more row,
+    // which the spare rows of its last register tile compute anyway (unless 6 divides I), where a
+    // pass of its own would read all of dgates again (1.6 % of BlockLSTMGrad at 100,32,256).
     const bool b_grad_from_w_grad = dev == Device::cpu && I > 0;
-    if (I > 0) {
-        batched_product(exec, "gemm_tn", dt, I, 4 * H, L * B, in.x.data, I, dgates.data(), 4 * H,
-                        out.w_grad.data, b_grad_from_w_grad);
-        if (b_grad_from_w_grad) {
-            exec.copy_bytes(out.b_grad.data, offset_bytes(out.w_grad.data, I * 4 * H, dt), 4 * H * es);
+    if (dev == Device::cpu && dt == DType::f32) {
+        weight_grads_in_chunks(exec, d, in.x.data, in.h_prev.data, act.h.data, dgates.floats(),
+                               out.w_grad.data, out.b_grad.data);
+    } else {
+        // One product each for x and h_prev_seq over the whole sequence (float16: c is rounded
+        // once, so it cannot be summed over chunks; CUDA: cuBLAS or one kernel each). The x
+        // product's extra row is w_grad's row I, rewritten by the h product below.
+        if (I > 0) {
+            batched_product(exec, "gemm_tn", dt, I, 4 * H, L * B, in.x.data, I, dgates.data(),
+                            4 * H, out.w_grad.data, b_grad_from_w_grad);
+            if (b_grad_from_w_grad) {
+                exec.copy_bytes(out.b_grad.data, offset_bytes(out.w_grad.data, I * 4 * H, dt),
+                                4 * H * es);
+            }
         }
-    }
-    {  // h_prev_seq = [h_prev, h[0], ..., h[L-2]]
+        // h_prev_seq = [h_prev, h[0], ..., h[L-2]]
         Scratch h_seq(exec, L * B * H * es, Scratch::Fill::none);
         exec.copy_bytes(h_seq.data(), in.h_prev.data, slice * es);
         if (L > 1) exec.copy_bytes(static_cast<std::byte *>(h_seq.data()) + slice * es, act.h.data, (L - 1) * slice * es);
