@@ -28,8 +28,9 @@ const std::vector<Variant> &table() {
 }
 
 // Shapes: H ∈ {1,2,7,8,16,17,33,64,65}, B ∈ {1,3,8,9,17,600}, I ∈ {0,1,3,5,16,31,300},
-// T ∈ {1,2,5,7,40}; L = T, 0 and < T; the clip inactive (0, negative, TF's default 3 at small weights) and active (large
-// weights); forget_bias default and not. Cell ops use B, I, H and the attrs only.
+// T ∈ {1,2,5,7,40}; L = T, 0 and < T; the clip inactive (0, negative, TF's default 3 at small
+// weights) and active (large weights); forget_bias default and not. Cell ops use B, I, H and the
+// attrs only.
 const std::vector<Shape> &shapes() {
     static const std::vector<Shape> s = {
         {1, 1, 1, 1, 1, 1, 0.0, 1.0, "all ones"},

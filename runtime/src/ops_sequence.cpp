@@ -189,12 +189,13 @@ void batched_product(Exec &exec, const char *family, DType dt, int64_t M, int64_
 // products read, where a gemm_tn per product packs all of dgates again (perf at 100,64,512:
 // packing 2.1 -> 1.2 % of the samples; BlockLSTMGrad 0.98x the time). Run after the recurrence:
 // run between its steps, while a chunk's rows are still in cache, it was 1-2 % slower.
-void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const void *x, const void *h_prev,
-                            const void *h, const float *dgates, void *w_grad, void *b_grad) {
+void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const float *x, const float *h_prev,
+                            const float *h, float *dgates, float *w_grad, float *b_grad) {
     const int64_t B = d.B, I = d.I, H = d.H, rows = d.L * d.B, G = 4 * H;
     const Device dev = Device::cpu;
     const KernelEntry &pack = find_kernel("panels", dev, DType::f32, false, Layout::icfo);
-    const KernelEntry &product = find_kernel("gemm_tn_panels", dev, DType::f32, false, Layout::icfo);
+    const KernelEntry &product =
+        find_kernel("gemm_tn_panels", dev, DType::f32, false, Layout::icfo);
     const int64_t chunk = std::min(rows, kWeightGradChunkRows);
     Scratch panels(exec, panel_elements(G, chunk) * 4, Scratch::Fill::none);
     // h_prev_seq's rows r are h_prev's for r < B, then h's: a chunk that starts in h_prev is
@@ -204,15 +205,15 @@ void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const void *x, const v
     // row I: while the x product runs, the h product's partial row waits here, and the other
     // way round.
     Scratch other_row(exec, G * 4, Scratch::Fill::none);
-    float *row_i = static_cast<float *>(w_grad) + I * G;
+    float *row_i = w_grad + I * G;
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t n = std::min(chunk, rows - r0);
         float accumulate = r0 > 0 ? 1.0f : 0.0f;
-        Buf dgates_chunk = Buf::matrix(dev, const_cast<float *>(dgates) + r0 * G, DType::f32, n, G, G);
+        Buf dgates_chunk = Buf::matrix(dev, dgates + r0 * G, DType::f32, n, G, G);
         Buf b(dev, panels.data(), DType::f32, {num_weight_panels(G), n, kWeightPanelCols});
         KernelCall(pack, exec).buffer("in", dgates_chunk).buffer("out", b).run();
-        auto product_into = [&](const void *a, int64_t a_cols, void *c, int64_t c_rows) {
-            Buf a_buf = Buf::matrix(dev, const_cast<void *>(a), DType::f32, n, a_cols, a_cols);
+        auto product_into = [&](const float *a, int64_t a_cols, float *c, int64_t c_rows) {
+            Buf a_buf = Buf::matrix(dev, const_cast<float *>(a), DType::f32, n, a_cols, a_cols);
             Buf c_buf = Buf::matrix(dev, c, DType::f32, c_rows, G, G);
             KernelCall(product, exec)
                 .buffer("a", a_buf).buffer("b", b).buffer("c_in", c_buf).buffer("c", c_buf)
@@ -220,19 +221,20 @@ void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const void *x, const v
         };
         if (I > 0) {
             std::swap_ranges(row_i, row_i + G, other_row.floats());
-            product_into(static_cast<const float *>(x) + r0 * I, I, w_grad, I + 1);
+            product_into(x + r0 * I, I, w_grad, I + 1);
             std::swap_ranges(row_i, row_i + G, other_row.floats());
         }
         if (r0 >= B) {
-            product_into(static_cast<const float *>(h) + (r0 - B) * H, H, row_i, H);
+            product_into(h + (r0 - B) * H, H, row_i, H);
         } else {
             const int64_t from_h_prev = std::min(n, B - r0);
-            std::copy_n(static_cast<const float *>(h_prev) + r0 * H, from_h_prev * H, h_head.floats());
-            std::copy_n(static_cast<const float *>(h), (n - from_h_prev) * H, h_head.floats() + from_h_prev * H);
-            product_into(h_head.data(), H, row_i, H);
+            float *head = h_head.floats();
+            std::copy_n(h_prev + r0 * H, from_h_prev * H, head);
+            std::copy_n(h, (n - from_h_prev) * H, head + from_h_prev * H);
+            product_into(head, H, row_i, H);
         }
     }
-    if (I > 0) std::copy_n(other_row.floats(), G, static_cast<float *>(b_grad));
+    if (I > 0) std::copy_n(other_row.floats(), G, b_grad);
 }
 
 void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
@@ -331,8 +333,9 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     // pass of its own would read all of dgates again (1.6 % of BlockLSTMGrad at 100,32,256).
     const bool b_grad_from_w_grad = dev == Device::cpu && I > 0;
     if (dev == Device::cpu && dt == DType::f32) {
-        weight_grads_in_chunks(exec, d, in.x.data, in.h_prev.data, act.h.data, dgates.floats(),
-                               out.w_grad.data, out.b_grad.data);
+        auto f32 = [](const TV &t) { return static_cast<float *>(t.data); };
+        weight_grads_in_chunks(exec, d, f32(in.x), f32(in.h_prev), f32(act.h), dgates.floats(),
+                               f32(out.w_grad), f32(out.b_grad));
     } else {
         // One product each for x and h_prev_seq over the whole sequence (float16: c is rounded
         // once, so it cannot be summed over chunks; CUDA: cuBLAS or one kernel each). The x
