@@ -65,15 +65,21 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
 // The recurrent weights as the step kernels read them: on the CPU packed once per call into
 // float32 panels of kWeightPanelCols columns (generators/panels.cpp; `family` panels: b(x, k) =
 // w(x, k), panels_t: b(x, k) = w(k, x)), on the GPU the matrix `w` itself.
-Buf recurrent_weights(Exec &exec, const char *family, DType dt, Buf w, int64_t cols,
-                      int64_t depth, std::optional<Scratch> &storage) {
-    if (exec.device() != Device::cpu) return w;
-    const int64_t num_panels = (cols + kWeightPanelCols - 1) / kWeightPanelCols;
-    storage.emplace(exec, panel_elements(cols, depth) * 4, Scratch::Fill::none);
-    Buf panels(Device::cpu, storage->data(), DType::f32, {num_panels, depth, kWeightPanelCols});
+// `w` packed by the CPU kernel `family` (panels or panels_t) into float32 panels at `out`, which
+// holds panel_elements(cols, depth) floats.
+Buf pack_panels(Exec &exec, const char *family, DType dt, Buf w, int64_t cols, int64_t depth,
+                void *out) {
+    Buf panels(Device::cpu, out, DType::f32, {num_weight_panels(cols), depth, kWeightPanelCols});
     KernelCall(find_kernel(family, Device::cpu, dt, false, Layout::icfo), exec)
         .buffer("in", w).buffer("out", panels).run();
     return panels;
+}
+
+Buf recurrent_weights(Exec &exec, const char *family, DType dt, Buf w, int64_t cols,
+                      int64_t depth, std::optional<Scratch> &storage) {
+    if (exec.device() != Device::cpu) return w;
+    storage.emplace(exec, panel_elements(cols, depth) * 4, Scratch::Fill::none);
+    return pack_panels(exec, family, dt, w, cols, depth, storage->data());
 }
 
 std::vector<std::vector<int64_t>> forward_shapes(const SeqDims &d) {
@@ -193,7 +199,6 @@ void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const float *x, const 
                             const float *h, float *dgates, float *w_grad, float *b_grad) {
     const int64_t B = d.B, I = d.I, H = d.H, rows = d.L * d.B, G = 4 * H;
     const Device dev = Device::cpu;
-    const KernelEntry &pack = find_kernel("panels", dev, DType::f32, false, Layout::icfo);
     const KernelEntry &product =
         find_kernel("gemm_tn_panels", dev, DType::f32, false, Layout::icfo);
     const int64_t chunk = std::min(rows, kWeightGradChunkRows);
@@ -209,9 +214,9 @@ void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const float *x, const 
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t n = std::min(chunk, rows - r0);
         float accumulate = r0 > 0 ? 1.0f : 0.0f;
-        Buf dgates_chunk = Buf::matrix(dev, dgates + r0 * G, DType::f32, n, G, G);
-        Buf b(dev, panels.data(), DType::f32, {num_weight_panels(G), n, kWeightPanelCols});
-        KernelCall(pack, exec).buffer("in", dgates_chunk).buffer("out", b).run();
+        Buf b = pack_panels(exec, "panels", DType::f32,
+                            Buf::matrix(dev, dgates + r0 * G, DType::f32, n, G, G), G, n,
+                            panels.data());
         auto product_into = [&](const float *a, int64_t a_cols, float *c, int64_t c_rows) {
             Buf a_buf = Buf::matrix(dev, const_cast<float *>(a), DType::f32, n, a_cols, a_cols);
             Buf c_buf = Buf::matrix(dev, c, DType::f32, c_rows, G, G);
@@ -251,7 +256,9 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     (void)find_kernel("gemm_nn", dev, dt, false, layout);  // present before any output is written
     (void)find_kernel("gemm_tn", dev, dt, false, layout);
     if (dev == Device::cpu) (void)find_kernel("panels_t", dev, dt, false, layout);
-    if (dev == Device::cpu && dt == DType::f32) {
+    // The CPU's float32 w_grad: weight_grads_in_chunks; otherwise one gemm_tn per product.
+    const bool w_grad_in_chunks = dev == Device::cpu && dt == DType::f32;
+    if (w_grad_in_chunks) {
         (void)find_kernel("panels", dev, dt, false, layout);
         (void)find_kernel("gemm_tn_panels", dev, dt, false, layout);
     }
@@ -332,7 +339,7 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     // which the spare rows of its last register tile compute anyway (unless 6 divides I), where a
     // pass of its own would read all of dgates again (1.6 % of BlockLSTMGrad at 100,32,256).
     const bool b_grad_from_w_grad = dev == Device::cpu && I > 0;
-    if (dev == Device::cpu && dt == DType::f32) {
+    if (w_grad_in_chunks) {
         auto f32 = [](const TV &t) { return static_cast<float *>(t.data); };
         weight_grads_in_chunks(exec, d, f32(in.x), f32(in.h_prev), f32(act.h), dgates.floats(),
                                f32(out.w_grad), f32(out.b_grad));
