@@ -25,9 +25,11 @@ inputs; they sit idle on a pipe while the others run.
 Method (interleaving): `--rounds` rounds (5 by default). In each round, for each shape, every
 measurement job (one contender x dtype x peephole x pass) runs once, in an order rotated by one
 job every round, so that a slow spell of this shared machine hits all contenders alike. A job
-takes N timed calls, N = clamp(ceil(0.6 s / its median so far), 1, 10) (1 in the first round),
-after one untimed warm-up call (the persistent workers skip the warm-up once a call takes more
-than a second, and count a first call of over a second as a sample). The reported time of a job is the median of all its samples over all rounds.
+takes N timed calls, N = clamp(ceil(0.6 s / its median so far), 1, 50) (1 in the first round),
+after untimed warm-up calls filling about 0.2 s (at least one; the persistent workers skip the
+warm-up once a call takes more than a second, and count a first call of over a second as a
+sample). More calls at the small shapes: with 10 and one warm-up, ours and ours V2 (the same
+kernels) came out 11 % apart at 50,8,128. The reported time of a job is the median of all its samples over all rounds.
 Speedup = peer ms / ours ms (> 1: ours is faster). GFLOP/s use DESIGN.md §4's GEMM model:
 forward 2*T*B*4H*(I+H), backward 2*T*B*4H*H + 2*T*B*4H*I + 2*T*B*4H*(I+H).
 
@@ -55,7 +57,17 @@ SHAPES = [(100, 64, 512), (200, 16, 256), (100, 32, 256), (50, 8, 128)]  # T, B,
 DTYPES = ["float32", "float16"]
 SHORT = {"float32": "f32", "float16": "f16"}
 TARGET_S = 0.6  # timed seconds per job and round
-MAX_REPS = 10
+MAX_REPS = 50
+# Untimed warm-up seconds per job and round (at least one call; none for the persistent workers
+# once a call takes over a second): a fresh process's first calls are slower, and after another
+# contender has run, the caches and the thread pool are cold.
+WARMUP_S = 0.2
+MAX_WARMUP = 50
+
+
+def fresh_warmup(warm):
+    """Warm-up calls for a contender that starts a fresh process: at least one."""
+    return warm if isinstance(warm, int) and warm > 0 else 1
 
 # Columns of the table: (contender key, heading).
 COLUMNS = [("ours", "ours"), ("ours_v2", "ours V2"), ("onednn", "oneDNN"), ("tf", "TF"),
@@ -122,11 +134,11 @@ class Bench:
 
     # ---- contenders ------------------------------------------------------------------------------
 
-    def run_ours(self, shape, dtype, peephole, op, reps):
+    def run_ours(self, shape, dtype, peephole, op, reps, warm):
         T, B, I, H = shape
         cmd = [self.args.cli, "bench", op, "--time", str(T), "--batch", str(B), "--input", str(I),
                "--cell", str(H), "--dtype", dtype, "--threads", str(self.args.threads),
-               "--warmup", "1", "--reps", str(reps), "--print-reps"]
+               "--warmup", str(fresh_warmup(warm)), "--reps", str(reps), "--print-reps"]
         if peephole:
             cmd.append("--use-peephole")
         p = subprocess.run(cmd, capture_output=True, text=True, env=self.env)
@@ -143,11 +155,11 @@ class Bench:
                 return ms
         raise RuntimeError(f"{' '.join(cmd)}: no reps_ms line")
 
-    def run_onednn(self, shape, dtype, peephole, reps):
+    def run_onednn(self, shape, dtype, peephole, reps, warm=1):
         T, B, I, H = shape
         cmd = [self.args.onednn, "--time", str(T), "--batch", str(B), "--input", str(I),
                "--cell", str(H), "--dtype", {"float32": "f32", "float16": "f16"}[dtype],
-               "--warmup", "1", "--reps", str(reps)]
+               "--warmup", str(fresh_warmup(warm)), "--reps", str(reps)]
         if peephole:
             cmd.append("--peephole")
         p = subprocess.run(cmd, capture_output=True, text=True, env=self.env)
@@ -192,12 +204,12 @@ class Bench:
                     key = (who, *base, pass_)
                     jobs.append((f"ours {op}", [key],
                                  lambda reps, warm, op=op, dtype=dtype, pp=pp, key=key:
-                                 {key: self.run_ours(shape, dtype, pp, op, reps)}))
+                                 {key: self.run_ours(shape, dtype, pp, op, reps, warm)}))
                 if "onednn" not in skip:
                     kf, kb = ("onednn", *base, "fwd"), ("onednn", *base, "bwd")
 
                     def one(reps, warm, dtype=dtype, pp=pp, kf=kf, kb=kb):
-                        f, b = self.run_onednn(shape, dtype, pp, reps)
+                        f, b = self.run_onednn(shape, dtype, pp, reps, warm)
                         return {kf: f, kb: b}
                     jobs.append(("oneDNN fwd+bwd", [kf, kb], one))
                 if "tf" not in skip:
@@ -240,10 +252,15 @@ class Bench:
                     prev = [statistics.median(self.samples[key]) for key in keys if key in self.samples]
                     est = sum(prev) if prev else None
                     reps = 1 if est is None else max(1, min(MAX_REPS, math.ceil(TARGET_S * 1e3 / est)))
-                    # Warm-up: ours and oneDNN start a fresh process: always one call. The
-                    # persistent workers: "auto" the first time (a first call over 1 s counts as a
-                    # sample), then one call while calls take under a second.
-                    warm = "auto" if est is None else 1 if est < 1000 else 0
+                    # Warm-up: calls filling WARMUP_S. Ours and oneDNN start a fresh process: at
+                    # least one call. The persistent workers: "auto" the first time (a first call
+                    # over 1 s counts as a sample), none once calls take over a second.
+                    if est is None:
+                        warm = "auto"
+                    elif est >= 1000:
+                        warm = 0
+                    else:
+                        warm = max(1, min(MAX_WARMUP, math.ceil(WARMUP_S * 1e3 / est)))
                     t0 = time.time()
                     try:
                         got = fn(reps, warm)
@@ -393,7 +410,8 @@ class Bench:
             f"- Versions: {', '.join(vers)}.",
             f"- Method: {a.rounds} round(s), interleaved: in each round every job runs once per shape "
             f"(T,B,I=H: {shapes}), in an order rotated every round; each job's time is the median of "
-            f"all its samples (up to {MAX_REPS} timed calls per round after a warm-up call). "
+            f"all its samples (up to {MAX_REPS} timed calls per round, about {TARGET_S:g} s, after "
+            f"untimed warm-up calls filling about {WARMUP_S:g} s, at least one). "
             f"Took {info.get('duration_s', 0) / 60:.1f} min.",
             "- ours = BlockLSTM (forward) / BlockLSTMGrad (backward, on BlockLSTM's activations); "
             "ours V2 = BlockLSTMV2 / BlockLSTMGradV2. oneDNN: LSTM forward_training / backward "
