@@ -29,7 +29,8 @@ takes N timed calls, N = clamp(ceil(0.6 s / its median so far), 1, 50) (1 in the
 after untimed warm-up calls filling about 0.2 s (at least one; the persistent workers skip the
 warm-up once a call takes more than a second, and count a first call of over a second as a
 sample). More calls at the small shapes: with 10 and one warm-up, ours and ours V2 (the same
-kernels) came out 11 % apart at 50,8,128. The reported time of a job is the median of all its samples over all rounds.
+kernels) came out 11 % apart at 50,8,128. The reported time of a job is the median of all its
+samples over all rounds.
 Speedup = peer ms / ours ms (> 1: ours is faster). GFLOP/s use DESIGN.md §4's GEMM model:
 forward 2*T*B*4H*(I+H), backward 2*T*B*4H*H + 2*T*B*4H*I + 2*T*B*4H*(I+H).
 
