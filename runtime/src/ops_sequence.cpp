@@ -62,9 +62,6 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
     return d;
 }
 
-// The recurrent weights as the step kernels read them: on the CPU packed once per call into
-// float32 panels of kWeightPanelCols columns (generators/panels.cpp; `family` panels: b(x, k) =
-// w(x, k), panels_t: b(x, k) = w(k, x)), on the GPU the matrix `w` itself.
 // `w` packed by the CPU kernel `family` (panels or panels_t) into float32 panels at `out`, which
 // holds panel_elements(cols, depth) floats.
 Buf pack_panels(Exec &exec, const char *family, DType dt, Buf w, int64_t cols, int64_t depth,
@@ -75,6 +72,9 @@ Buf pack_panels(Exec &exec, const char *family, DType dt, Buf w, int64_t cols, i
     return panels;
 }
 
+// The recurrent weights as the step kernels read them: on the CPU packed once per call into
+// float32 panels of kWeightPanelCols columns (generators/panels.cpp; `family` panels: b(x, k) =
+// w(x, k), panels_t: b(x, k) = w(k, x)), on the GPU the matrix `w` itself.
 Buf recurrent_weights(Exec &exec, const char *family, DType dt, Buf w, int64_t cols,
                       int64_t depth, std::optional<Scratch> &storage) {
     if (exec.device() != Device::cpu) return w;
