@@ -6,7 +6,7 @@
 
 namespace blocklstm::gen {
 
-class CellBwd : public Generator<CellBwd> {
+class CellBwd : public KernelGenerator<CellBwd> {
 public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> use_peephole{"use_peephole", false};
@@ -46,11 +46,11 @@ public:
                                                          cell(j, n)[2], cell(j, n)[3]));
         (*cs_prev_grad)(j, n) = cast(t, cell(j, n)[4]);
 
-        const Target target = get_target();
+        const schedules::Machine m = machine();
         cell.compute_root();
-        schedules::schedule_elementwise(cell, j, n, target);
-        schedules::schedule_gate_blocks(*dicfo, j, g, n, target);
-        schedules::schedule_elementwise(*cs_prev_grad, j, n, target);
+        schedules::schedule_elementwise(cell, j, n, m);
+        schedules::schedule_gate_blocks(*dicfo, j, g, n, m);
+        schedules::schedule_elementwise(*cs_prev_grad, j, n, m);
 
         if (use_peephole) {
             RDom rows(0, cs_prev->dim(1).extent(), "rows");
@@ -60,7 +60,7 @@ public:
             Func sums = peephole_sums(terms, j);
             (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
                                          cast(t, sums(j)[2]));
-            schedules::schedule_column_sum(sums, j, {rows.x}, target);
+            schedules::schedule_column_sum(sums, j, {rows.x}, m);
         }
     }
 };

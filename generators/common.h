@@ -8,10 +8,22 @@
 
 #include "Halide.h"
 #include "generators/lstm_math.h"
+#include "schedules/schedule.h"
 
 namespace blocklstm::gen {
 
 using namespace Halide;
+
+// The base of every kernel generator: the generator param `geometry` ("": the target's own)
+// and the Machine its schedules are fitted to.
+template <typename T>
+class KernelGenerator : public Generator<T> {
+public:
+    GeneratorParam<std::string> geometry{"geometry", ""};
+
+protected:
+    schedules::Machine machine() const { return schedules::machine(this->get_target(), geometry); }
+};
 
 inline const std::map<std::string, Layout> layout_names{{"icfo", Layout::icfo},
                                                         {"ifco", Layout::ifco}};
@@ -38,18 +50,19 @@ inline Func peephole_sums(const PeepholeGradTerms &terms, const Var &j) {
     return sums;
 }
 
-// The weight-panel width a step kernel reads (0: the weight matrix, GPU). With panels, the
-// panel width and the zero origins of the weights and of the product are declared, so a column's
-// place in its panel is static.
-template <typename WeightsInput, typename ProductOutput>
-int step_weight_panels(WeightsInput *weights, ProductOutput *product, int panel_cols) {
-    if (panel_cols == 0) return 0;
-    weights->dim(0).set_min(0).set_extent(panel_cols);
-    weights->dim(1).set_min(0);
-    weights->dim(2).set_min(0);
+// The panel width of a product's b operand (0: no panels, the weight matrix on the GPU). With
+// panels, their layout is declared: the panel width, zero origins of the panels and of the product
+// (so a column's place in its panel is static), and the panel count the runtime allocates for the
+// product's columns (schedules/panel_layout.h), checked on every call.
+template <typename PanelsInput, typename ProductOutput>
+int declare_panels(PanelsInput *panels, ProductOutput *product, bool in_panels) {
+    if (!in_panels) return 0;
+    panels->dim(0).set_min(0).set_extent(panels::kPanelCols);
+    panels->dim(1).set_min(0);
+    panels->dim(2).set_min(0).set_extent(panels::panel_count(product->dim(0).extent()));
     product->dim(0).set_min(0);
     product->dim(1).set_min(0);
-    return panel_cols;
+    return panels::kPanelCols;
 }
 
 // The b(x, k) operand of a step's recurrent product: element (x, k) of weight panels

@@ -18,7 +18,7 @@ namespace blocklstm::gen {
 
 enum class GemmForm { nn_bias, nn, tn, tn_panels };
 
-class Gemm : public Generator<Gemm> {
+class Gemm : public KernelGenerator<Gemm> {
 public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<GemmForm> form{"form", GemmForm::nn,
@@ -50,9 +50,7 @@ public:
     void generate() {
         Var x("x"), y("y");  // column, row of c
         const bool transpose_a = form == GemmForm::tn || form == GemmForm::tn_panels;
-        const int b_panel_cols = form == GemmForm::tn_panels
-                                     ? step_weight_panels(b, c, schedules::weight_panel_cols)
-                                     : 0;
+        const int b_panel_cols = declare_panels(b, c, form == GemmForm::tn_panels);
         // The runtime's buffers start at 0; known here, a column's place in its packed panel
         // (x % panel_cols) is known at compile time.
         c->dim(0).set_min(0);
@@ -75,14 +73,14 @@ public:
                 if (c_in) return select(*accumulate != 0.0f, (*c_in)(xx, yy), 0.0f);
                 return bias ? f32((*bias)(xx)) : Expr(0.0f);
             },
-            rows, cols, depth, schedules::matrix_product_k_block(batched, get_target()),
-            schedules::matrix_product_panel_rows(batched, get_target()),
-            schedules::matrix_product_panel_cols(batched, get_target()),
+            rows, cols, depth, schedules::matrix_product_k_block(batched, machine()),
+            schedules::matrix_product_panel_rows(batched, machine()),
+            schedules::matrix_product_panel_cols(batched, machine()),
             /*b_padded=*/b_panel_cols > 0, x, y,
             c_is_f32 ? std::optional<Func>(Func(*c)) : std::nullopt);
         if (!c_is_f32) (*c)(x, y) = cast(c->types()[0], p.sum(x, y));
 
-        const Target t = get_target();
+        const schedules::Machine t = machine();
         schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
                                   p.blocks.x, c_is_f32, batched, !transpose_a, cols,
                                   /*b_in_panels=*/b_panel_cols > 0,

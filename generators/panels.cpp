@@ -1,6 +1,6 @@
 // The recurrent weights as packed panels, once per call, for the CPU's per-step products:
-// out(xi, k, xo) = b(xo * P + xi, k) in float32, P = schedules::weight_panel_cols, zero past the
-// last column. Each panel (P columns x all of k) is contiguous, so a step's product streams its
+// out(xi, k, xo) = b(xo * P + xi, k) in float32, P = panels::kPanelCols, zero past the last
+// column, in panels::panel_count(columns) panels (schedules/panel_layout.h). Each panel (P columns x all of k) is contiguous, so a step's product streams its
 // weights instead of packing them again at every step (at B = 8 that packing cost as much as the
 // product itself).
 //   panels    b(x, k) = in(x, k): in's rows are k     (forward: W_h,   [H, 4H])
@@ -10,7 +10,7 @@
 
 namespace blocklstm::gen {
 
-class Panels : public Generator<Panels> {
+class Panels : public KernelGenerator<Panels> {
 public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> transpose{"transpose", false};
@@ -21,14 +21,15 @@ public:
     void configure() { in = add_input<Buffer<>>("in", dtype, 2); }
 
     void generate() {
-        const int P = schedules::weight_panel_cols;
-        out.dim(0).set_min(0).set_extent(P);
-        Var xi("xi"), k("k"), xo("xo");
+        const int P = panels::kPanelCols;
         Expr cols = transpose ? in->dim(1).extent() : in->dim(0).extent();
+        out.dim(0).set_min(0).set_extent(P);
+        out.dim(2).set_min(0).set_extent(panels::panel_count(cols));
+        Var xi("xi"), k("k"), xo("xo");
         Expr x = xo * P + xi, xc = min(x, cols - 1);
         Expr value = transpose ? (*in)(k, xc) : (*in)(xc, k);
         out(xi, k, xo) = select(x < cols, f32(value), 0.0f);
-        schedules::schedule_panels(out, xi, k, xo, transpose, get_target());
+        schedules::schedule_panels(out, xi, k, xo, transpose, machine());
     }
 };
 

@@ -8,7 +8,7 @@
 
 namespace blocklstm::gen {
 
-class SeqBwdReduce : public Generator<SeqBwdReduce> {
+class SeqBwdReduce : public KernelGenerator<SeqBwdReduce> {
 public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> use_peephole{"use_peephole", false};
@@ -34,17 +34,17 @@ public:
     void generate() {
         Var x("x"), j("j"), n("n");
         const Type t = dtype;
-        const Target target = get_target();
+        const schedules::Machine m = machine();
 
         RDom rows(0, dgates->dim(1).extent(), "rows");
         Func bias_sum("bias_sum");
         bias_sum(x) = 0.0f;
         bias_sum(x) += (*dgates)(x, rows);
         (*b_grad)(x) = cast(t, bias_sum(x));
-        schedules::schedule_column_sum(bias_sum, x, {rows.x}, target);
+        schedules::schedule_column_sum(bias_sum, x, {rows.x}, m);
 
         (*cs_prev_grad)(j, n) = cast(t, (*dcs_carry)(j, n));
-        schedules::schedule_elementwise(*cs_prev_grad, j, n, target);
+        schedules::schedule_elementwise(*cs_prev_grad, j, n, m);
 
         if (use_peephole) {
             Expr H = cs->dim(0).extent(), B = cs->dim(1).extent();
@@ -59,7 +59,7 @@ public:
             Func sums = peephole_sums(terms, j);
             (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
                                          cast(t, sums(j)[2]));
-            schedules::schedule_column_sum(sums, j, {r.x, r.y}, target);
+            schedules::schedule_column_sum(sums, j, {r.x, r.y}, m);
         }
     }
 };

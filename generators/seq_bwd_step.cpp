@@ -8,7 +8,7 @@
 
 namespace blocklstm::gen {
 
-class SeqBwdStep : public Generator<SeqBwdStep> {
+class SeqBwdStep : public KernelGenerator<SeqBwdStep> {
 public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> use_peephole{"use_peephole", false};
@@ -22,7 +22,7 @@ public:
     void configure() {
         dgates_next = add_input<Buffer<>>("dgates_next", Float(32), 2);  // [B,4H], zeros at t = L-1
         // [4H,H] = W_h^T; on the CPU as packed float32 panels (generators/panels.cpp)
-        const bool panels = schedules::step_weights_in_panels(get_target());
+        const bool panels = schedules::step_weights_in_panels(machine());
         w_h_t = add_input<Buffer<>>("w_h_t", panels ? Float(32) : Type(dtype), panels ? 3 : 2);
         h_grad = add_input<Buffer<>>("h_grad", dtype, 2);                // [B,H]
         cs_grad = add_input<Buffer<>>("cs_grad", dtype, 2);
@@ -45,16 +45,15 @@ public:
         Var x("x"), y("y"), j("j"), n("n"), g("g");
         Expr H = h_grad->dim(0).extent(), B = h_grad->dim(1).extent();
 
-        const int panel_cols = step_weight_panels(
-            w_h_t, dh,
-            schedules::step_weights_in_panels(get_target()) ? schedules::weight_panel_cols : 0);
+        const int panel_cols =
+            declare_panels(w_h_t, dh, schedules::step_weights_in_panels(machine()));
         MatrixProduct p = matrix_product(
             "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
             [&](Expr xx, Expr k) { return recurrent_weight(*w_h_t, panel_cols, xx, k); },
             [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H,
-            schedules::matrix_product_k_block(schedules::GemmFuncs::Shape::step, get_target()),
-            schedules::matrix_product_panel_rows(schedules::GemmFuncs::Shape::step, get_target()),
-            schedules::matrix_product_panel_cols(schedules::GemmFuncs::Shape::step, get_target()),
+            schedules::matrix_product_k_block(schedules::GemmFuncs::Shape::step, machine()),
+            schedules::matrix_product_panel_rows(schedules::GemmFuncs::Shape::step, machine()),
+            schedules::matrix_product_panel_cols(schedules::GemmFuncs::Shape::step, machine()),
             /*b_padded=*/panel_cols > 0,
             x, y, Func(*dh));
 
@@ -69,7 +68,7 @@ public:
                                                   cell(j, n)[2], cell(j, n)[3]);
         (*dcs_carry_out)(j, n) = cell(j, n)[4];
 
-        const Target t = get_target();
+        const schedules::Machine t = machine();
         schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
                                   p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step,
                                   /*a_rows_contiguous=*/true, /*cols=*/H, panel_cols > 0},

@@ -6,7 +6,7 @@
 
 namespace blocklstm::gen {
 
-class SeqFwdStep : public Generator<SeqFwdStep> {
+class SeqFwdStep : public KernelGenerator<SeqFwdStep> {
 public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> use_peephole{"use_peephole", false};
@@ -24,7 +24,7 @@ public:
         xw = add_input<Buffer<>>("xw", Float(32), 2);       // [B,4H] x.W_x + b
         h_prev = add_input<Buffer<>>("h_prev", dtype, 2);   // [B,H]
         // [H,4H] rows I.. of w; on the CPU as packed float32 panels (generators/panels.cpp)
-        const bool panels = schedules::step_weights_in_panels(get_target());
+        const bool panels = schedules::step_weights_in_panels(machine());
         w_h = add_input<Buffer<>>("w_h", panels ? Float(32) : Type(dtype), panels ? 3 : 2);
         cs_prev = add_input<Buffer<>>("cs_prev", dtype, 2); // [B,H]
         wci = add_input<Buffer<>>("wci", dtype, 1);
@@ -38,16 +38,15 @@ public:
         Var x("x"), y("y"), j("j"), n("n");
         Expr H = cs_prev->dim(0).extent(), B = cs_prev->dim(1).extent();
 
-        const int panel_cols = step_weight_panels(
-            w_h, gates,
-            schedules::step_weights_in_panels(get_target()) ? schedules::weight_panel_cols : 0);
+        const int panel_cols =
+            declare_panels(w_h, gates, schedules::step_weights_in_panels(machine()));
         MatrixProduct p = matrix_product(
             "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
             [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k); },
             [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H,
-            schedules::matrix_product_k_block(schedules::GemmFuncs::Shape::step, get_target()),
-            schedules::matrix_product_panel_rows(schedules::GemmFuncs::Shape::step, get_target()),
-            schedules::matrix_product_panel_cols(schedules::GemmFuncs::Shape::step, get_target()),
+            schedules::matrix_product_k_block(schedules::GemmFuncs::Shape::step, machine()),
+            schedules::matrix_product_panel_rows(schedules::GemmFuncs::Shape::step, machine()),
+            schedules::matrix_product_panel_cols(schedules::GemmFuncs::Shape::step, machine()),
             /*b_padded=*/panel_cols > 0,
             x, y, Func(*gates));
 
@@ -59,7 +58,7 @@ public:
         (*lstm)(j, n) = Tuple(cast(ty, r.i), cast(ty, r.cs), cast(ty, r.f), cast(ty, r.o),
                               cast(ty, r.ci), cast(ty, r.co), cast(ty, r.h));
 
-        const Target t = get_target();
+        const schedules::Machine t = machine();
         schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
                                   p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step,
                                   /*a_rows_contiguous=*/true, /*cols=*/4 * H, panel_cols > 0,

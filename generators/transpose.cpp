@@ -6,7 +6,7 @@
 
 namespace blocklstm::gen {
 
-class Transpose : public Generator<Transpose> {
+class Transpose : public KernelGenerator<Transpose> {
 public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
 
@@ -23,7 +23,7 @@ public:
         Func staged("staged");  // the input, tile by tile
         staged(x, y) = (*in)(x, y);
         (*out)(x, y) = staged(y, x);
-        schedules::schedule_transpose(*out, staged, x, y, get_target());
+        schedules::schedule_transpose(*out, staged, x, y, machine());
     }
 };
 

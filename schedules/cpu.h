@@ -1,9 +1,13 @@
 // CPU schedules, kept apart from the algorithms in generators/. Every generator builds its Funcs
 // and hands them here; nothing in this file changes what is computed, only how.
 //
-// Each CPU kernel is compiled for several x86 targets (CMake: BLOCKLSTM_CPU_TARGETS), so the
-// tile sizes below are taken from the register budget of the target being compiled.
+// Each CPU kernel is compiled for several x86 targets (CMake: BLOCKLSTM_CPU_TARGETS); the tile
+// sizes below come from the geometry it is compiled with (schedules/cpu_params.h), the target's
+// own unless the build names another.
 #pragma once
+
+#include <stdexcept>
+#include <string>
 
 #include "Halide.h"
 #include "schedules/cpu_params.h"
@@ -41,11 +45,18 @@ struct GemmFuncs {
 // the accumulator tile lives in vector registers for the whole k block. The batched products
 // pack per work item or per call (see the two loop orders below); the per-step products read A
 // in place and B from the weight panels packed once per call.
-inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
+inline void schedule_gemm_cpu(GemmFuncs g, const CpuGeometry &geo) {
     const bool batched = g.shape == GemmFuncs::Shape::batched;
-    const int vec = t.natural_vector_size<float>();
-    const int tile_cols = gemm_tile_cols(t);
-    const int tile_rows = batched ? gemm_tile_rows(t) : gemm_step_tile_rows(t);
+    const int vec = geo.vector_floats;
+    const int tile_cols = geo.gemm_tile_cols();
+    const int tile_rows = batched ? geo.gemm_tile_rows : geo.gemm_step_tile_rows;
+    // The rule that keeps a tile's panel reads inside what the runtime allocates
+    // (schedules/panel_layout.h).
+    if (g.b_in_panels && panels::kPanelGroupCols % tile_cols != 0) {
+        throw std::invalid_argument(std::string("CPU geometry ") + geo.name + ": register tiles of " +
+                                    std::to_string(tile_cols) + " columns do not divide a panel group of " +
+                                    std::to_string(panels::kPanelGroupCols));
+    }
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xv("xv"), xl("xl"), yb("yb"), tile("tile");
     Var x = g.x, y = g.y;
 
@@ -129,15 +140,15 @@ inline void schedule_gemm_cpu(GemmFuncs g, const Target &t) {
 }
 
 // Element-wise stages over (unit j, batch row n): vectors along j, rows in parallel.
-inline void schedule_elementwise_cpu(Func f, Var j, Var n, const Target &t) {
-    const int vec = t.natural_vector_size<float>();
+inline void schedule_elementwise_cpu(Func f, Var j, Var n, const CpuGeometry &geo) {
+    const int vec = geo.vector_floats;
     f.vectorize(j, vec, TailStrategy::GuardWithIf).parallel(n);
 }
 
 // A 3-D element-wise output (j, gate, n), e.g. the gate gradients: vectors along j, the four
 // gate blocks unrolled so the shared per-element work (dcs) is computed once.
-inline void schedule_gate_blocks_cpu(Func f, Var j, Var gate, Var n, const Target &t) {
-    const int vec = t.natural_vector_size<float>();
+inline void schedule_gate_blocks_cpu(Func f, Var j, Var gate, Var n, const CpuGeometry &geo) {
+    const int vec = geo.vector_floats;
     f.reorder(gate, j, n)
         .bound(gate, 0, 4)
         .unroll(gate)
@@ -148,9 +159,9 @@ inline void schedule_gate_blocks_cpu(Func f, Var j, Var gate, Var n, const Targe
 // The gate gradients and one more per-element output of the same cell math (j, n), e.g. the
 // cell-state carry: both in one parallel loop over the rows, so a step forks once for them.
 inline void schedule_gate_blocks_and_cpu(Func gates, Func other, Var j, Var gate, Var n,
-                                         const Target &t) {
-    schedule_gate_blocks_cpu(gates, j, gate, n, t);
-    schedule_elementwise_cpu(other, j, n, t);
+                                         const CpuGeometry &geo) {
+    schedule_gate_blocks_cpu(gates, j, gate, n, geo);
+    schedule_elementwise_cpu(other, j, n, geo);
     other.compute_with(gates, n);
 }
 
@@ -160,8 +171,8 @@ inline void schedule_gate_blocks_and_cpu(Func gates, Func other, Var j, Var gate
 // TLB miss (perf, BlockLSTMGrad at 100,32,256 with peepholes: b_grad 2.2 -> 1.6 % of the time,
 // the peephole sums 1.6 -> 1.1 %).
 inline void schedule_column_sum_cpu(Func sum, Var x, const std::vector<RVar> &rows,
-                                    const Target &t) {
-    const int vec = t.natural_vector_size<float>();
+                                    const CpuGeometry &geo) {
+    const int vec = geo.vector_floats;
     const int chunk = vec * 16;
     Var xo("xo"), xi("xi");
     sum.compute_root()
@@ -180,8 +191,8 @@ inline void schedule_column_sum_cpu(Func sum, Var x, const std::vector<RVar> &ro
 
 // A transpose out(x, y) = in(y, x): square tiles of one vector, so both sides are read and
 // written in whole vectors (Halide transposes the tile in registers); row blocks in parallel.
-inline void schedule_transpose_cpu(Func out, Var x, Var y, const Target &t) {  // staged: inlined
-    const int vec = t.natural_vector_size<float>();
+inline void schedule_transpose_cpu(Func out, Var x, Var y, const CpuGeometry &geo) {  // staged: inlined
+    const int vec = geo.vector_floats;
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi");
     out.tile(x, y, xo, yo, xi, yi, vec, vec, TailStrategy::GuardWithIf)
         .vectorize(xi)
@@ -192,9 +203,9 @@ inline void schedule_transpose_cpu(Func out, Var x, Var y, const Target &t) {  /
 // Weight panels out(xi, k, xo) (generators/panels.cpp): panels in parallel; a transposed source
 // is read in square tiles of one vector, transposed in registers as in schedule_transpose_cpu.
 inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed,
-                                const Target &t) {
-    const int vec = t.natural_vector_size<float>();
-    out.bound(xi, 0, weight_panel_cols).parallel(xo);
+                                const CpuGeometry &geo) {
+    const int vec = geo.vector_floats;
+    out.bound(xi, 0, panels::kPanelCols).parallel(xo);
     if (transposed) {
         Var xii("xii"), ki("ki"), xio("xio"), ko("ko");
         out.tile(xi, k, xio, ko, xii, ki, vec, vec, TailStrategy::GuardWithIf)

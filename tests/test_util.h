@@ -157,6 +157,34 @@ inline std::string describe(const Shape &s) {
     return o.str();
 }
 
+// The shapes every kernel variant is tested on (variants_test.cc; gpu_schedules_test.cc for the
+// GPU schedules): H ∈ {1,2,7,8,16,17,33,64,65}, B ∈ {1,3,8,9,17,600}, I ∈ {0,1,3,5,16,31,300},
+// T ∈ {1,2,5,7,40}; L = T, 0 and < T; the clip inactive (0, negative, TF's default 3 at small
+// weights) and active (large weights); forget_bias default and not. Cell ops use B, I, H and the
+// attrs only.
+inline const std::vector<Shape> &variant_shapes() {
+    static const std::vector<Shape> s = {
+        {1, 1, 1, 1, 1, 1, 0.0, 1.0, "all ones"},
+        {2, 3, 5, 7, 2, 1, 3.0, 1.0, "TF defaults, odd sizes"},
+        {5, 8, 16, 8, 5, 1, 0.0, 0.5, "aligned sizes"},
+        {5, 9, 31, 17, 3, 1, -1.0, -0.75, "L < T, negative clip = off"},
+        {2, 17, 16, 16, 0, 1, 0.0, 1.0, "L = 0"},
+        {5, 3, 0, 33, 4, 1, 0.0, 1.0, "I = 0, L < T"},
+        {1, 8, 5, 64, 1, 1, 0.0, 2.0, "wide H"},
+        {5, 9, 1, 33, 5, 4, 0.5, 1.0, "large weights, clip active"},
+        {2, 1, 31, 64, 1, 1, 0.0, 0.0, "B = 1, L < T"},
+        {5, 17, 5, 16, 5, 3, 1.0, 1.0, "large weights, clip active, B = 17"},
+        // GEMMs past one block: K = I = 300 and 4H = 260 > 256 (a partial second k block),
+        // L*B = 102 rows > one 96-row block (AVX2 schedule, schedules/cpu_params.h).
+        {7, 17, 300, 65, 6, 1, 0.0, 1.0, "multi-block GEMMs"},
+        // The CPU's float32 w_grad runs in chunks of 512 rows of dgates (L*B): 595 rows are two
+        // chunks; with B = 600 the second chunk starts inside h_prev's rows of h_prev_seq.
+        {40, 17, 5, 16, 35, 1, 0.0, 1.0, "w_grad over two chunks"},
+        {2, 600, 3, 2, 2, 1, 0.0, 1.0, "a w_grad chunk starting inside h_prev"},
+    };
+    return s;
+}
+
 // Inputs of one op call, already rounded to dtype (the reference sees exactly what the library
 // sees). cell = true: the cell ops' shapes ([B,I], [B,H]), else the sequence ops' ([T,B,*]).
 struct Problem {

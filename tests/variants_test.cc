@@ -1,5 +1,7 @@
 // Every line of the variant table (runtime/kernels.inc) against the float64 reference, through
 // the ops that run it, over a list of shapes around the kernels' tile sizes.
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <set>
@@ -25,33 +27,6 @@ const std::vector<Variant> &table() {
 #undef BLOCKLSTM_KERNEL
     };
     return v;
-}
-
-// Shapes: H ∈ {1,2,7,8,16,17,33,64,65}, B ∈ {1,3,8,9,17,600}, I ∈ {0,1,3,5,16,31,300},
-// T ∈ {1,2,5,7,40}; L = T, 0 and < T; the clip inactive (0, negative, TF's default 3 at small
-// weights) and active (large weights); forget_bias default and not. Cell ops use B, I, H and the
-// attrs only.
-const std::vector<Shape> &shapes() {
-    static const std::vector<Shape> s = {
-        {1, 1, 1, 1, 1, 1, 0.0, 1.0, "all ones"},
-        {2, 3, 5, 7, 2, 1, 3.0, 1.0, "TF defaults, odd sizes"},
-        {5, 8, 16, 8, 5, 1, 0.0, 0.5, "aligned sizes"},
-        {5, 9, 31, 17, 3, 1, -1.0, -0.75, "L < T, negative clip = off"},
-        {2, 17, 16, 16, 0, 1, 0.0, 1.0, "L = 0"},
-        {5, 3, 0, 33, 4, 1, 0.0, 1.0, "I = 0, L < T"},
-        {1, 8, 5, 64, 1, 1, 0.0, 2.0, "wide H"},
-        {5, 9, 1, 33, 5, 4, 0.5, 1.0, "large weights, clip active"},
-        {2, 1, 31, 64, 1, 1, 0.0, 0.0, "B = 1, L < T"},
-        {5, 17, 5, 16, 5, 3, 1.0, 1.0, "large weights, clip active, B = 17"},
-        // GEMMs past one block: K = I = 300 and 4H = 260 > 256 (a partial second k block),
-        // L*B = 102 rows > one 96-row block (AVX2 schedule, schedules/cpu_params.h).
-        {7, 17, 300, 65, 6, 1, 0.0, 1.0, "multi-block GEMMs"},
-        // The CPU's float32 w_grad runs in chunks of 512 rows of dgates (L*B): 595 rows are two
-        // chunks; with B = 600 the second chunk starts inside h_prev's rows of h_prev_seq.
-        {40, 17, 5, 16, 35, 1, 0.0, 1.0, "w_grad over two chunks"},
-        {2, 600, 3, 2, 2, 1, 0.0, 1.0, "a w_grad chunk starting inside h_prev"},
-    };
-    return s;
 }
 
 enum class Op { cell, cell_grad, seq, seq_grad };
@@ -161,8 +136,8 @@ TEST_P(Variants, MatchesReference) {
     for (blocklstm::CudaGemm gemm : gemms) {
         blocklstm::set_cuda_gemm(gemm);
         for (const Use &u : us) {
-            for (std::size_t k = 0; k < shapes().size(); ++k) {
-                const Shape &s = shapes()[k];
+            for (std::size_t k = 0; k < variant_shapes().size(); ++k) {
+                const Shape &s = variant_shapes()[k];
                 std::ostringstream what;
                 what << v.name() << "/" << op_name(u) << (u.peephole ? "/peephole" : "/plain") << "/shape" << k;
                 SCOPED_TRACE(op_name(u) + std::string(u.peephole ? " peephole " : " plain ") + describe(s) +
@@ -194,7 +169,7 @@ TEST(VariantTable, EveryOpIsCovered) {
 
 // The shapes above really exercise the clip where they claim to.
 TEST(VariantShapes, ClipActiveWhereIntended) {
-    for (const Shape &s : shapes()) {
+    for (const Shape &s : variant_shapes()) {
         if (s.weight_scale <= 1 || s.cell_clip <= 0) continue;
         SCOPED_TRACE(describe(s));
         BLT_SEED(seed, std::string("VariantShapes/") + s.note);
@@ -220,7 +195,7 @@ TEST(VariantTable, LibraryListsEveryKernel) {
     EXPECT_EQ(want, have);
 }
 
-// The CPU target the runtime picked is one that every CPU kernel was compiled for.
+// The CPU target in use is one that every CPU kernel was compiled for.
 TEST(VariantTable, CpuTargetInUseIsCompiledIn) {
     const std::string target = blocklstm::cpu_target_in_use();
     std::cout << "[ target   ] " << target << std::endl;
@@ -230,6 +205,125 @@ TEST(VariantTable, CpuTargetInUseIsCompiledIn) {
         EXPECT_NE(("," + k.targets + ",").find("," + target + ","), std::string::npos)
             << k.name << " has targets " << k.targets;
     }
+}
+
+// ---- CPU targets -------------------------------------------------------------------------------
+
+// Restores the process's CPU target pin (the one BLOCKLSTM_CPU_TARGET gave, or none) on scope exit.
+struct RestorePin {
+    ~RestorePin() {
+        const char *env = std::getenv("BLOCKLSTM_CPU_TARGET");
+        try {
+            blocklstm::set_cpu_target(env ? env : "");
+        } catch (const blocklstm::Error &e) {
+            ADD_FAILURE() << e.what();
+        }
+    }
+};
+
+bool contains(const std::string &text, const std::string &part) { return text.find(part) != std::string::npos; }
+
+// Every compiled CPU target and whether this CPU runs it. ctest runs each suite once per target
+// ("cpu:<target>.<suite>"); the ones this CPU cannot run are skipped there, with the reason.
+TEST(CpuTargets, ListedWithWhatThisCpuRuns) {
+    const std::vector<blocklstm::CpuTarget> ts = blocklstm::cpu_targets();
+    ASSERT_FALSE(ts.empty());
+    std::set<std::string> names;
+    for (const blocklstm::CpuTarget &t : ts) {
+        std::cout << "[ cpu      ] " << t.name << " (" << t.halide_target << ", geometry " << t.geometry
+                  << (t.check_only ? ", check target" : "") << "): "
+                  << (t.runs_here ? "runs here" : "cannot run here, this CPU lacks " + t.missing) << std::endl;
+        EXPECT_TRUE(names.insert(t.name).second) << "duplicate name " << t.name;
+        EXPECT_EQ(t.runs_here, t.missing.empty()) << t.name;
+        EXPECT_TRUE(t.geometry == "sse41" || t.geometry == "avx2" || t.geometry == "avx512") << t.geometry;
+        EXPECT_EQ(t.check_only, contains(t.name, "@")) << t.name;
+    }
+}
+
+// Unpinned, a call runs the first production target this CPU supports.
+TEST(CpuTargets, AutomaticIsTheBestRunnableProductionTarget) {
+    RestorePin restore;
+    blocklstm::set_cpu_target("");
+    EXPECT_FALSE(blocklstm::cpu_target_pinned());
+    std::string best;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (t.runs_here && !t.check_only && best.empty()) best = t.name;
+    }
+    EXPECT_EQ(blocklstm::cpu_target_in_use(), best);
+}
+
+TEST(CpuTargets, PinnedByNameHalideTargetOrLeadingPart) {
+    RestorePin restore;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (!t.runs_here) continue;
+        SCOPED_TRACE(t.name);
+        blocklstm::set_cpu_target(t.name);
+        EXPECT_EQ(blocklstm::cpu_target_in_use(), t.name);
+        EXPECT_TRUE(blocklstm::cpu_target_pinned());
+        if (t.check_only) continue;
+        blocklstm::set_cpu_target("");
+        blocklstm::set_cpu_target(t.halide_target);
+        EXPECT_EQ(blocklstm::cpu_target_in_use(), t.name);
+        // "avx2-fma-f16c" is also "avx2"; "avx512_skylake" also "avx512".
+        const std::string lead = t.name.substr(0, t.name.find_first_of("-_"));
+        blocklstm::set_cpu_target("");
+        blocklstm::set_cpu_target(lead);
+        EXPECT_EQ(blocklstm::cpu_target_in_use(), t.name) << "pinned as '" << lead << "'";
+    }
+}
+
+TEST(CpuTargets, UnknownTargetListsWhatThereIs) {
+    RestorePin restore;
+    const std::string before = blocklstm::cpu_target_in_use();
+    for (const char *pin : {"avx9", "avx", "x86-64-linux-avx2", "avx2@avx1024"}) {
+        SCOPED_TRACE(pin);
+        try {
+            blocklstm::set_cpu_target(pin);
+            ADD_FAILURE() << "no error";
+        } catch (const blocklstm::Error &e) {
+            const std::string m = e.what();
+            EXPECT_TRUE(contains(m, std::string("'") + pin + "'")) << m;
+            EXPECT_TRUE(contains(m, "this CPU runs")) << m;
+            for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) EXPECT_TRUE(contains(m, t.name)) << m;
+        }
+        EXPECT_EQ(blocklstm::cpu_target_in_use(), before);  // a failed pin changes nothing
+    }
+}
+
+TEST(CpuTargets, TargetThisCpuCannotRunNamesWhatItLacks) {
+    RestorePin restore;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (t.runs_here) continue;
+        try {
+            blocklstm::set_cpu_target(t.name);
+            ADD_FAILURE() << t.name << ": no error";
+        } catch (const blocklstm::Error &e) {
+            EXPECT_TRUE(contains(e.what(), "needs " + t.missing + ", which this CPU lacks")) << e.what();
+        }
+        return;
+    }
+    GTEST_SKIP() << "this CPU runs every compiled CPU target";
+}
+
+// In one process, every CPU target this CPU runs computes the sequence ops within the tolerance
+// of the float64 reference (the multi-block shape: panels, tiles and k blocks past their edges).
+TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
+    RestorePin restore;
+    const Shape s = *std::find_if(variant_shapes().begin(), variant_shapes().end(),
+                                  [](const Shape &v) { return std::string(v.note) == "multi-block GEMMs"; });
+    int ran = 0;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (!t.runs_here) continue;
+        blocklstm::set_cpu_target(t.name);
+        for (DType dtype : {DType::f32, DType::f16}) {
+            SCOPED_TRACE(t.name + (dtype == DType::f32 ? " float32" : " float16"));
+            BLT_SEED(seed, "CpuTargets/" + t.name);
+            run_use({Op::seq, true, Layout::ifco}, dtype, s, seed, Device::cpu);
+            run_use({Op::seq_grad, true, Layout::icfo}, dtype, s, seed, Device::cpu);
+        }
+        ++ran;
+    }
+    EXPECT_GT(ran, 0);
 }
 
 }  // namespace

@@ -247,8 +247,8 @@ int bench(const BenchOptions &o) {
                     cuda_device_name().c_str(),
                     cuda_gemm() == CudaGemm::cublas && cublas_available() ? "cuBLAS" : "Halide");
     else
-        std::printf("  device %s (%s), threads %s\n", o.device.c_str(), cpu_target_in_use().c_str(),
-                    threads.c_str());
+        std::printf("  device %s (CPU target %s%s), threads %s\n", o.device.c_str(),
+                    cpu_target_in_use().c_str(), cpu_target_pinned() ? ", pinned" : "", threads.c_str());
     if (is_grad_op(o.op))
         std::printf("  inputs: activations from one %s call, random cs_grad/h_grad (seed %llu)\n",
                     o.op == "LSTMBlockCellGrad" ? "LSTMBlockCell"

@@ -24,6 +24,7 @@ constexpr const char *kUsage =
     "       blocklstm bench <OpName> --time T --batch B --input I --cell H\n"
     "                       [--dtype float32|float16] [--use-peephole] [--device cpu|cuda]\n"
     "                       [--reps N] [--warmup N] [--threads N] [--seed S] [--print-reps]\n"
+    "                       [--cpu-target TARGET]\n"
     "       blocklstm list\n"
     "       blocklstm demo [--steps N] [--seed S] [--device auto|cpu|cuda] [--threads N]\n"
     "       blocklstm --help\n";
@@ -55,11 +56,16 @@ constexpr const char *kHelp =
     "                 the tensors live on the GPU and each call is timed to the end of its GPU\n"
     "                 work; the warm-up's first call includes the PTX JIT of the kernels.\n"
     "                 BLOCKLSTM_CUDA_GEMM=halide runs the batched GEMMs on the Halide kernels\n"
-    "                 instead of cuBLAS.\n"
-    "  list           List every compiled kernel variant and the CPU target in use.\n"
+    "                 instead of cuBLAS. --cpu-target runs the CPU kernels compiled for TARGET\n"
+    "                 (as BLOCKLSTM_CPU_TARGET does for every command).\n"
+    "  list           List every compiled kernel variant, the CPU targets and the one in use.\n"
     "  demo           Train a small peephole LSTM (BlockLSTM + BlockLSTMGrad, Adam) on noisy\n"
     "                 sums of sines, then check one BlockLSTMGrad against the float64 reference.\n"
     "                 --device auto (the default) trains on the GPU when one is present.\n"
+    "\n"
+    "Environment: BLOCKLSTM_CPU_TARGET=TARGET pins the CPU kernels to one compiled CPU target,\n"
+    "  named as `blocklstm list` shows it or by its leading part (avx512, avx2, sse41); by default\n"
+    "  the best one this CPU supports runs.\n"
     "\n"
     "Exit status: 0 success, 2 usage or input error, 1 demo self-check failure.\n";
 
@@ -223,6 +229,8 @@ int cmd_bench(Args &args) {
             o.seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX));
         } else if (args.take("--print-reps")) {
             o.print_reps = true;
+        } else if (args.take("--cpu-target", &v)) {
+            o.cpu_target = v;
         } else if (args.peek().size() > 1 && args.peek()[0] == '-') {
             unknown("bench", args.peek());
         } else {
@@ -248,6 +256,7 @@ int cmd_bench(Args &args) {
         set_threads(threads);
         o.threads = static_cast<int>(parse_int("--threads", threads, 0, 1024));
     }
+    if (!o.cpu_target.empty()) set_cpu_target(o.cpu_target);
     return bench(o);
 }
 
@@ -301,8 +310,20 @@ void list_kernels() {
     };
     print_row({headers, headers + 7});
     for (const auto &r : rows) print_row(r);
-    std::printf("\n%zu kernels. CPU target in use on this machine: %s\n", ks.size(),
-                cpu_target_in_use().c_str());
+    std::printf("\n%zu kernels.\n", ks.size());
+
+    // The CPU targets every CPU kernel was compiled for, and which one runs.
+    std::printf("\nCPU targets (best first; check targets: an instruction set with another target's\n"
+                "tile geometry, for the tests):\n");
+    const std::string in_use = cpu_target_in_use();
+    for (const CpuTarget &t : cpu_targets()) {
+        const std::string here = t.runs_here ? "runs here" : "this CPU lacks " + t.missing;
+        std::printf("  %-22s %-30s geometry %-7s %s%s%s\n", t.name.c_str(), t.halide_target.c_str(),
+                    t.geometry.c_str(), here.c_str(), t.check_only ? ", check target" : "",
+                    t.name == in_use ? "  <- in use" : "");
+    }
+    std::printf("CPU target in use: %s (%s)\n", in_use.c_str(),
+                cpu_target_pinned() ? "pinned" : "automatic; pin with BLOCKLSTM_CPU_TARGET");
 
     // The op variants these kernels make: an op runs for a (backend, dtype, peephole) when its
     // per-step kernel (seq_fwd_step, seq_bwd_step, cell_bwd) exists for them.

@@ -58,6 +58,7 @@ struct BenchOptions {
     int threads = 0; // as given to --threads (0 = not given: Halide's default); for the header only
     uint64_t seed = 1;
     bool print_reps = false;  // also print every timed call ("reps_ms=a,b,...")
+    std::string cpu_target;   // a CPU target to pin (set_cpu_target); "" = as the environment says
 };
 
 // Times the op on random inputs (grad ops: on the matching forward op's activations) and prints

@@ -248,7 +248,10 @@ std::shared_ptr<std::byte[]> allocate_zeroed(std::size_t) {
 // ---- Exec and Scratch -----------------------------------------------------------------------------
 
 Exec::Exec(Device device, const void *any_tensor) : device_(device) {
-    if (device == Device::cpu) return;
+    if (device == Device::cpu) {
+        cpu_target_ = current_cpu_target();
+        return;
+    }
 #if BLOCKLSTM_WITH_CUDA
     std::string why;
     const int ordinal = cuda::device_of(any_tensor, &why);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "HalideRuntime.h"
+#include "schedules/panel_layout.h"
 
 namespace blocklstm::detail {
 
@@ -31,6 +32,8 @@ public:
     Exec &operator=(const Exec &) = delete;
 
     Device device() const { return device_; }
+    // CPU: the CPU target every kernel of this call runs as (cpu_target.cpp), read once per call.
+    int cpu_target() const { return cpu_target_; }
     // The Halide user_context of a CUDA kernel: a pointer to the (context, stream) pair.
     void *user_context() { return &cuda_; }
     void *context() const { return cuda_.context; }
@@ -48,8 +51,16 @@ public:
 
 private:
     Device device_;
+    int cpu_target_ = 0;
     CudaCall cuda_;
 };
+
+// ---- CPU targets (runtime/src/cpu_target.cpp) --------------------------------------------------
+
+// The index in cpu_targets.inc of the target the CPU kernels run as now: the pinned one, else the
+// first production target this CPU supports. Throws when the BLOCKLSTM_CPU_TARGET pin is invalid.
+int current_cpu_target();
+const std::string &cpu_target_name(int index);
 
 // Scratch memory of one call on its device (CUDA: stream-ordered, cuMemAllocAsync /
 // cuMemFreeAsync on the call's stream, so it is reused from the driver's pool and needs no
@@ -114,6 +125,12 @@ inline std::byte *offset_bytes(const void *p, int64_t elements, DType dtype) {
 
 // ---- The kernel table (runtime/kernels.inc) -------------------------------------------------------
 
+// One compiled function of a kernel: its argv entry point and metadata (argument names).
+struct KernelCode {
+    int (*argv)(void **);
+    const halide_filter_metadata_t *(*metadata)();
+};
+
 struct KernelEntry {
     const char *name;
     const char *family;
@@ -121,8 +138,8 @@ struct KernelEntry {
     DType dtype;
     bool peephole;
     const char *layout;  // "icfo", "ifco", "any"
-    int (*argv)(void **);
-    const halide_filter_metadata_t *(*metadata)();
+    // cpu: one function per CPU target, in cpu_targets.inc's order; cuda: one.
+    const KernelCode *code;
 };
 
 // The kernel of `family` for this backend and flags (layout ignored for "any" kernels). Throws if
@@ -145,6 +162,8 @@ public:
 private:
     int index_of(const char *name, bool is_buffer) const;
     const KernelEntry &kernel_;
+    int cpu_target_;  // -1: not a CPU kernel
+    const KernelCode &code_;
     std::vector<std::string> names_;
     std::vector<void *> args_;
     void *user_context_ = nullptr;
@@ -277,17 +296,14 @@ Bundle<TensorView> views(const Bundle<Tensor> &owned) {
 // The product of sizes, saturated at INT64_MAX instead of overflowing.
 int64_t saturating_product(std::initializer_list<int64_t> factors);
 
-// Columns per packed panel of the recurrent weights on the CPU: schedules::weight_panel_cols,
-// which the step kernels check (a buffer of another panel width is an error, not a wrong result).
-constexpr int64_t kWeightPanelCols = 16;
 // Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: weight_grads_in_chunks),
 // one k block of its product (schedules/cpu_params.h: gemm_k_block, AVX2).
 constexpr int64_t kWeightGradChunkRows = 512;
 
-// Elements of a [depth, cols] operand in panels of kWeightPanelCols columns (the last one padded).
-inline int64_t num_weight_panels(int64_t cols) { return (cols + kWeightPanelCols - 1) / kWeightPanelCols; }
+// Elements of a [depth, cols] operand in packed panels: the panel count every CPU geometry may
+// read (schedules/panel_layout.h), which the kernels check.
 inline int64_t panel_elements(int64_t cols, int64_t depth) {
-    return saturating_product({num_weight_panels(cols), depth, kWeightPanelCols});
+    return saturating_product({panels::panel_count(cols), depth, panels::kPanelCols});
 }
 
 // Products of sizes that become Halide extents or strides must fit int32; `arg` is the input

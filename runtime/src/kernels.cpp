@@ -1,5 +1,5 @@
-// The kernel table built from runtime/kernels.inc, kernel calls bound by argument name, and the
-// Halide runtime hooks (errors, threads, CPU target).
+// The kernel table built from runtime/kernels.inc (and, for the CPU kernels, cpu_targets.inc),
+// kernel calls bound by argument name, and the Halide runtime hooks (errors, threads).
 #include <cstring>
 #include <algorithm>
 #include <mutex>
@@ -8,11 +8,13 @@
 
 #include "runtime/src/internal.h"
 
+#include "cpu_targets.inc"  // generated: BLOCKLSTM_FOR_EACH_CPU_TARGET
+
 #define BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout) \
     family##__##backend##_##dtype##_##flags##_##layout
 
 // The table's lines of the backends this build has (CMake builds the cuda lines only with
-// BLOCKLSTM_CUDA).
+// BLOCKLSTM_CUDA). A cpu line has one function per CPU target, <kernel>__<tag>.
 #define BLOCKLSTM_IF_BACKEND_cpu(...) __VA_ARGS__
 #if BLOCKLSTM_WITH_CUDA
 #define BLOCKLSTM_IF_BACKEND_cuda(...) __VA_ARGS__
@@ -20,17 +22,33 @@
 #define BLOCKLSTM_IF_BACKEND_cuda(...)
 #endif
 
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout)                                  \
-    BLOCKLSTM_IF_BACKEND_##backend(                                                              \
-        extern "C" int BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout##_argv)(void **); \
-        extern "C" const halide_filter_metadata_t *BLOCKLSTM_KERNEL_NAME(                        \
-            family, backend, dtype, flags, layout##_metadata)();)
+#define BLOCKLSTM_DECLARE_FUNCTION(fn)                 \
+    extern "C" int fn##_argv(void **);                 \
+    extern "C" const halide_filter_metadata_t *fn##_metadata();
+#define BLOCKLSTM_DECLARE_CPU_FUNCTION(kernel, tag) BLOCKLSTM_DECLARE_FUNCTION(kernel##__##tag)
+#define BLOCKLSTM_DECLARE_cpu(kernel) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_DECLARE_CPU_FUNCTION, kernel)
+#define BLOCKLSTM_DECLARE_cuda(kernel) BLOCKLSTM_DECLARE_FUNCTION(kernel)
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout) \
+    BLOCKLSTM_IF_BACKEND_##backend(                             \
+        BLOCKLSTM_DECLARE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout)))
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
 
 namespace blocklstm {
 namespace detail {
 namespace {
+
+// The functions of each kernel: kernel_code_<kernel>[] = {{argv, metadata}, ...}.
+#define BLOCKLSTM_CODE(fn) {&fn##_argv, &fn##_metadata},
+#define BLOCKLSTM_CPU_CODE(kernel, tag) BLOCKLSTM_CODE(kernel##__##tag)
+#define BLOCKLSTM_CODE_cpu(kernel) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_CPU_CODE, kernel)
+#define BLOCKLSTM_CODE_cuda(kernel) BLOCKLSTM_CODE(kernel)
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout)                                     \
+    BLOCKLSTM_IF_BACKEND_##backend(                                                                 \
+        const KernelCode kernel_code_##family##__##backend##_##dtype##_##flags##_##layout[] = {      \
+            BLOCKLSTM_CODE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout))};)
+#include "runtime/kernels.inc"
+#undef BLOCKLSTM_KERNEL
 
 const KernelEntry kernel_table[] = {
 #define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout)                                 \
@@ -41,8 +59,7 @@ const KernelEntry kernel_table[] = {
          DType::dtype,                                                                          \
          std::string_view(#flags) == "peephole",                                                \
          #layout,                                                                               \
-         &BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout##_argv),                  \
-         &BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout##_metadata)},)
+         kernel_code_##family##__##backend##_##dtype##_##flags##_##layout},)
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
 };
@@ -121,12 +138,15 @@ const KernelEntry &find_kernel(const char *family, Device backend, DType dtype, 
                      : " (runtime/kernels.inc)"));
 }
 
-KernelCall::KernelCall(const KernelEntry &kernel, Exec &exec) : kernel_(kernel) {
+KernelCall::KernelCall(const KernelEntry &kernel, Exec &exec)
+    : kernel_(kernel),
+      cpu_target_(kernel.backend == Device::cpu ? exec.cpu_target() : -1),
+      code_(kernel.code[std::max(cpu_target_, 0)]) {
     if (kernel.backend != exec.device()) {
         throw Error(std::string("blocklstm internal error: kernel ") + kernel.name + " run on " +
                     to_string(exec.device()) + " tensors");
     }
-    const halide_filter_metadata_t *md = kernel.metadata();
+    const halide_filter_metadata_t *md = code_.metadata();
     for (int i = 0; i < md->num_arguments; ++i) {
         names_.push_back(normalized_argument_name(md->arguments[i].name));
     }
@@ -144,7 +164,7 @@ KernelCall::KernelCall(const KernelEntry &kernel, Exec &exec) : kernel_(kernel) 
 }
 
 int KernelCall::index_of(const char *name, bool is_buffer) const {
-    const halide_filter_metadata_t *md = kernel_.metadata();
+    const halide_filter_metadata_t *md = code_.metadata();
     for (std::size_t i = 0; i < names_.size(); ++i) {
         if (names_[i] == name) {
             const bool buffer = md->arguments[i].kind != halide_argument_kind_input_scalar;
@@ -174,9 +194,10 @@ void KernelCall::run() {
         }
     }
     (void)error_handler_installed;
-    if (int code = kernel_.argv(args_.data())) {
+    if (int code = code_.argv(args_.data())) {
         std::lock_guard<std::mutex> lock(halide_error_mutex);
-        throw Error(std::string("blocklstm internal error: kernel ") + kernel_.name +
+        const std::string where = cpu_target_ >= 0 ? " (CPU target " + cpu_target_name(cpu_target_) + ")" : "";
+        throw Error(std::string("blocklstm internal error: kernel ") + kernel_.name + where +
                     " failed (Halide error " + std::to_string(code) + "): " + last_halide_error);
     }
 }
@@ -184,6 +205,8 @@ void KernelCall::run() {
 }  // namespace detail
 
 std::vector<KernelInfo> kernels() {
+    std::string cpu_target_names;
+    for (const CpuTarget &t : cpu_targets()) cpu_target_names += (cpu_target_names.empty() ? "" : ",") + t.name;
     std::vector<KernelInfo> out;
     for (const detail::KernelEntry &k : detail::kernel_table) {
         KernelInfo info;
@@ -194,52 +217,10 @@ std::vector<KernelInfo> kernels() {
         info.dtype = k.dtype;
         info.peephole = k.peephole;
         info.layout = k.layout;
-        info.targets = k.backend == Device::cuda ? BLOCKLSTM_CUDA_TARGET : BLOCKLSTM_CPU_TARGETS;
+        info.targets = k.backend == Device::cuda ? BLOCKLSTM_CUDA_TARGET : cpu_target_names;
         out.push_back(std::move(info));
     }
     return out;
-}
-
-std::string cpu_target_in_use() {
-    // The multi-target kernels take the first target (best first) whose features this CPU has;
-    // ask the Halide runtime the same question with the same feature sets.
-    const std::string targets = BLOCKLSTM_CPU_TARGETS;
-    std::size_t begin = 0;
-    while (begin <= targets.size()) {
-        std::size_t end = targets.find(',', begin);
-        if (end == std::string::npos) end = targets.size();
-        const std::string target = targets.substr(begin, end - begin);
-        // The feature tokens of the default targets (CMake: BLOCKLSTM_CPU_TARGETS); a target
-        // with any other token cannot be checked here and is reported as such.
-        static const std::pair<const char *, halide_target_feature_t> known[] = {
-            {"avx512_skylake", halide_target_feature_avx512_skylake},
-            {"avx2", halide_target_feature_avx2},
-            {"fma", halide_target_feature_fma},
-            {"f16c", halide_target_feature_f16c},
-            {"sse41", halide_target_feature_sse41}};
-        uint64_t features[(halide_target_feature_end + 63) / 64] = {};
-        bool checkable = target.rfind("x86-64-linux", 0) == 0;
-        std::size_t pos = std::string("x86-64-linux").size();
-        while (checkable && pos < target.size()) {
-            const std::size_t next = std::min(target.find('-', pos + 1), target.size());
-            const std::string token = target.substr(pos + 1, next - pos - 1);
-            bool found = false;
-            for (const auto &[name, feature] : known) {
-                if (token == name) {
-                    features[feature / 64] |= uint64_t(1) << (feature % 64);
-                    found = true;
-                }
-            }
-            checkable = found;
-            pos = next;
-        }
-        if (!checkable) return target + " (if this CPU has its features: not checked)";
-        if (halide_can_use_target_features(sizeof(features) / sizeof(features[0]), features)) {
-            return target;
-        }
-        begin = end + 1;
-    }
-    return "none (this CPU lacks every compiled target)";
 }
 
 void set_num_threads(int threads) { halide_set_num_threads(threads); }

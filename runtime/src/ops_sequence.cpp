@@ -66,14 +66,14 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
 // holds panel_elements(cols, depth) floats.
 Buf pack_panels(Exec &exec, const char *family, DType dt, Buf w, int64_t cols, int64_t depth,
                 void *out) {
-    Buf panels(Device::cpu, out, DType::f32, {num_weight_panels(cols), depth, kWeightPanelCols});
+    Buf packed(Device::cpu, out, DType::f32, {panels::panel_count(cols), depth, panels::kPanelCols});
     KernelCall(find_kernel(family, Device::cpu, dt, false, Layout::icfo), exec)
-        .buffer("in", w).buffer("out", panels).run();
-    return panels;
+        .buffer("in", w).buffer("out", packed).run();
+    return packed;
 }
 
 // The recurrent weights as the step kernels read them: on the CPU packed once per call into
-// float32 panels of kWeightPanelCols columns (generators/panels.cpp; `family` panels: b(x, k) =
+// float32 panels of panels::kPanelCols columns (generators/panels.cpp; `family` panels: b(x, k) =
 // w(x, k), panels_t: b(x, k) = w(k, x)), on the GPU the matrix `w` itself.
 Buf recurrent_weights(Exec &exec, const char *family, DType dt, Buf w, int64_t cols,
                       int64_t depth, std::optional<Scratch> &storage) {

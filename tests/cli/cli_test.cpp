@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "cpu_pin.h"
 #include "npy.h"
 
 namespace fs = std::filesystem;
@@ -1020,6 +1021,7 @@ TEST(Npy, ReadErrorsNameThePath) {
 
 int main(int argc, char **argv) {
     ::testing::InitGoogleTest(&argc, argv);
+    if (const int status = blt::check_cpu_target_pin()) return status;
     if (argc > 1) g_cli = argv[1];
     if (const char *e = std::getenv("BLOCKLSTM_CLI")) g_cli = e;
     return RUN_ALL_TESTS();

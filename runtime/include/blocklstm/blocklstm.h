@@ -222,7 +222,7 @@ BLOCKLSTM_API bool cublas_available();
 // thread's stream and waits for the copy.
 BLOCKLSTM_API void copy(const TensorView &src, const TensorView &dst);
 
-// ---- Kernels and threads -------------------------------------------------------------------
+// ---- Kernels -------------------------------------------------------------------------------
 
 // One compiled kernel of the variant table (runtime/kernels.inc).
 struct KernelInfo {
@@ -233,13 +233,39 @@ struct KernelInfo {
     DType dtype;
     bool peephole;
     std::string layout;   // "icfo", "ifco" or "any"
-    std::string targets;  // the Halide targets compiled into it, ','-separated, best first
-                          // (CUDA kernels: one target, e.g. x86-64-linux-cuda-cuda_capability_80-...)
+    std::string targets;  // the targets compiled into it, ','-separated, best first: CPU kernels
+                          // the names of cpu_targets(); CUDA kernels one Halide target
 };
 BLOCKLSTM_API std::vector<KernelInfo> kernels();
 
-// The Halide target of the multi-target CPU kernels that runs on this machine.
+// ---- CPU targets ---------------------------------------------------------------------------
+
+// Every CPU kernel is compiled once per CPU target (CMake: BLOCKLSTM_CPU_TARGETS, best first).
+// By default each op call runs the first one this CPU supports; a pin picks one for the process.
+struct CpuTarget {
+    std::string name;           // what a pin names, e.g. "avx2-fma-f16c", "avx2-fma-f16c@avx512"
+    std::string halide_target;  // e.g. "x86-64-linux-avx2-fma-f16c"
+    std::string geometry;       // the schedules' tile geometry: "sse41", "avx2" or "avx512"
+    bool check_only = false;    // a test build's check target: its instruction set with another
+                                // target's geometry; never chosen automatically
+    bool runs_here = false;     // this CPU has every feature it needs
+    std::string missing;        // the features this CPU lacks, ' '-separated ("" if runs_here)
+};
+BLOCKLSTM_API std::vector<CpuTarget> cpu_targets();
+
+// Pins the CPU kernels of every later op call (all threads) to one compiled target, named by its
+// name, its Halide target string, or a leading part of its name ending at '-' or '_' ("avx2",
+// "avx512", "sse41"); "" returns to the automatic choice. An unknown target, or one this CPU
+// cannot run, throws blocklstm::Error listing what this library has and what this CPU runs.
+// The environment variable BLOCKLSTM_CPU_TARGET sets the initial pin (checked at the first call).
+BLOCKLSTM_API void set_cpu_target(const std::string &target);
+
+// The name of the CPU target the kernels run as now (throws if BLOCKLSTM_CPU_TARGET is invalid),
+// and whether it is pinned.
 BLOCKLSTM_API std::string cpu_target_in_use();
+BLOCKLSTM_API bool cpu_target_pinned();
+
+// ---- Threads and memory --------------------------------------------------------------------
 
 // Threads of the CPU kernels (Halide's thread pool); 0 = one per core. Call before any op.
 BLOCKLSTM_API void set_num_threads(int threads);

@@ -1,0 +1,165 @@
+// The CPU targets of the kernels (the generated cpu_targets.inc, best first) and which one an op
+// call runs. The runtime chooses between the per-target functions of every CPU kernel itself, once
+// per call (Exec), rather than through Halide's multi-target wrappers, which choose once per
+// process and keep the choice: so a pin takes effect at the next call, and one test process can
+// run every target this CPU supports.
+#include <atomic>
+#include <cstdlib>
+#include <mutex>
+#include <utility>
+
+#include "runtime/src/internal.h"
+
+#include "cpu_targets.inc"  // generated: BLOCKLSTM_CPU_TARGET_SPECS
+
+namespace blocklstm {
+namespace detail {
+namespace {
+
+struct CpuTargetSpec {
+    const char *name, *halide_target, *geometry;
+    bool check_only;
+    std::vector<std::pair<int, const char *>> features;  // Halide feature bit, name
+};
+
+bool cpu_can_use(const std::vector<int> &feature_bits) {
+    uint64_t words[(halide_target_feature_end + 63) / 64] = {};
+    for (int bit : feature_bits) words[bit / 64] |= uint64_t(1) << (bit % 64);
+    return halide_default_can_use_target_features(sizeof(words) / sizeof(words[0]), words) != 0;
+}
+
+// Each compiled target and what this CPU makes of it.
+const std::vector<CpuTarget> &compiled() {
+    static const std::vector<CpuTarget> targets = [] {
+        const CpuTargetSpec specs[] = {BLOCKLSTM_CPU_TARGET_SPECS};
+        std::vector<CpuTarget> out;
+        for (const CpuTargetSpec &s : specs) {
+            CpuTarget t;
+            t.name = s.name, t.halide_target = s.halide_target, t.geometry = s.geometry;
+            t.check_only = s.check_only;
+            std::vector<int> all;
+            for (const auto &[bit, name] : s.features) {
+                all.push_back(bit);
+                // Asked one by one, so that an error names exactly what this CPU lacks.
+                if (!cpu_can_use({bit})) t.missing += (t.missing.empty() ? "" : " ") + std::string(name);
+            }
+            t.runs_here = cpu_can_use(all);
+            out.push_back(std::move(t));
+        }
+        return out;
+    }();
+    return targets;
+}
+
+std::string names(bool only_runnable) {
+    std::string s;
+    for (const CpuTarget &t : compiled()) {
+        if (only_runnable && !t.runs_here) continue;
+        s += (s.empty() ? "" : ", ") + t.name + (t.check_only ? " (check)" : "");
+    }
+    return s.empty() ? "none" : s;
+}
+
+std::string what_there_is() {
+    return "compiled into this library (best first): " + names(false) + "; this CPU runs: " + names(true);
+}
+
+// `pin` is a target's name or Halide target, or the leading part of a name up to a '-' or '_'
+// (before and after an '@' separately: "avx2@avx512" names avx2-fma-f16c@avx512).
+int match(const std::string &pin) {
+    const std::vector<CpuTarget> &ts = compiled();
+    auto split = [](const std::string &s) {
+        const std::size_t at = s.find('@');
+        return at == std::string::npos ? std::pair{s, std::string()}
+                                       : std::pair{s.substr(0, at), s.substr(at + 1)};
+    };
+    auto leads = [](const std::string &part, const std::string &whole) {
+        return whole.compare(0, part.size(), part) == 0 &&
+               (whole.size() == part.size() || whole[part.size()] == '-' || whole[part.size()] == '_');
+    };
+    std::vector<int> found;
+    for (int k = 0; k < static_cast<int>(ts.size()); ++k) {
+        if (pin == ts[k].name || pin == ts[k].halide_target) {
+            found = {k};
+            break;
+        }
+        const auto [isa, geometry] = split(pin);
+        const auto [t_isa, t_geometry] = split(ts[k].name);
+        if (!isa.empty() && leads(isa, t_isa) && geometry == t_geometry) found.push_back(k);
+    }
+    if (found.empty()) {
+        throw Error("blocklstm: CPU target '" + pin + "' is not " + what_there_is());
+    }
+    if (found.size() > 1) {
+        std::string which;
+        for (int k : found) which += (which.empty() ? "" : ", ") + ts[k].name;
+        throw Error("blocklstm: CPU target '" + pin + "' could be any of " + which + "; name one");
+    }
+    const CpuTarget &t = ts[found[0]];
+    if (!t.runs_here) {
+        throw Error("blocklstm: CPU target '" + pin + "' (" + t.halide_target + ") needs " + t.missing +
+                    ", which this CPU lacks; " + what_there_is());
+    }
+    return found[0];
+}
+
+// The pin: -1 automatic, else an index of compiled(). BLOCKLSTM_CPU_TARGET sets it at the first
+// use; an invalid value is reported by every call until set_cpu_target replaces it.
+std::atomic<int> pinned{-1};
+std::atomic<bool> pin_set_by_call{false};
+std::string environment_error;
+std::once_flag environment_read;
+
+void read_environment() {
+    std::call_once(environment_read, [] {
+        const char *env = std::getenv("BLOCKLSTM_CPU_TARGET");
+        if (!env || !*env) return;
+        try {
+            pinned = match(env);
+        } catch (const Error &e) {
+            environment_error = std::string("BLOCKLSTM_CPU_TARGET=") + env + ": " + e.what();
+        }
+    });
+}
+
+int automatic() {
+    static const int best = [] {
+        const std::vector<CpuTarget> &ts = compiled();
+        for (int k = 0; k < static_cast<int>(ts.size()); ++k) {
+            if (ts[k].runs_here && !ts[k].check_only) return k;
+        }
+        return -1;
+    }();
+    if (best < 0) throw Error("blocklstm: this CPU runs none of the CPU targets " + what_there_is());
+    return best;
+}
+
+}  // namespace
+
+int current_cpu_target() {
+    read_environment();
+    if (!pin_set_by_call && !environment_error.empty()) throw Error(environment_error);
+    const int p = pinned;
+    return p >= 0 ? p : automatic();
+}
+
+const std::string &cpu_target_name(int index) { return compiled().at(index).name; }
+
+}  // namespace detail
+
+std::vector<CpuTarget> cpu_targets() { return detail::compiled(); }
+
+void set_cpu_target(const std::string &target) {
+    detail::read_environment();
+    detail::pinned = target.empty() ? -1 : detail::match(target);
+    detail::pin_set_by_call = true;
+}
+
+std::string cpu_target_in_use() { return detail::cpu_target_name(detail::current_cpu_target()); }
+
+bool cpu_target_pinned() {
+    (void)detail::current_cpu_target();  // reports an invalid BLOCKLSTM_CPU_TARGET
+    return detail::pinned >= 0;
+}
+
+}  // namespace blocklstm

@@ -1,0 +1,30 @@
+// The packed-panel layout of the CPU products' operands (generators/panels.cpp): the one contract
+// between the sizes the runtime allocates (runtime/src/ops_sequence.cpp) and the extents the CPU
+// schedules read (schedules/cpu.h). Free of Halide, so that the runtime includes it too; the
+// generators declare panel_count as the required extent of every panel buffer, so a runtime that
+// allocated fewer panels gets Halide's constraint error, never a read past its allocation.
+#pragma once
+
+namespace blocklstm::panels {
+
+// Columns per packed panel, the same for every CPU geometry.
+constexpr int kPanelCols = 16;
+
+// A register tile of a product reads all of its columns, past the operand's last column at the
+// edge (the panels hold zeros there). Tiles are 8 (SSE4.1), 16 (AVX2) or 32 (AVX-512) columns
+// wide, and every geometry's tile width must divide kPanelGroupCols (schedules/cpu.h checks it
+// when a kernel is generated). Panels are allocated in groups of kPanelGroupCols columns: a tile
+// whose width divides the group width lies inside one group, so the tile holding the last column
+// ends at or before the end of that column's group, and no tile of any geometry reads a panel
+// that was not allocated. (Counting panels by kPanelCols alone let AVX-512's 32-column tiles read
+// one panel too far whenever the column count was not a multiple of 32.)
+constexpr int kPanelGroupCols = 32;
+static_assert(kPanelGroupCols % kPanelCols == 0, "a panel group is whole panels");
+
+// Panels of an operand with `cols` columns: int64_t in the runtime, Halide::Expr in the generators.
+template <typename Int>
+Int panel_count(const Int &cols) {
+    return (cols + (kPanelGroupCols - 1)) / kPanelGroupCols * (kPanelGroupCols / kPanelCols);
+}
+
+}  // namespace blocklstm::panels

@@ -1,0 +1,30 @@
+#include "cpu_pin.h"
+
+#include <blocklstm/blocklstm.h>
+
+#include <cstdlib>
+#include <iostream>
+
+namespace blt {
+
+int check_cpu_target_pin() {
+    const char *pin = std::getenv("BLOCKLSTM_CPU_TARGET");
+    if (!pin || !*pin) return 0;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (t.name == pin && !t.runs_here) {
+            std::cout << "[ SKIPPED  ] CPU target " << t.name << " (" << t.halide_target
+                      << "): this CPU lacks " << t.missing << std::endl;
+            return 77;
+        }
+    }
+    try {
+        std::cout << "[ target   ] pinned by BLOCKLSTM_CPU_TARGET: " << blocklstm::cpu_target_in_use()
+                  << std::endl;
+    } catch (const blocklstm::Error &e) {  // a target this library does not have: a failure
+        std::cout << e.what() << std::endl;
+        return 1;
+    }
+    return 0;
+}
+
+}  // namespace blt
