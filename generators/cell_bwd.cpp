@@ -60,7 +60,7 @@ public:
             Func sums = peephole_sums(terms, j);
             (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
                                          cast(t, sums(j)[2]));
-            schedules::schedule_column_sum(sums, j, {rows.x}, m);
+            schedules::schedule_column_sum(sums, *peephole_grads, j, {rows.x}, m);
         }
     }
 };

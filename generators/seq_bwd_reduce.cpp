@@ -41,7 +41,7 @@ public:
         bias_sum(x) = 0.0f;
         bias_sum(x) += (*dgates)(x, rows);
         (*b_grad)(x) = cast(t, bias_sum(x));
-        schedules::schedule_column_sum(bias_sum, x, {rows.x}, m);
+        schedules::schedule_column_sum(bias_sum, *b_grad, x, {rows.x}, m);
 
         (*cs_prev_grad)(j, n) = cast(t, (*dcs_carry)(j, n));
         schedules::schedule_elementwise(*cs_prev_grad, j, n, m);
@@ -59,7 +59,7 @@ public:
             Func sums = peephole_sums(terms, j);
             (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
                                          cast(t, sums(j)[2]));
-            schedules::schedule_column_sum(sums, j, {r.x, r.y}, m);
+            schedules::schedule_column_sum(sums, *peephole_grads, j, {r.x, r.y}, m);
         }
     }
 };

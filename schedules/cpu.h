@@ -170,7 +170,7 @@ inline void schedule_gate_blocks_and_cpu(Func gates, Func other, Var j, Var gate
 // a stretch the prefetcher follows, where 4 vectors (a register tile) made most rows a cache and
 // TLB miss (perf, BlockLSTMGrad at 100,32,256 with peepholes: b_grad 2.2 -> 1.6 % of the time,
 // the peephole sums 1.6 -> 1.1 %).
-inline void schedule_column_sum_cpu(Func sum, Var x, const std::vector<RVar> &rows,
+inline void schedule_column_sum_cpu(Func sum, Func out, Var x, const std::vector<RVar> &rows,
                                     const CpuGeometry &geo) {
     const int vec = geo.vector_floats;
     const int chunk = vec * 16;
@@ -187,6 +187,7 @@ inline void schedule_column_sum_cpu(Func sum, Var x, const std::vector<RVar> &ro
         .reorder(order)
         .parallel(xo)
         .vectorize(xi, vec, TailStrategy::GuardWithIf);
+    out.vectorize(x, vec, TailStrategy::GuardWithIf);
 }
 
 // A transpose out(x, y) = in(y, x): square tiles of one vector, so both sides are read and

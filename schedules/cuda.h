@@ -1,6 +1,7 @@
-// CUDA schedules, kept apart from the algorithms in generators/ and from the CPU schedules in
-// cpu.h. Every loop of a CUDA kernel is mapped to GPU blocks and threads: the runtime hands the
-// kernels device pointers only, so nothing may run on the host.
+// GPU schedules, kept apart from the algorithms in generators/ and from the CPU schedules in
+// cpu.h: CUDA in the library, OpenCL for their twins in the tests (PoCL). Every loop of a GPU
+// kernel is mapped to GPU blocks and threads: the runtime hands the kernels device pointers only,
+// so nothing may run on the host (tests/gpu_schedules_test.cc runs the twins that way).
 #pragma once
 
 #include <vector>
@@ -61,7 +62,7 @@ inline void schedule_gate_blocks_cuda(Func f, Var j, Var gate, Var n) {
 // A sum over rows (one or two row variables) into a vector indexed by x. The rows are split into chunks
 // summed in parallel (rfactor), then the chunk sums are added in order: the result does not
 // depend on the launch, and a long sequence still fills the GPU.
-inline void schedule_column_sum_cuda(Func sum, Var x, const std::vector<RVar> &rows) {
+inline void schedule_column_sum_cuda(Func sum, Func out, Var x, const std::vector<RVar> &rows) {
     Var xo("xo"), xi("xi"), chunk("chunk");
     RVar all_rows = rows.front(), chunk_of("chunk_of"), in_chunk("in_chunk");
     Stage update = sum.update();
@@ -78,6 +79,7 @@ inline void schedule_column_sum_cuda(Func sum, Var x, const std::vector<RVar> &r
                               TailStrategy::GuardWithIf);
     sum.compute_root().gpu_tile(x, xo, xi, 64, TailStrategy::GuardWithIf);
     sum.update().gpu_tile(x, xo, xi, 64, TailStrategy::GuardWithIf);
+    out.gpu_tile(x, xo, xi, 64, TailStrategy::GuardWithIf);
 }
 
 // A transpose out(x, y) = in(y, x): a 32 x 32 tile of the input is staged in shared memory by

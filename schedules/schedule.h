@@ -72,10 +72,12 @@ inline void schedule_gate_blocks_and(Halide::Func gates, Halide::Func other, Hal
     schedule_elementwise_cuda(other, j, n);
 }
 
-inline void schedule_column_sum(Halide::Func sum, Halide::Var x,
+// `sum` over `rows` into a vector indexed by x, and `out`(x), the output that rounds it: on the
+// GPU both run there (an output left to the host would read a device-only buffer).
+inline void schedule_column_sum(Halide::Func sum, Halide::Func out, Halide::Var x,
                                 const std::vector<Halide::RVar> &rows, const Machine &m) {
-    if (!m.gpu()) return schedule_column_sum_cpu(sum, x, rows, m.cpu);
-    schedule_column_sum_cuda(sum, x, rows);
+    if (!m.gpu()) return schedule_column_sum_cpu(sum, out, x, rows, m.cpu);
+    schedule_column_sum_cuda(sum, out, x, rows);
 }
 
 // out(x, y) = staged(y, x), staged a copy of the input (a shared-memory tile on the GPU).

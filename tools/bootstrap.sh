@@ -12,8 +12,9 @@ action=${1:-build}
 build_dir=${BLOCKLSTM_BUILD_DIR:-$root/build}
 venv=$root/.venv
 
-# Debian packages (bookworm versions pinned in the README): compiler, fmt, GoogleTest, Google Benchmark.
-apt_packages=(g++ libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev python3)
+# Debian packages (bookworm versions pinned in the README): compiler, fmt, GoogleTest, Google
+# Benchmark, and PoCL (OpenCL on the CPU), which runs the GPU schedules' OpenCL twins in the tests.
+apt_packages=(g++ libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev python3 pocl-opencl-icd)
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
