@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Takes a fresh Debian machine to a built blocklstm, then runs what was asked:
 #   tools/bootstrap.sh demo    install what is missing, build, run `blocklstm demo`
-#   tools/bootstrap.sh test    install what is missing, build, run the whole test suite (ctest)
+#   tools/bootstrap.sh test    install what is missing, build, run the whole test suite: ctest on
+#                              build/, the sanitizer pass (runtime, tool and tests under ASan and
+#                              UBSan, build-sanitize/), then the fuzz targets (build-fuzz/)
 #   tools/bootstrap.sh build   install what is missing and build
+#   tools/bootstrap.sh fuzz [SECONDS]   build and run only the fuzz targets (default 30 s each)
 # Re-running on a built tree only rebuilds what changed: packages are checked, not reinstalled.
 set -euo pipefail
 
@@ -11,10 +14,13 @@ cd "$root"
 action=${1:-build}
 build_dir=${BLOCKLSTM_BUILD_DIR:-$root/build}
 venv=$root/.venv
+jobs=$(nproc)
 
 # Debian packages (bookworm versions pinned in the README): compiler, fmt, GoogleTest, Google
-# Benchmark, and PoCL (OpenCL on the CPU), which runs the GPU schedules' OpenCL twins in the tests.
+# Benchmark, and PoCL (OpenCL on the CPU), which runs the GPU schedules' OpenCL twins in the
+# tests; for `test` and `fuzz` also clang with its libFuzzer runtime.
 apt_packages=(g++ libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev python3 pocl-opencl-icd)
+case "$action" in test | fuzz) apt_packages+=(clang-14 libclang-rt-14-dev) ;; esac
 missing=()
 for p in "${apt_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -39,16 +45,76 @@ fi
 export PATH=$venv/bin:$PATH
 halide_dir=$("$venv/bin/python" -c 'import halide, os; print(os.path.join(os.path.dirname(halide.__file__), "lib64", "cmake"))')
 
-if [ ! -f "$build_dir/build.ninja" ]; then
-    cmake -G Ninja -S "$root" -B "$build_dir" -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_MAKE_PROGRAM="$venv/bin/ninja" -DCMAKE_PREFIX_PATH="$halide_dir"
-fi
-jobs=$(nproc)
-cmake --build "$build_dir" -j "$jobs"
+# configure_and_build DIR [CMAKE OPTIONS...]: configures DIR once, then builds what changed.
+configure_and_build() {
+    local dir=$1
+    shift
+    if [ ! -f "$dir/build.ninja" ]; then
+        cmake -G Ninja -S "$root" -B "$dir" -DCMAKE_MAKE_PROGRAM="$venv/bin/ninja" \
+            -DCMAKE_PREFIX_PATH="$halide_dir" "$@"
+    fi
+    cmake --build "$dir" -j "$jobs"
+}
+
+# The fuzz targets (tests/fuzz, built with clang against build/'s libblocklstm), each for
+# $1 seconds from the seed corpus in tests/fuzz/corpus plus tests/fuzz/regressions (crashes
+# found earlier). New inputs go to build-fuzz/corpus, crashes to build-fuzz/crashes.
+fuzz() {
+    local seconds=$1 fuzz_dir=$root/build-fuzz
+    if [ ! -f "$fuzz_dir/build.ninja" ]; then
+        cmake -G Ninja -S "$root/tests/fuzz" -B "$fuzz_dir" -DCMAKE_MAKE_PROGRAM="$venv/bin/ninja" \
+            -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+            -DBLOCKLSTM_LIBRARY="$build_dir/runtime/libblocklstm.so"
+    fi
+    cmake --build "$fuzz_dir" -j "$jobs"
+    for target in npy run_inputs; do
+        local corpus=${target%_inputs}
+        mkdir -p "$fuzz_dir/corpus/$corpus" "$fuzz_dir/crashes"
+        local seeds=("$root/tests/fuzz/corpus/$corpus")
+        [ -d "$root/tests/fuzz/regressions/$corpus" ] && seeds+=("$root/tests/fuzz/regressions/$corpus")
+        echo "bootstrap: fuzzing fuzz_$target for ${seconds} s"
+        "$fuzz_dir/fuzz_$target" -max_total_time="$seconds" -max_len=8192 -print_final_stats=1 \
+            -artifact_prefix="$fuzz_dir/crashes/$target-" "$fuzz_dir/corpus/$corpus" "${seeds[@]}" \
+            > "$fuzz_dir/fuzz_$target.log" 2>&1 || {
+            tail -n 60 "$fuzz_dir/fuzz_$target.log"
+            echo "bootstrap: fuzz_$target failed; the input is in $fuzz_dir/crashes (add it to tests/fuzz/regressions/$corpus once fixed)" >&2
+            return 1
+        }
+        grep -E "^stat::number_of_executed_units|^Done" "$fuzz_dir/fuzz_$target.log" || true
+    done
+}
 
 case "$action" in
-    build) ;;
+    build | demo | test) configure_and_build "$build_dir" -DCMAKE_BUILD_TYPE=Release ;;
+    fuzz)
+        configure_and_build "$build_dir" -DCMAKE_BUILD_TYPE=Release
+        fuzz "${2:-30}"
+        exit 0
+        ;;
+    *) echo "usage: tools/bootstrap.sh [build|demo|test|fuzz [SECONDS]]" >&2; exit 2 ;;
+esac
+
+case "$action" in
     demo) "$build_dir/tools/blocklstm" demo ;;
-    test) cd "$build_dir" && ctest --output-on-failure -j "$jobs" ;;
-    *) echo "usage: tools/bootstrap.sh [build|demo|test]" >&2; exit 2 ;;
+    test)
+        echo "bootstrap: CPU targets (ctest runs every kernel suite once per target this CPU runs):"
+        "$build_dir/tools/blocklstm" list | sed -n '/^CPU targets/,/^CPU target in use/p'
+        (cd "$build_dir" && ctest --output-on-failure -j "$jobs")
+
+        # The sanitizer pass: the same suites, with the runtime, the tool and the tests built with
+        # ASan and UBSan, over kernels for one CPU target (the sanitizers see the C++, not the
+        # generated kernels) and without CUDA (nothing runs it here). consumer.find_package
+        # cannot run there: it links the sanitized library into an unsanitized program, and ASan
+        # must be the first library a program loads.
+        echo "bootstrap: sanitizer pass (ASan + UBSan; skipped there: consumer.find_package, an unsanitized program)"
+        sanitize_dir=${BLOCKLSTM_SANITIZE_BUILD_DIR:-$root/build-sanitize}
+        configure_and_build "$sanitize_dir" -DCMAKE_BUILD_TYPE=Debug \
+            -DBLOCKLSTM_SANITIZE=address,undefined -DBLOCKLSTM_CUDA=OFF \
+            -DBLOCKLSTM_CPU_TARGETS=x86-64-linux-sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS=
+        (cd "$sanitize_dir" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+            ctest --output-on-failure -j "$jobs" -E '^consumer\.')
+
+        fuzz "${BLOCKLSTM_FUZZ_SECONDS:-30}"
+        ;;
 esac

@@ -97,6 +97,13 @@ private:
 Result run_cli(const std::vector<std::string> &args) {
     TempDir io;
     const std::string out_path = io / "stdout", err_path = io / "stderr";
+    // Everything the child needs is made before fork: this process has the kernels' worker
+    // threads, and a child that allocated could wait forever on a lock one of them held (seen
+    // under ASan). Between fork and exec only async-signal-safe calls.
+    std::vector<char *> argv;
+    argv.push_back(const_cast<char *>(g_cli.c_str()));
+    for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
+    argv.push_back(nullptr);
     const pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {
@@ -105,10 +112,6 @@ Result run_cli(const std::vector<std::string> &args) {
         if (o < 0 || e < 0) ::_exit(127);
         ::dup2(o, 1);
         ::dup2(e, 2);
-        std::vector<char *> argv;
-        argv.push_back(const_cast<char *>(g_cli.c_str()));
-        for (const auto &a : args) argv.push_back(const_cast<char *>(a.c_str()));
-        argv.push_back(nullptr);
         ::execv(g_cli.c_str(), argv.data());
         ::_exit(127);
     }
