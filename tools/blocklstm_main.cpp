@@ -289,6 +289,7 @@ int cmd_demo(Args &args) {
 }  // namespace
 
 void list_kernels() {
+    const std::string in_use = cpu_target_in_use();  // first: an invalid pin is an error, not a half list
     const std::vector<KernelInfo> ks = kernels();
     const char *headers[] = {"name", "ops", "backend", "dtype", "peephole", "layout", "targets"};
     std::vector<std::vector<std::string>> rows;
@@ -315,7 +316,6 @@ void list_kernels() {
     // The CPU targets every CPU kernel was compiled for, and which one runs.
     std::printf("\nCPU targets (best first; check targets: an instruction set with another target's\n"
                 "tile geometry, for the tests):\n");
-    const std::string in_use = cpu_target_in_use();
     for (const CpuTarget &t : cpu_targets()) {
         const std::string here = t.runs_here ? "runs here" : "this CPU lacks " + t.missing;
         std::printf("  %-22s %-30s geometry %-7s %s%s%s\n", t.name.c_str(), t.halide_target.c_str(),

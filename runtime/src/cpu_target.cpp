@@ -61,7 +61,7 @@ std::string names(bool only_runnable) {
 }
 
 std::string what_there_is() {
-    return "compiled into this library (best first): " + names(false) + "; this CPU runs: " + names(true);
+    return "This library has (best first): " + names(false) + "; this CPU runs: " + names(true);
 }
 
 // `pin` is a target's name or Halide target, or the leading part of a name up to a '-' or '_'
@@ -88,17 +88,17 @@ int match(const std::string &pin) {
         if (!isa.empty() && leads(isa, t_isa) && geometry == t_geometry) found.push_back(k);
     }
     if (found.empty()) {
-        throw Error("blocklstm: CPU target '" + pin + "' is not " + what_there_is());
+        throw Error("CPU target '" + pin + "' is unknown. " + what_there_is());
     }
     if (found.size() > 1) {
         std::string which;
         for (int k : found) which += (which.empty() ? "" : ", ") + ts[k].name;
-        throw Error("blocklstm: CPU target '" + pin + "' could be any of " + which + "; name one");
+        throw Error("CPU target '" + pin + "' could be any of " + which + "; name one");
     }
     const CpuTarget &t = ts[found[0]];
     if (!t.runs_here) {
-        throw Error("blocklstm: CPU target '" + pin + "' (" + t.halide_target + ") needs " + t.missing +
-                    ", which this CPU lacks; " + what_there_is());
+        throw Error("CPU target '" + pin + "' (" + t.halide_target + ") needs " + t.missing +
+                    ", which this CPU lacks. " + what_there_is());
     }
     return found[0];
 }
@@ -130,7 +130,7 @@ int automatic() {
         }
         return -1;
     }();
-    if (best < 0) throw Error("blocklstm: this CPU runs none of the CPU targets " + what_there_is());
+    if (best < 0) throw Error("This CPU runs none of the production CPU targets. " + what_there_is());
     return best;
 }
 

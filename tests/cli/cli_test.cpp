@@ -922,6 +922,70 @@ TEST(List, PrintsEveryKernelOfTheTable) {
     EXPECT_EQ(blocklstm::kernels().size(), names.size());
 }
 
+// ---- CPU targets --------------------------------------------------------------------------------
+
+// BLOCKLSTM_CPU_TARGET set for the scope of one test (the tool inherits the environment), then
+// put back as the test process had it.
+class PinnedEnvironment {
+public:
+    explicit PinnedEnvironment(const std::string &target) {
+        if (const char *old = std::getenv("BLOCKLSTM_CPU_TARGET")) old_ = old;
+        ::setenv("BLOCKLSTM_CPU_TARGET", target.c_str(), 1);
+    }
+    ~PinnedEnvironment() {
+        if (old_) ::setenv("BLOCKLSTM_CPU_TARGET", old_->c_str(), 1);
+        else ::unsetenv("BLOCKLSTM_CPU_TARGET");
+    }
+
+private:
+    std::optional<std::string> old_;
+};
+
+TEST(CpuTarget, ListShowsEveryTargetAndThePin) {
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (!t.runs_here) continue;
+        PinnedEnvironment pin(t.name);
+        const Result r = run_cli({"list"});
+        ASSERT_EQ(r.code, 0) << describe(r);
+        EXPECT_NE(r.out.find("CPU target in use: " + t.name + " (pinned)"), std::string::npos) << r.out;
+        for (const blocklstm::CpuTarget &u : blocklstm::cpu_targets())
+            EXPECT_TRUE(std::regex_search(  // names and targets hold no regex metacharacters
+                r.out, std::regex("\n  " + u.name + " +" + u.halide_target + " +geometry " + u.geometry)))
+                << u.name << "\n" << r.out;
+    }
+}
+
+TEST(CpuTarget, BenchRunsThePinnedTarget) {
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (!t.runs_here) continue;
+        std::vector<std::string> args = bench_args("BlockLSTMGrad", "float32", true);
+        args.insert(args.end(), {"--reps", "1", "--warmup", "1", "--cpu-target", t.name});
+        const Result r = run_cli(args);
+        ASSERT_EQ(r.code, 0) << describe(r);
+        EXPECT_NE(r.out.find("(CPU target " + t.name + ", pinned)"), std::string::npos) << r.out;
+    }
+}
+
+TEST(CpuTarget, UnknownOrUnrunnableTargetExitsTwoAndSaysWhatThereIs) {
+    std::vector<std::string> pins = {"avx9"};
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets())
+        if (!t.runs_here) pins.push_back(t.name);
+    for (const std::string &pin : pins) {
+        SCOPED_TRACE(pin);
+        std::vector<std::string> args = bench_args("BlockLSTM", "float32", false);
+        args.insert(args.end(), {"--reps", "1", "--cpu-target", pin});
+        const Result by_option = run_cli(args);
+        EXPECT_EQ(by_option.code, 2) << describe(by_option);
+        EXPECT_NE(by_option.err.find("CPU target '" + pin + "'"), std::string::npos) << describe(by_option);
+        EXPECT_NE(by_option.err.find("this CPU runs: "), std::string::npos) << describe(by_option);
+        PinnedEnvironment env(pin);
+        const Result by_environment = run_cli({"list"});
+        EXPECT_EQ(by_environment.code, 2) << describe(by_environment);
+        EXPECT_NE(by_environment.err.find("BLOCKLSTM_CPU_TARGET=" + pin + ": "), std::string::npos)
+            << describe(by_environment);
+    }
+}
+
 // ---- npy ------------------------------------------------------------------------------------
 
 std::string sample_file() {
