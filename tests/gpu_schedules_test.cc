@@ -145,23 +145,6 @@ Array random(Rng &rng, std::vector<int64_t> shape, double scale = 1.0) {
     return rounded(uniform(rng, std::move(shape), -scale, scale), DType::f32);
 }
 
-Array matmul(const Array &a, const Array &b) {  // [M,K]·[K,N]
-    const int64_t M = a.shape[0], K = a.shape[1], N = b.shape[1];
-    Array c = ref::zeros({M, N});
-    for (int64_t m = 0; m < M; ++m)
-        for (int64_t k = 0; k < K; ++k)
-            for (int64_t n = 0; n < N; ++n) c.data[m * N + n] += a.data[m * K + k] * b.data[k * N + n];
-    return c;
-}
-
-Array transposed(const Array &a) {
-    const int64_t R = a.shape[0], C = a.shape[1];
-    Array t = ref::zeros({C, R});
-    for (int64_t r = 0; r < R; ++r)
-        for (int64_t c = 0; c < C; ++c) t.data[c * R + r] = a.data[r * C + c];
-    return t;
-}
-
 Array reshaped(Array a, std::vector<int64_t> shape) {
     a.shape = std::move(shape);
     return a;

@@ -374,13 +374,23 @@ inline Array column_sums(const Array &d) {
     for (std::size_t k = 0; k < d.data.size(); ++k) r.data[k % W] += d.data[k];
     return r;
 }
+inline Array matmul(const Array &a, const Array &b) {  // [M,K]·[K,N]
+    const int64_t M = a.shape[0], K = a.shape[1], N = b.shape[1];
+    Array c = ref::zeros({M, N});
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t k = 0; k < K; ++k)
+            for (int64_t n = 0; n < N; ++n) c.data[m * N + n] += a.data[m * K + k] * b.data[k * N + n];
+    return c;
+}
+inline Array transposed(const Array &a) {  // of a rank-2 array
+    const int64_t R = a.shape[0], C = a.shape[1];
+    Array t = ref::zeros({C, R});
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t c = 0; c < C; ++c) t.data[c * R + r] = a.data[r * C + c];
+    return t;
+}
 inline Array times_wT(const Array &d, const Array &w) {  // [B,4H]·[I+H,4H]ᵀ -> [B,I+H]
-    const int64_t B = d.shape[0], W = d.shape[1], R = w.shape[0];
-    Array r = ref::zeros({B, R});
-    for (int64_t n = 0; n < B; ++n)
-        for (int64_t q = 0; q < R; ++q)
-            for (int64_t k = 0; k < W; ++k) r.data[n * R + q] += d.data[n * W + k] * w.data[q * W + k];
-    return r;
+    return matmul(d, transposed(w));
 }
 inline Array cols(const Array &a, int64_t c0, int64_t c1) {  // a[:, c0:c1] of a rank-2 array
     const int64_t B = a.shape[0], W = a.shape[1];
