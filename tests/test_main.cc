@@ -2,7 +2,7 @@
 // with the reason instead of failing every test.
 #include <gtest/gtest.h>
 
-#include "cpu_pin.h"
+#include "test_env.h"
 
 int main(int argc, char **argv) {
     ::testing::InitGoogleTest(&argc, argv);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "reference.h"
+#include "test_env.h"
 
 namespace blt {
 
@@ -118,13 +119,6 @@ inline ::testing::AssertionResult close(const std::string &name, const TensorVie
     return close(name, ref::to_array(ours), want, tol);
 }
 
-// The GPU tests: true (with the reason printed) where they cannot run.
-inline bool skip_without_cuda() {
-    if (blocklstm::cuda_device_count() > 0) return false;
-    std::cout << (blocklstm::cuda_built() ? "[SKIP] no CUDA device" : "[SKIP] built without CUDA")
-              << std::endl;
-    return true;
-}
 
 // Bitwise equality of two host tensors.
 inline ::testing::AssertionResult same_bits(const std::string &name, const TensorView &a, const TensorView &b) {

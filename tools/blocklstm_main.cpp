@@ -324,6 +324,12 @@ void list_kernels() {
     }
     std::printf("CPU target in use: %s (%s)\n", in_use.c_str(),
                 cpu_target_pinned() ? "pinned" : "automatic; pin with BLOCKLSTM_CPU_TARGET");
+    if (cuda_built()) {
+        const std::string devices = cuda_device_count() > 0
+                                        ? std::to_string(cuda_device_count()) + " device(s), 0: " + cuda_device_name(0)
+                                        : "no device (" + cuda_unavailable_reason() + ")";
+        std::printf("\nCUDA: %s\nCUDA batched products: %s\n", devices.c_str(), cuda_gemm_backend().c_str());
+    }
 
     // The op variants these kernels make: an op runs for a (backend, dtype, peephole) when its
     // per-step kernel (seq_fwd_step, seq_bwd_step, cell_bwd) exists for them.

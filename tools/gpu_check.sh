@@ -26,11 +26,20 @@ run)
     export LD_LIBRARY_PATH=$carry/lib:${LD_LIBRARY_PATH:-}
     export BLOCKLSTM_CLI=$carry/bin/blocklstm
     nvidia-smi -L
+    # cuBLAS: the build's libcublas.so.13 (CUDA 13, driver >= 580) is too large to carry; a machine
+    # without the toolkit's copy has the one of the nvidia-cublas Python package.
+    if [ -z "${BLOCKLSTM_CUBLAS:-}" ] && ! ldconfig -p | grep -q 'libcublas\.so\.13 '; then
+        pip_cublas=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib", "libcublas.so.13"))' 2>/dev/null)
+        [ -f "${pip_cublas:-}" ] && export BLOCKLSTM_CUBLAS=$pip_cublas
+    fi
+    "$carry/bin/blocklstm" list | sed -n '/^CUDA:/,/^CUDA batched products/p'
     status=0
     # Every CUDA variant against the float64 reference and the CPU result; the CLI on the GPU.
-    "$carry/bin/variants_test" --gtest_filter='*cuda*:VariantTable.*' 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  |SKIP|Failure|exception" || true
+    # CUDA_LAUNCH_BLOCKING=1: each kernel's fault is reported by its own launch, not by a later
+    # call (the tests also synchronise after every use and stop at the first lost context).
+    CUDA_LAUNCH_BLOCKING=1 "$carry/bin/variants_test" --gtest_filter='*cuda*:VariantTable.*' 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  |SKIP|Failure|exception" || true
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    "$carry/bin/blocklstm_cli_test" --gtest_filter='*Cuda*:*cuda*' 2>&1 | tee -a "$out/gpu_tests.log" | grep -E "^\[  |SKIP|Failure" || true
+    CUDA_LAUNCH_BLOCKING=1 "$carry/bin/blocklstm_cli_test" --gtest_filter='*Cuda*:*cuda*' 2>&1 | tee -a "$out/gpu_tests.log" | grep -E "^\[  |SKIP|Failure" || true
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
     "$carry/bin/blocklstm" demo --device cuda 2>&1 | tee "$out/gpu_demo.log" | tail -12
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1

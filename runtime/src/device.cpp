@@ -4,6 +4,8 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -37,7 +39,9 @@ struct Driver {
     X(cuInit) X(cuGetErrorString) X(cuDeviceGetCount) X(cuDeviceGet) X(cuDeviceGetName)            \
     X(cuDevicePrimaryCtxRetain) X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuPointerGetAttribute)    \
     X(cuMemAlloc) X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemsetD8Async)             \
-    X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuMemcpyAsync) X(cuStreamSynchronize)
+    X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuMemcpyAsync) X(cuStreamSynchronize)                \
+    X(cuStreamGetCtx) X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuDeviceGetDefaultMemPool)            \
+    X(cuMemPoolSetAttribute)
 #define BLOCKLSTM_CU_FIELD(fn) decltype(&::fn) fn = nullptr;
     BLOCKLSTM_CU_FUNCTIONS(BLOCKLSTM_CU_FIELD)
 #undef BLOCKLSTM_CU_FIELD
@@ -60,7 +64,9 @@ const Driver &driver() {
 #undef BLOCKLSTM_CU_LOAD
         if (!d.why_not.empty()) return d;
         if (CUresult r = d.cuInit(0); r != CUDA_SUCCESS) {
-            d.why_not = "cuInit failed (CUresult " + std::to_string(r) + ")";
+            const char *name = nullptr;
+            d.cuGetErrorString(r, &name);
+            d.why_not = std::string("cuInit failed: ") + (name ? name : "") + " (CUresult " + std::to_string(r) + ")";
             return d;
         }
         if (d.cuDeviceGetCount(&d.device_count) != CUDA_SUCCESS) d.device_count = 0;
@@ -86,6 +92,9 @@ void check(CUresult r, const char *what) {
 
 // The primary context of each device, retained once and kept for the process: the context the
 // CUDA runtime API (cudaMalloc, PyTorch, ...) uses, so caller memory and streams are valid in it.
+// Its device's memory pool keeps what the workspaces (cuMemFreeAsync) give back: with the default
+// release threshold of 0 the pool returns it to the driver at every synchronisation, and the next
+// call maps it again.
 CUcontext primary_context(int ordinal) {
     static std::mutex mutex;
     static std::map<int, CUcontext> contexts;
@@ -97,8 +106,21 @@ CUcontext primary_context(int ordinal) {
     check(d.cuDeviceGet(&dev, ordinal), "cuDeviceGet");
     CUcontext ctx;
     check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+    CUmemoryPool pool;
+    check(d.cuDeviceGetDefaultMemPool(&pool, dev), "cuDeviceGetDefaultMemPool");
+    cuuint64_t keep_all = UINT64_MAX;
+    check(d.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all),
+          "cuMemPoolSetAttribute (release threshold)");
     contexts[ordinal] = ctx;
     return ctx;
+}
+
+// The context the calling thread works in, as the CUDA runtime API sees it (cudaSetDevice,
+// PyTorch's current device): the current context, else device 0's primary context.
+CUcontext current_context() {
+    CUcontext ctx = nullptr;
+    if (driver().cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) return ctx;
+    return primary_context(0);
 }
 
 thread_local CUstream this_thread_stream = nullptr;
@@ -119,6 +141,10 @@ void install_halide_hooks() {
         halide_set_cuda_acquire_context(acquire_context);
         halide_set_cuda_release_context(release_context);
         halide_set_cuda_get_stream(get_stream);
+        // The kernels' own intermediates (the column sums' partial sums, float16 products'
+        // float32 accumulators) are device allocations Halide makes in every call; its allocation
+        // cache keeps them for the next call instead of cuMemFree, which synchronises the device.
+        halide_reuse_device_allocations(nullptr, true);
         return true;
     }();
     (void)installed;
@@ -135,6 +161,8 @@ struct Cublas {
                               cudaDataType, int, const void *, void *, cudaDataType, int,
                               cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
     bool ok = false;
+    std::string path;     // the library loaded
+    std::string why_not;  // when not ok: why
 };
 
 const Cublas &cublas() {
@@ -150,13 +178,21 @@ const Cublas &cublas() {
         for (const std::string &n : names) {
             if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
         }
-        if (!lib) return c;
+        if (!lib) {
+            c.why_not = names.back() + " not found (BLOCKLSTM_CUBLAS names another path)";
+            return c;
+        }
         auto load = [&](auto &fn, const char *name) {
             fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+            if (!fn && c.why_not.empty()) c.why_not = std::string("the cuBLAS library lacks ") + name;
             return fn != nullptr;
         };
         c.ok = load(c.create, "cublasCreate_v2") && load(c.set_stream, "cublasSetStream_v2") &&
                load(c.set_math_mode, "cublasSetMathMode") && load(c.gemm_ex, "cublasGemmEx");
+        Dl_info info{};
+        c.path = c.ok && dladdr(reinterpret_cast<void *>(c.create), &info) && info.dli_fname
+                     ? info.dli_fname
+                     : "";
         return c;
     }();
     return c;
@@ -168,15 +204,33 @@ std::atomic<CudaGemm> gemm_choice{[] {
     return env && std::string(env) == "halide" ? CudaGemm::halide : CudaGemm::cublas;
 }()};
 
+// Why cuBLAS is not used although it is chosen: the library is missing or cublasCreate failed.
+// The CUDA calls then run their products on the Halide GEMM kernels, and say so once on stderr.
+std::mutex cublas_failure_mutex;
+std::string cublas_failure;  // "" while cuBLAS works
+std::atomic<bool> cublas_failed{false};
+std::atomic<uint64_t> cublas_products{0};
+
+void give_up_cublas(const std::string &why) {
+    std::lock_guard<std::mutex> lock(cublas_failure_mutex);
+    if (cublas_failed) return;
+    cublas_failure = why;
+    cublas_failed = true;
+    std::fprintf(stderr, "blocklstm: warning: cuBLAS unusable (%s); the CUDA calls' batched products "
+                         "run on the Halide GEMM kernels\n", why.c_str());
+}
+
 // One handle per (thread, context): a cuBLAS handle belongs to the context current at its
-// creation, and a handle shared between threads would race on cublasSetStream.
+// creation, and a handle shared between threads would race on cublasSetStream. nullptr (and
+// cuBLAS given up for the process) when cublasCreate fails.
 cublasHandle_t cublas_handle(CUcontext ctx) {
     thread_local std::map<CUcontext, cublasHandle_t> handles;
     auto it = handles.find(ctx);
     if (it != handles.end()) return it->second;
     cublasHandle_t h = nullptr;
-    if (cublas().create(&h) != CUBLAS_STATUS_SUCCESS) {
-        throw Error("blocklstm: CUDA: cublasCreate failed");
+    if (const cublasStatus_t st = cublas().create(&h); st != CUBLAS_STATUS_SUCCESS) {
+        give_up_cublas("cublasCreate failed with status " + std::to_string(st));
+        return nullptr;
     }
     cublas().set_math_mode(h, CUBLAS_DEFAULT_MATH);  // no TF32 for float32
     handles[ctx] = h;
@@ -210,7 +264,7 @@ const halide_device_interface_t *halide_interface() { return halide_cuda_device_
 
 std::shared_ptr<std::byte[]> allocate_zeroed(std::size_t bytes) {
     const Driver &d = usable_driver();
-    CUcontext ctx = primary_context(0);
+    CUcontext ctx = current_context();  // as cudaMalloc: the calling thread's device
     check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
     CUdeviceptr p = 0;
     CUresult r = d.cuMemAlloc(&p, bytes > 0 ? bytes : 1);
@@ -365,8 +419,12 @@ Scratch::~Scratch() {
 
 bool cublas_in_use(const Exec &exec) {
 #if BLOCKLSTM_WITH_CUDA
-    return exec.device() == Device::cuda && cuda::gemm_choice.load() == CudaGemm::cublas &&
-           cuda::cublas().ok;
+    if (exec.device() != Device::cuda || cuda::gemm_choice.load() != CudaGemm::cublas) return false;
+    if (!cuda::cublas().ok) {
+        cuda::give_up_cublas(cuda::cublas().why_not);
+        return false;
+    }
+    return !cuda::cublas_failed;
 #else
     (void)exec;
     return false;
@@ -381,6 +439,7 @@ bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, 
     if (a.dtype != b.dtype || (a.dtype == DType::f32 && c_dtype != DType::f32)) return false;
     const cuda::Cublas &cb = cuda::cublas();
     cublasHandle_t h = cuda::cublas_handle(static_cast<CUcontext>(exec.context()));
+    if (!h) return false;  // cublasCreate failed: the Halide kernels run it
     if (cb.set_stream(h, static_cast<cudaStream_t>(exec.stream())) != CUBLAS_STATUS_SUCCESS) {
         throw Error("blocklstm: CUDA: cublasSetStream failed");
     }
@@ -398,6 +457,7 @@ bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, 
     if (st != CUBLAS_STATUS_SUCCESS) {
         throw Error("blocklstm: CUDA: cublasGemmEx failed (status " + std::to_string(st) + ")");
     }
+    ++cuda::cublas_products;
     return true;
 #else
     (void)exec, (void)M, (void)N, (void)K, (void)a, (void)b, (void)c, (void)c_dtype, (void)ldc,
@@ -453,9 +513,13 @@ CudaStream cuda_stream() {
 void cuda_synchronize() {
 #if BLOCKLSTM_WITH_CUDA
     const auto &d = detail::cuda::usable_driver();
-    CUcontext ctx = detail::cuda::primary_context(0);
+    // The context of this thread's stream; the legacy default stream is the current context's.
+    CUstream stream = detail::cuda::this_thread_stream;
+    CUcontext ctx = nullptr;
+    if (stream) detail::cuda::check(d.cuStreamGetCtx(stream, &ctx), "cuStreamGetCtx");
+    else ctx = detail::cuda::current_context();
     detail::cuda::check(d.cuCtxPushCurrent(ctx), "cuCtxPushCurrent");
-    const CUresult r = d.cuStreamSynchronize(detail::cuda::this_thread_stream);
+    const CUresult r = d.cuStreamSynchronize(stream);
     CUcontext popped;
     d.cuCtxPopCurrent(&popped);
     detail::cuda::check(r, "cuStreamSynchronize");
@@ -480,9 +544,40 @@ CudaGemm cuda_gemm() {
 
 bool cublas_available() {
 #if BLOCKLSTM_WITH_CUDA
-    return detail::cuda::cublas().ok;
+    return detail::cuda::cublas().ok && !detail::cuda::cublas_failed;
 #else
     return false;
+#endif
+}
+
+std::string cuda_gemm_backend() {
+#if BLOCKLSTM_WITH_CUDA
+    using namespace detail::cuda;
+    if (gemm_choice.load() == CudaGemm::halide) return "Halide GEMM kernels (chosen: set_cuda_gemm or BLOCKLSTM_CUDA_GEMM=halide)";
+    if (!cublas().ok) return "Halide GEMM kernels (cuBLAS: " + cublas().why_not + ")";
+    if (cublas_failed) {
+        std::lock_guard<std::mutex> lock(cublas_failure_mutex);
+        return "Halide GEMM kernels (cuBLAS: " + cublas_failure + ")";
+    }
+    return "cuBLAS (" + cublas().path + ")";
+#else
+    return "none (this build has no CUDA kernels)";
+#endif
+}
+
+uint64_t cublas_product_count() {
+#if BLOCKLSTM_WITH_CUDA
+    return detail::cuda::cublas_products;
+#else
+    return 0;
+#endif
+}
+
+std::string cuda_unavailable_reason() {
+#if BLOCKLSTM_WITH_CUDA
+    return detail::cuda::driver().device_count > 0 ? "" : detail::cuda::driver().why_not;
+#else
+    return "this build has no CUDA kernels (configure with -DBLOCKLSTM_CUDA=ON)";
 #endif
 }
 

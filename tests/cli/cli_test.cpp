@@ -27,20 +27,13 @@
 #include <unistd.h>
 #include <vector>
 
-#include "cpu_pin.h"
+#include "test_env.h"
 #include "npy.h"
 
 namespace fs = std::filesystem;
 using blocklstm::DType;
 using blocklstm::Tensor;
 
-// The GPU tests: true (with the reason printed) where they cannot run.
-bool skip_without_cuda() {
-    if (blocklstm::cuda_device_count() > 0) return false;
-    std::cout << (blocklstm::cuda_built() ? "[SKIP] no CUDA device" : "[SKIP] built without CUDA")
-              << std::endl;
-    return true;
-}
 namespace npy = blocklstm::npy;
 
 namespace {
@@ -411,7 +404,7 @@ std::string as_version(const std::string &bytes, int major) {
 // The GPU run of every case against the library's CPU result: the CUDA kernels sum in another
 // order, so within the variant tests' tolerances rather than bitwise.
 TEST_P(RunOp, CudaMatchesCpu) {
-    if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
+    if (blt::skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
     const RunCase &c = GetParam();
     TempDir tmp;
     const std::string in = tmp / "in", out = tmp / "out";
@@ -783,7 +776,7 @@ TEST(Bench, DefaultRepsAndWarmup) {
 }
 
 TEST(Bench, DeviceCudaRunsOnTheGpu) {
-    if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
+    if (blt::skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
     for (const char *op : {"BlockLSTM", "BlockLSTMGrad"}) {
         std::vector<std::string> args = bench_args(op, "float32", true);
         args.insert(args.end(), {"--device", "cuda"});
@@ -924,27 +917,28 @@ TEST(List, PrintsEveryKernelOfTheTable) {
 
 // ---- CPU targets --------------------------------------------------------------------------------
 
-// BLOCKLSTM_CPU_TARGET set for the scope of one test (the tool inherits the environment), then
+// An environment variable set for the scope of one test (the tool inherits the environment), then
 // put back as the test process had it.
-class PinnedEnvironment {
+class ScopedEnvironment {
 public:
-    explicit PinnedEnvironment(const std::string &target) {
-        if (const char *old = std::getenv("BLOCKLSTM_CPU_TARGET")) old_ = old;
-        ::setenv("BLOCKLSTM_CPU_TARGET", target.c_str(), 1);
+    ScopedEnvironment(std::string name, const std::string &value) : name_(std::move(name)) {
+        if (const char *old = std::getenv(name_.c_str())) old_ = old;
+        ::setenv(name_.c_str(), value.c_str(), 1);
     }
-    ~PinnedEnvironment() {
-        if (old_) ::setenv("BLOCKLSTM_CPU_TARGET", old_->c_str(), 1);
-        else ::unsetenv("BLOCKLSTM_CPU_TARGET");
+    ~ScopedEnvironment() {
+        if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
+        else ::unsetenv(name_.c_str());
     }
 
 private:
+    std::string name_;
     std::optional<std::string> old_;
 };
 
 TEST(CpuTarget, ListShowsEveryTargetAndThePin) {
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
         if (!t.runs_here) continue;
-        PinnedEnvironment pin(t.name);
+        ScopedEnvironment pin("BLOCKLSTM_CPU_TARGET", t.name);
         const Result r = run_cli({"list"});
         ASSERT_EQ(r.code, 0) << describe(r);
         EXPECT_NE(r.out.find("CPU target in use: " + t.name + " (pinned)"), std::string::npos) << r.out;
@@ -978,12 +972,29 @@ TEST(CpuTarget, UnknownOrUnrunnableTargetExitsTwoAndSaysWhatThereIs) {
         EXPECT_EQ(by_option.code, 2) << describe(by_option);
         EXPECT_NE(by_option.err.find("CPU target '" + pin + "'"), std::string::npos) << describe(by_option);
         EXPECT_NE(by_option.err.find("this CPU runs: "), std::string::npos) << describe(by_option);
-        PinnedEnvironment env(pin);
+        ScopedEnvironment env("BLOCKLSTM_CPU_TARGET", pin);
         const Result by_environment = run_cli({"list"});
         EXPECT_EQ(by_environment.code, 2) << describe(by_environment);
         EXPECT_NE(by_environment.err.find("BLOCKLSTM_CPU_TARGET=" + pin + ": "), std::string::npos)
             << describe(by_environment);
     }
+}
+
+// ---- CUDA --------------------------------------------------------------------------------------
+
+// `list` says where CUDA calls would run and what runs their batched products, and why.
+TEST(CudaStatus, ListNamesTheDeviceAndTheProducts) {
+    if (!blocklstm::cuda_built()) GTEST_SKIP() << "built without CUDA";
+    const Result r = run_cli({"list"});
+    ASSERT_EQ(r.code, 0) << describe(r);
+    const std::string devices = blocklstm::cuda_device_count() > 0
+                                    ? "CUDA: " + std::to_string(blocklstm::cuda_device_count()) + " device(s)"
+                                    : "CUDA: no device (" + blocklstm::cuda_unavailable_reason() + ")";
+    EXPECT_NE(r.out.find(devices), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("CUDA batched products: " + blocklstm::cuda_gemm_backend()), std::string::npos) << r.out;
+    ScopedEnvironment halide("BLOCKLSTM_CUDA_GEMM", "halide");
+    const Result h = run_cli({"list"});
+    EXPECT_NE(h.out.find("CUDA batched products: Halide GEMM kernels (chosen"), std::string::npos) << h.out;
 }
 
 // ---- npy ------------------------------------------------------------------------------------

@@ -203,6 +203,9 @@ using CudaStream = CUstream_st *;  // the same type as cudaStream_t and CUstream
 BLOCKLSTM_API bool cuda_built();
 BLOCKLSTM_API int cuda_device_count();
 BLOCKLSTM_API std::string cuda_device_name(int device = 0);
+// Why cuda_device_count() is 0 ("" when it is not): no driver, a driver function missing (named),
+// cuInit's error, no device, or a build without CUDA.
+BLOCKLSTM_API std::string cuda_unavailable_reason();
 
 // The stream this thread's CUDA calls are enqueued on (default: nullptr, the legacy default
 // stream); cuda_synchronize() waits for it.
@@ -212,11 +215,18 @@ BLOCKLSTM_API void cuda_synchronize();
 
 // The batched matrix products of the sequence ops on CUDA (input projection, x_grad, h_prev_grad,
 // w_grad): cuBLAS (loaded at run time; float32 without TF32) where it can take the operands,
-// else the Halide GEMM kernels. halide forces the Halide kernels everywhere.
+// else the Halide GEMM kernels. halide forces the Halide kernels everywhere. Where cuBLAS cannot
+// be loaded (BLOCKLSTM_CUBLAS names its path) or initialised, the calls fall back to the Halide
+// kernels and say so once on stderr.
 enum class CudaGemm : int { cublas, halide };
 BLOCKLSTM_API void set_cuda_gemm(CudaGemm gemm);
 BLOCKLSTM_API CudaGemm cuda_gemm();
 BLOCKLSTM_API bool cublas_available();
+// What runs the products now and why, e.g. "cuBLAS (/usr/local/cuda/lib64/libcublas.so.13)" or
+// "Halide GEMM kernels (cuBLAS: cublasCreate failed with status 1)".
+BLOCKLSTM_API std::string cuda_gemm_backend();
+// The products cuBLAS has run in this process: evidence that the cuBLAS path was taken.
+BLOCKLSTM_API uint64_t cublas_product_count();
 
 // Copies src into dst (same dtype and element count; host or CUDA memory on either side) on this
 // thread's stream and waits for the copy.

@@ -1,4 +1,7 @@
-#include "cpu_pin.h"
+#include "test_env.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <blocklstm/blocklstm.h>
 
@@ -25,6 +28,18 @@ int check_cpu_target_pin() {
         return 1;
     }
     return 0;
+}
+
+bool skip_without_cuda() {
+    if (blocklstm::cuda_device_count() > 0) return false;
+    static const bool gpu_here =
+        ::access("/dev/nvidia0", F_OK) == 0 || std::system("command -v nvidia-smi > /dev/null 2>&1") == 0;
+    if (gpu_here && blocklstm::cuda_built()) {
+        ADD_FAILURE() << "this machine has an NVIDIA GPU, but blocklstm finds no CUDA device: "
+                      << blocklstm::cuda_unavailable_reason();
+    }
+    std::cout << "[SKIP] " << blocklstm::cuda_unavailable_reason() << std::endl;
+    return true;
 }
 
 }  // namespace blt

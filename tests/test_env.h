@@ -1,0 +1,16 @@
+// What the machine a test process runs on offers: the CPU target pin (BLOCKLSTM_CPU_TARGET, as
+// ctest's per-target runs set it) and a CUDA device.
+#pragma once
+
+namespace blt {
+
+// Prints the pinned target; returns 77 (ctest: skipped) after saying why when this CPU cannot run
+// it, 1 when the library has no such target, and 0 when the tests should run (also unpinned).
+int check_cpu_target_pin();
+
+// The GPU tests: true where they cannot run, with the reason printed. On a machine with an NVIDIA
+// GPU (/dev/nvidia0, or nvidia-smi on the PATH) where blocklstm finds no CUDA device, it also
+// records a test failure naming why: a GPU test that skips on a GPU machine tested nothing.
+bool skip_without_cuda();
+
+}  // namespace blt
