@@ -107,10 +107,10 @@ CUcontext primary_context(int ordinal) {
     CUcontext ctx;
     check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
     CUmemoryPool pool;
-    check(d.cuDeviceGetDefaultMemPool(&pool, dev), "cuDeviceGetDefaultMemPool");
     cuuint64_t keep_all = UINT64_MAX;
-    check(d.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all),
-          "cuMemPoolSetAttribute (release threshold)");
+    if (d.cuDeviceGetDefaultMemPool(&pool, dev) == CUDA_SUCCESS) {  // best effort: speed only
+        d.cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &keep_all);
+    }
     contexts[ordinal] = ctx;
     return ctx;
 }
