@@ -7,6 +7,8 @@
 #include <map>
 #include <set>
 
+#include <blocklstm/ops.h>
+
 #include "test_util.h"
 
 namespace blt {
@@ -53,48 +55,14 @@ struct Call {
     }
     void set(const std::string &n, std::vector<int64_t> shape) { set(n, std::move(shape), dtype); }
 
+    // The op by name (blocklstm/ops.h) with peepholes, the clip off and TF's forget bias.
     void invoke() const {
-        auto g = [&](const char *n) -> const TensorView & { return v.at(n); };
-        switch (op) {
-        case OpId::cell:
-            LSTMBlockCell(g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"),
-                          LSTMOutputs<TV>{g("i"), g("cs"), g("f"), g("o"), g("ci"), g("co"), g("h")},
-                          LSTMBlockCellAttrs{1.0f, 0.0f, true});
-            break;
-        case OpId::cell_grad:
-            LSTMBlockCellGrad(g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"), g("i"),
-                              g("cs"), g("f"), g("o"), g("ci"), g("co"), g("cs_grad"), g("h_grad"),
-                              LSTMBlockCellGradOutputs<TV>{g("cs_prev_grad"), g("dicfo"), g("wci_grad"),
-                                                           g("wcf_grad"), g("wco_grad")},
-                              GradAttrs{true});
-            break;
-        case OpId::seq:
-        case OpId::seq_v2: {
-            const LSTMOutputs<TV> out{g("i"), g("cs"), g("f"), g("o"), g("ci"), g("co"), g("h")};
-            if (op == OpId::seq)
-                BlockLSTM(L, g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"), out,
-                          BlockLSTMAttrs{1.0f, 0.0f, true});
-            else
-                BlockLSTMV2(L, g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"), out,
-                            BlockLSTMV2Attrs{0.0f, true});
-            break;
-        }
-        case OpId::grad:
-        case OpId::grad_v2: {
-            const BlockLSTMGradOutputs<TV> out{g("x_grad"),   g("cs_prev_grad"), g("h_prev_grad"), g("w_grad"),
-                                               g("wci_grad"), g("wcf_grad"),     g("wco_grad"),    g("b_grad")};
-            auto fn = [&](auto &&opfn) {
-                opfn(L, g("x"), g("cs_prev"), g("h_prev"), g("w"), g("wci"), g("wcf"), g("wco"), g("b"), g("i"),
-                     g("cs"), g("f"), g("o"), g("ci"), g("co"), g("h"), g("cs_grad"), g("h_grad"), out,
-                     GradAttrs{true});
-            };
-            if (op == OpId::grad)
-                fn([](auto &&...a) { BlockLSTMGrad(a...); });
-            else
-                fn([](auto &&...a) { BlockLSTMGradV2(a...); });
-            break;
-        }
-        }
+        std::map<std::string, TensorView> in, out;
+        for (std::size_t k = 0; k < names.size(); ++k) (k < num_inputs ? in : out)[names[k]] = v.at(names[k]);
+        OpAttrs attrs;
+        attrs.use_peephole = true;
+        if (op_info(op_name(op)).cell_clip) attrs.cell_clip = 0.0f;
+        blocklstm::invoke(op_name(op), L, in, out, attrs);
     }
 };
 
@@ -105,35 +73,14 @@ Call valid_call(OpId op, DType dtype = DType::f32, int64_t T = 3, int64_t B = 2,
     c.op = op;
     c.L = L;
     c.dtype = dtype;
-    const bool cell = op == OpId::cell || op == OpId::cell_grad;
-    const bool grad = op == OpId::grad || op == OpId::grad_v2;
-    c.names = {"x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b"};
-    if (op == OpId::cell_grad)
-        for (const char *n : {"i", "cs", "f", "o", "ci", "co", "cs_grad", "h_grad"}) c.names.push_back(n);
-    if (grad)
-        for (const char *n : {"i", "cs", "f", "o", "ci", "co", "h", "cs_grad", "h_grad"}) c.names.push_back(n);
-    c.num_inputs = c.names.size();
-    if (op == OpId::cell || op == OpId::seq || op == OpId::seq_v2)
-        for (const char *n : {"i", "cs", "f", "o", "ci", "co", "h"}) c.names.push_back(n);
-    if (op == OpId::cell_grad)
-        for (const char *n : {"cs_prev_grad", "dicfo", "wci_grad", "wcf_grad", "wco_grad"}) c.names.push_back(n);
-    if (grad)
-        for (const char *n : {"x_grad", "cs_prev_grad", "h_prev_grad", "w_grad", "wci_grad", "wcf_grad", "wco_grad",
-                              "b_grad"})
-            c.names.push_back(n);
-    const std::vector<int64_t> seqBH = cell ? std::vector<int64_t>{B, H} : std::vector<int64_t>{T, B, H};
-    for (const auto &n : c.names) {
-        std::vector<int64_t> s;
-        if (n == "x") s = cell ? std::vector<int64_t>{B, I} : std::vector<int64_t>{T, B, I};
-        else if (n == "x_grad") s = {T, B, I};
-        else if (n == "cs_prev" || n == "h_prev" || n == "cs_prev_grad" || n == "h_prev_grad") s = {B, H};
-        else if (n == "w" || n == "w_grad") s = {I + H, 4 * H};
-        else if (n.rfind("wc", 0) == 0) s = {H};
-        else if (n == "b" || n == "b_grad") s = {4 * H};
-        else if (n == "dicfo") s = {B, 4 * H};
-        else s = seqBH;  // i cs f o ci co h cs_grad h_grad
-        c.set(n, s);
-    }
+    const OpInfo &info = op_info(op_name(op));
+    const OpDims dims{T, B, I, H};
+    std::vector<const OpArg *> args;
+    for (const OpArg &a : info.inputs) args.push_back(&a);
+    c.num_inputs = args.size();
+    for (const OpArg &a : info.outputs) args.push_back(&a);
+    for (const OpArg *a : args) c.names.push_back(a->name);
+    for (const OpArg *a : args) c.set(a->name, a->dims(dims));
     return c;
 }
 

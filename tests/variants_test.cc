@@ -6,6 +6,8 @@
 #include <memory>
 #include <set>
 
+#include <blocklstm/ops.h>
+
 #include "test_util.h"
 
 namespace blt {
@@ -45,32 +47,24 @@ const char *op_name(const Use &u) {
     return "?";
 }
 
-// The ops (with attrs) that run a variant.
+// The ops (with attrs) that run a variant: those whose kernel families (blocklstm/ops.h) hold its
+// family on its backend and dtype, in its layout; with and without peepholes unless the family
+// has peephole variants.
 std::vector<Use> uses(const Variant &v) {
-    const bool peep = v.flags == "peephole";
-    std::vector<Layout> layouts;
-    if (v.layout == "icfo" || v.layout == "any") layouts.push_back(Layout::icfo);
-    if (v.layout == "ifco" || v.layout == "any") layouts.push_back(Layout::ifco);
+    const Device device = v.backend == "cuda" ? Device::cuda : Device::cpu;
+    const DType dtype = v.dtype == "f16" ? DType::f16 : DType::f32;
+    const bool by_peephole = std::any_of(table().begin(), table().end(), [&](const Variant &k) {
+        return k.family == v.family && k.flags == "peephole";
+    });
     std::vector<Use> u;
-    if (v.family == "cell_fwd") u.push_back({Op::cell, peep, Layout::icfo});
-    if (v.family == "cell_bwd") u.push_back({Op::cell_grad, peep, Layout::icfo});
-    if (v.family == "seq_fwd_step" || v.family == "panels") {
-        for (Layout l : layouts) u.push_back({Op::seq, peep, l});
-        // LSTMBlockCell is one ICFO forward step.
-        if (v.layout != "ifco") u.push_back({Op::cell, peep, Layout::icfo});
-    }
-    if (v.family == "seq_bwd_step" || v.family == "seq_bwd_reduce" || v.family == "transpose" ||
-        v.family == "panels_t")
-        for (Layout l : layouts) u.push_back({Op::seq_grad, peep, l});
-    if (v.family.rfind("gemm_", 0) == 0) {
-        // The GEMMs serve the forward input projection and the backward products; run every op
-        // with a GEMM, in both layouts, with and without peepholes.
-        u.push_back({Op::cell, peep, Layout::icfo});
-        for (Layout l : {Layout::icfo, Layout::ifco})
-            for (bool p : {false, true}) {
-                u.push_back({Op::seq, p, l});
-                u.push_back({Op::seq_grad, p, l});
-            }
+    for (const blocklstm::OpInfo &op : blocklstm::ops()) {
+        const std::vector<std::string> families = op.kernel_families(device, dtype);
+        if (std::find(families.begin(), families.end(), v.family) == families.end()) continue;
+        if (v.layout != "any" && v.layout != op.layout) continue;
+        const Op kind = op.sequence ? (op.gradient ? Op::seq_grad : Op::seq) : (op.gradient ? Op::cell_grad : Op::cell);
+        const Layout layout = op.layout == "ifco" ? Layout::ifco : Layout::icfo;
+        for (bool peephole : {false, true})
+            if (!by_peephole || peephole == (v.flags == "peephole")) u.push_back({kind, peephole, layout});
     }
     return u;
 }

@@ -18,6 +18,7 @@
 //   median_ms=<float> gflops=<float>
 // Progress of long runs (expected to take more than 2 s) goes to stderr.
 #include <blocklstm/blocklstm.h>
+#include <blocklstm/ops.h>
 
 #include <algorithm>
 #include <chrono>
@@ -25,6 +26,7 @@
 #include <cstdio>
 #include <deque>
 #include <functional>
+#include <map>
 #include <new>
 #include <string>
 #include <thread>
@@ -85,94 +87,52 @@ struct Bench {
 };
 
 Bench make_bench(const BenchOptions &o, Device dev) {
-    const DType dt = o.dtype;
-    const int64_t T = o.time, B = o.batch, I = o.input, H = o.cell;
-    const bool cell = is_cell_op(o.op);
+    const OpInfo &op = op_info(o.op);
+    const OpInfo &forward_op = op.gradient ? op_info(op.forward_op) : op;
+    const OpDims dims{o.time, o.batch, o.input, o.cell};
     Rng rng(o.seed);
-    const float ws = 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(I + H, 1)));
+    // Inputs ~ U(-scale, scale): weights scaled by 1/sqrt(I+H), the peephole weights, the bias
+    // and the output gradients by 0.1, h_prev by 0.9.
+    auto scale = [&](const std::string &name) {
+        if (name == "w") return 1.0f / std::sqrt(static_cast<float>(std::max<int64_t>(o.input + o.cell, 1)));
+        if (name == "wci" || name == "wcf" || name == "wco" || name == "b" || name == "cs_grad" || name == "h_grad")
+            return 0.1f;
+        return name == "h_prev" ? 0.9f : 1.0f;
+    };
 
     Bench bench;
     // Every tensor on the benchmarked device (random data is made on the host and copied).
-    auto add = [&bench, dev](Tensor t) -> const Tensor & {
+    auto add = [&bench, dev](Tensor t) -> TensorView {
         if (t.device() != dev) {
             Tensor d(t.dtype(), t.shape(), dev);
             copy(t, d);
             t = d;
         }
         bench.keep.push_back(std::move(t));
-        return bench.keep.back();
+        return bench.keep.back().view();
     };
+    OpAttrs attrs;
+    attrs.use_peephole = o.use_peephole;
 
-    const std::vector<int64_t> seq_x = cell ? std::vector<int64_t>{B, I} : std::vector<int64_t>{T, B, I};
-    const std::vector<int64_t> act = cell ? std::vector<int64_t>{B, H} : std::vector<int64_t>{T, B, H};
-    const Tensor &x = add(random_tensor(rng, dt, seq_x, 1.0f));
-    const Tensor &cs_prev = add(random_tensor(rng, dt, {B, H}, 1.0f));
-    const Tensor &h_prev = add(random_tensor(rng, dt, {B, H}, 0.9f));
-    const Tensor &w = add(random_tensor(rng, dt, {I + H, 4 * H}, ws));
-    const Tensor &wci = add(random_tensor(rng, dt, {H}, 0.1f));
-    const Tensor &wcf = add(random_tensor(rng, dt, {H}, 0.1f));
-    const Tensor &wco = add(random_tensor(rng, dt, {H}, 0.1f));
-    const Tensor &b = add(random_tensor(rng, dt, {4 * H}, 0.1f));
-
-    // Forward outputs: the op's own outputs for a forward op, the grad op's activations otherwise.
-    LSTMOutputs<TensorView> fwd;
-    TensorView *slots[] = {&fwd.i, &fwd.cs, &fwd.f, &fwd.o, &fwd.ci, &fwd.co, &fwd.h};
-    for (TensorView *s : slots) *s = add(Tensor(dt, act)).view();
-
-    const bool v2 = o.op == "BlockLSTMV2" || o.op == "BlockLSTMGradV2";
-    std::function<void()> forward;
-    if (cell) {
-        LSTMBlockCellAttrs a;
-        a.use_peephole = o.use_peephole;
-        forward = [=, &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b] {
-            LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd, a);
-        };
-    } else if (v2) {
-        BlockLSTMV2Attrs a;
-        a.use_peephole = o.use_peephole;
-        forward = [=, &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b] {
-            BlockLSTMV2(T, x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd, a);
-        };
-    } else {
-        BlockLSTMAttrs a;
-        a.use_peephole = o.use_peephole;
-        forward = [=, &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b] {
-            BlockLSTM(T, x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd, a);
-        };
-    }
-    if (!is_grad_op(o.op)) {
+    // The forward op's inputs and outputs: the op under test, or the activations a grad op takes.
+    std::map<std::string, TensorView> tensors, outputs;
+    for (const OpArg &a : forward_op.inputs) tensors[a.name] = add(random_tensor(rng, o.dtype, a.dims(dims), scale(a.name)));
+    for (const OpArg &a : forward_op.outputs) outputs[a.name] = add(Tensor(o.dtype, a.dims(dims)));
+    const std::function<void()> forward = bind_op(forward_op.name, o.time, tensors, outputs, attrs);
+    if (!op.gradient) {
         bench.call = forward;
         return bench;
     }
 
     forward();  // the activations the grad op consumes
-    const Tensor &cs_grad = add(random_tensor(rng, dt, act, 0.1f));
-    const Tensor &h_grad = add(random_tensor(rng, dt, act, 0.1f));
-    GradAttrs ga;
-    ga.use_peephole = o.use_peephole;
-    if (cell) {
-        LSTMBlockCellGradOutputs<TensorView> out{
-            add(Tensor(dt, {B, H})).view(), add(Tensor(dt, {B, 4 * H})).view(),
-            add(Tensor(dt, {H})).view(), add(Tensor(dt, {H})).view(), add(Tensor(dt, {H})).view()};
-        bench.call = [=, &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b, &cs_grad, &h_grad] {
-            LSTMBlockCellGrad(x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd.i, fwd.cs, fwd.f, fwd.o,
-                              fwd.ci, fwd.co, cs_grad, h_grad, out, ga);
-        };
-        return bench;
+    tensors.insert(outputs.begin(), outputs.end());
+    std::map<std::string, TensorView> inputs, grads;
+    for (const OpArg &a : op.inputs) {
+        if (!tensors.count(a.name)) tensors[a.name] = add(random_tensor(rng, o.dtype, a.dims(dims), scale(a.name)));
+        inputs[a.name] = tensors.at(a.name);
     }
-    BlockLSTMGradOutputs<TensorView> out{
-        add(Tensor(dt, {T, B, I})).view(), add(Tensor(dt, {B, H})).view(),
-        add(Tensor(dt, {B, H})).view(),    add(Tensor(dt, {I + H, 4 * H})).view(),
-        add(Tensor(dt, {H})).view(),       add(Tensor(dt, {H})).view(),
-        add(Tensor(dt, {H})).view(),       add(Tensor(dt, {4 * H})).view()};
-    bench.call = [=, &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b, &cs_grad, &h_grad] {
-        if (v2)
-            BlockLSTMGradV2(T, x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd.i, fwd.cs, fwd.f, fwd.o,
-                            fwd.ci, fwd.co, fwd.h, cs_grad, h_grad, out, ga);
-        else
-            BlockLSTMGrad(T, x, cs_prev, h_prev, w, wci, wcf, wco, b, fwd.i, fwd.cs, fwd.f, fwd.o,
-                          fwd.ci, fwd.co, fwd.h, cs_grad, h_grad, out, ga);
-    };
+    for (const OpArg &a : op.outputs) grads[a.name] = add(Tensor(o.dtype, a.dims(dims)));
+    bench.call = bind_op(op.name, o.time, inputs, grads, attrs);
     return bench;
 }
 

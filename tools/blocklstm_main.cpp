@@ -2,6 +2,7 @@
 // Exit codes: 0 success, 2 usage or input error (one message on stderr naming the file or
 // argument), 1 a failed demo self-check.
 #include <blocklstm/blocklstm.h>
+#include <blocklstm/ops.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -35,8 +36,8 @@ constexpr const char *kHelp =
     "  run <OpName>   Run one TensorFlow LSTM op on .npy files. OpName is one of LSTMBlockCell,\n"
     "                 LSTMBlockCellGrad, BlockLSTM, BlockLSTMGrad, BlockLSTMV2, BlockLSTMGradV2.\n"
     "                 --in DIR holds one .npy per input, named as TF names the argument\n"
-    "                 (seq_len_max.npy as int64, x.npy, cs_prev.npy, ...; float inputs all\n"
-    "                 float16 or all float32, C order, little-endian). One .npy per output is\n"
+    "                 (the op's list is below; float inputs all float16 or all float32, C order,\n"
+    "                 little-endian). One .npy per output is\n"
     "                 written to --out DIR (created if missing) in the input dtype, named as TF\n"
     "                 names the output. Attr defaults are TF's: forget_bias 1.0 and cell_clip 3.0\n"
     "                 for LSTMBlockCell and BlockLSTM; cell_clip 0.0 and no forget_bias for\n"
@@ -288,6 +289,35 @@ int cmd_demo(Args &args) {
 
 }  // namespace
 
+// Each op's .npy files and attrs, from the op registry (blocklstm/ops.h).
+void print_op_help() {
+    std::printf("\nOps: the inputs `run` reads from --in and the outputs it writes (name[shape] in T steps,\n"
+                "B batch rows, I inputs, H cell units), and the attrs with TF's defaults:\n");
+    // The arguments after a 9-column label, wrapped at 100 columns.
+    auto args = [](std::string line, const std::vector<OpArg> &list) {
+        std::string out;
+        for (const OpArg &a : list) {
+            const std::string item = " " + a.name + a.shape;
+            if (line.size() + item.size() > 100) out += line + "\n", line = std::string(8, ' ');
+            line += item;
+        }
+        return out + line;
+    };
+    auto number = [](float v) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%g", v);
+        return std::string(buf);
+    };
+    for (const OpInfo &op : ops()) {
+        std::string attrs;
+        if (op.forget_bias) attrs += " --forget-bias " + number(*op.forget_bias);
+        if (op.cell_clip) attrs += " --cell-clip " + number(*op.cell_clip);
+        const std::string in = args(op.sequence ? "    in:  seq_len_max (int64)" : "    in: ", op.inputs);
+        std::printf("  %s: %s\n%s\n%s\n    attrs:%s --use-peephole (off)\n", op.name.c_str(), op.summary.c_str(),
+                    in.c_str(), args("    out:", op.outputs).c_str(), attrs.c_str());
+    }
+}
+
 void list_kernels() {
     const std::string in_use = cpu_target_in_use();  // first: an invalid pin is an error, not a half list
     const std::vector<KernelInfo> ks = kernels();
@@ -331,31 +361,22 @@ void list_kernels() {
         std::printf("\nCUDA: %s\nCUDA batched products: %s\n", devices.c_str(), cuda_gemm_backend().c_str());
     }
 
-    // The op variants these kernels make: an op runs for a (backend, dtype, peephole) when its
-    // per-step kernel (seq_fwd_step, seq_bwd_step, cell_bwd) exists for them.
-    const char *ops[] = {"LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM",
-                         "BlockLSTMGrad", "BlockLSTMV2", "BlockLSTMGradV2"};
+    // The op variants these kernels make: an op runs on a backend in a dtype, with or without
+    // peepholes, when every kernel its call needs is compiled in.
     std::printf("\nop variants (op  backend  dtype: peephole flags):\n");
-    for (const char *op : ops) {
+    for (const OpInfo &op : ops()) {
         for (Device backend : {Device::cpu, Device::cuda}) {
             std::string line;
             for (DType dtype : {DType::f32, DType::f16}) {
                 std::string flags;
                 for (bool peephole : {false, true}) {
-                    for (const auto &k : ks) {
-                        const bool step = k.family == "seq_fwd_step" || k.family == "seq_bwd_step" ||
-                                          k.family == "cell_bwd";
-                        if (step && k.backend == backend && k.dtype == dtype &&
-                            k.peephole == peephole && (" " + k.ops + " ").find(std::string(" ") + op + " ") != std::string::npos) {
-                            flags += flags.empty() ? "" : ", ";
-                            flags += peephole ? "peephole" : "plain";
-                            break;
-                        }
-                    }
+                    if (!op_available(op.name, backend, dtype, peephole)) continue;
+                    flags += flags.empty() ? "" : ", ";
+                    flags += peephole ? "peephole" : "plain";
                 }
                 if (!flags.empty()) line += std::string("  ") + to_string(dtype) + ": " + flags;
             }
-            if (!line.empty()) std::printf("  %-18s %-5s%s\n", op, to_string(backend), line.c_str());
+            if (!line.empty()) std::printf("  %-18s %-5s%s\n", op.name.c_str(), to_string(backend), line.c_str());
         }
     }
 }
@@ -375,6 +396,7 @@ int main(int argc, char **argv) {
     if (help) {
         std::fputs(kUsage, stdout);
         std::fputs(kHelp, stdout);
+        print_op_help();
         return 0;
     }
     try {

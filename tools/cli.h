@@ -66,9 +66,10 @@ struct BenchOptions {
 // Returns the exit code. Throws CliError / blocklstm::Error like run_op.
 int bench(const BenchOptions &options);
 
-// ---- list ---------------------------------------------------------------------------------------
+// ---- list, help ---------------------------------------------------------------------------------
 
 void list_kernels();
+void print_op_help();  // each op's files and attrs (the op registry)
 
 // ---- demo ---------------------------------------------------------------------------------------
 

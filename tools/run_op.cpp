@@ -1,5 +1,6 @@
-// `blocklstm run <OpName>`: the op table, .npy inputs -> library call -> .npy outputs.
+// `blocklstm run <OpName>`: .npy inputs -> the op by name (blocklstm/ops.h) -> .npy outputs.
 #include <blocklstm/blocklstm.h>
+#include <blocklstm/ops.h>
 
 #include <cerrno>
 #include <cstring>
@@ -17,123 +18,14 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Attrs {
-    std::optional<float> forget_bias;
-    std::optional<float> cell_clip;
-    bool use_peephole = false;
-};
+using Outputs = std::vector<Tensor>;  // in the op's output order
 
-// Inputs by TF argument name (float tensors) plus seq_len_max for the sequence ops.
-struct Inputs {
-    int64_t seq_len_max = 0;
-    std::map<std::string, Tensor> t;
-    const Tensor &operator[](const char *name) const { return t.at(name); }
-};
-
-using Outputs = std::vector<Tensor>;  // in OpSpec::outputs order
-
-struct OpSpec {
-    const char *name;
-    bool sequence;  // has a seq_len_max input
-    std::vector<const char *> inputs;
-    std::vector<const char *> outputs;
-    bool has_forget_bias;
-    bool has_cell_clip;
-    std::function<Outputs(const Inputs &, const Attrs &)> run;
-};
-
-const std::vector<const char *> kFwdInputs = {"x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b"};
-const std::vector<const char *> kCellGradInputs = {"x",  "cs_prev", "h_prev", "w",  "wci", "wcf",
-                                                   "wco", "b",      "i",      "cs", "f",   "o",
-                                                   "ci", "co",      "cs_grad", "h_grad"};
-const std::vector<const char *> kSeqGradInputs = {"x",  "cs_prev", "h_prev", "w",  "wci", "wcf",
-                                                  "wco", "b",      "i",      "cs", "f",   "o",
-                                                  "ci", "co",      "h",      "cs_grad", "h_grad"};
-const std::vector<const char *> kFwdOutputs = {"i", "cs", "f", "o", "ci", "co", "h"};
-const std::vector<const char *> kCellGradOutputs = {"cs_prev_grad", "dicfo", "wci_grad", "wcf_grad",
-                                                    "wco_grad"};
-const std::vector<const char *> kSeqGradOutputs = {"x_grad",   "cs_prev_grad", "h_prev_grad",
-                                                   "w_grad",   "wci_grad",     "wcf_grad",
-                                                   "wco_grad", "b_grad"};
-
-Outputs fwd_outputs(LSTMOutputs<Tensor> &&r) {
-    return {std::move(r.i), std::move(r.cs), std::move(r.f), std::move(r.o),
-            std::move(r.ci), std::move(r.co), std::move(r.h)};
-}
-Outputs seq_grad_outputs(BlockLSTMGradOutputs<Tensor> &&r) {
-    return {std::move(r.x_grad),   std::move(r.cs_prev_grad), std::move(r.h_prev_grad),
-            std::move(r.w_grad),   std::move(r.wci_grad),     std::move(r.wcf_grad),
-            std::move(r.wco_grad), std::move(r.b_grad)};
-}
-
-const std::vector<OpSpec> &op_table() {
-    static const std::vector<OpSpec> table = {
-        {"LSTMBlockCell", false, kFwdInputs, kFwdOutputs, true, true,
-         [](const Inputs &in, const Attrs &a) {
-             LSTMBlockCellAttrs attrs;
-             if (a.forget_bias) attrs.forget_bias = *a.forget_bias;
-             if (a.cell_clip) attrs.cell_clip = *a.cell_clip;
-             attrs.use_peephole = a.use_peephole;
-             return fwd_outputs(LSTMBlockCell(in["x"], in["cs_prev"], in["h_prev"], in["w"],
-                                              in["wci"], in["wcf"], in["wco"], in["b"], attrs));
-         }},
-        {"LSTMBlockCellGrad", false, kCellGradInputs, kCellGradOutputs, false, false,
-         [](const Inputs &in, const Attrs &a) {
-             GradAttrs attrs;
-             attrs.use_peephole = a.use_peephole;
-             auto r = LSTMBlockCellGrad(in["x"], in["cs_prev"], in["h_prev"], in["w"], in["wci"],
-                                        in["wcf"], in["wco"], in["b"], in["i"], in["cs"], in["f"],
-                                        in["o"], in["ci"], in["co"], in["cs_grad"], in["h_grad"],
-                                        attrs);
-             return Outputs{std::move(r.cs_prev_grad), std::move(r.dicfo), std::move(r.wci_grad),
-                            std::move(r.wcf_grad), std::move(r.wco_grad)};
-         }},
-        {"BlockLSTM", true, kFwdInputs, kFwdOutputs, true, true,
-         [](const Inputs &in, const Attrs &a) {
-             BlockLSTMAttrs attrs;
-             if (a.forget_bias) attrs.forget_bias = *a.forget_bias;
-             if (a.cell_clip) attrs.cell_clip = *a.cell_clip;
-             attrs.use_peephole = a.use_peephole;
-             return fwd_outputs(BlockLSTM(in.seq_len_max, in["x"], in["cs_prev"], in["h_prev"],
-                                          in["w"], in["wci"], in["wcf"], in["wco"], in["b"], attrs));
-         }},
-        {"BlockLSTMGrad", true, kSeqGradInputs, kSeqGradOutputs, false, false,
-         [](const Inputs &in, const Attrs &a) {
-             GradAttrs attrs;
-             attrs.use_peephole = a.use_peephole;
-             return seq_grad_outputs(BlockLSTMGrad(
-                 in.seq_len_max, in["x"], in["cs_prev"], in["h_prev"], in["w"], in["wci"],
-                 in["wcf"], in["wco"], in["b"], in["i"], in["cs"], in["f"], in["o"], in["ci"],
-                 in["co"], in["h"], in["cs_grad"], in["h_grad"], attrs));
-         }},
-        {"BlockLSTMV2", true, kFwdInputs, kFwdOutputs, false, true,
-         [](const Inputs &in, const Attrs &a) {
-             BlockLSTMV2Attrs attrs;
-             if (a.cell_clip) attrs.cell_clip = *a.cell_clip;
-             attrs.use_peephole = a.use_peephole;
-             return fwd_outputs(BlockLSTMV2(in.seq_len_max, in["x"], in["cs_prev"], in["h_prev"],
-                                            in["w"], in["wci"], in["wcf"], in["wco"], in["b"],
-                                            attrs));
-         }},
-        {"BlockLSTMGradV2", true, kSeqGradInputs, kSeqGradOutputs, false, false,
-         [](const Inputs &in, const Attrs &a) {
-             GradAttrs attrs;
-             attrs.use_peephole = a.use_peephole;
-             return seq_grad_outputs(BlockLSTMGradV2(
-                 in.seq_len_max, in["x"], in["cs_prev"], in["h_prev"], in["w"], in["wci"],
-                 in["wcf"], in["wco"], in["b"], in["i"], in["cs"], in["f"], in["o"], in["ci"],
-                 in["co"], in["h"], in["cs_grad"], in["h_grad"], attrs));
-         }},
-    };
-    return table;
-}
-
-const OpSpec &find_op(const std::string &name) {
-    for (const auto &op : op_table())
-        if (name == op.name) return op;
-    std::string known;
-    for (const auto &n : op_names()) known += (known.empty() ? "" : ", ") + n;
-    throw CliError("unknown op '" + name + "' (expected one of: " + known + ")");
+const OpInfo &find_op(const std::string &name) {
+    try {
+        return op_info(name);
+    } catch (const Error &e) {
+        throw CliError(e.what());
+    }
 }
 
 std::string input_file(const std::string &dir, const std::string &name) {
@@ -192,7 +84,7 @@ struct TempFiles {
 
 // Writes every output to a temporary name in out_dir, then renames them all into place. On any
 // failure no output file is left behind.
-void write_outputs(const std::string &out_dir, const OpSpec &op, const Outputs &outputs) {
+void write_outputs(const std::string &out_dir, const OpInfo &op, const Outputs &outputs) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
     if (ec) throw CliError("--out " + out_dir + ": cannot create directory: " + ec.message());
@@ -202,23 +94,23 @@ void write_outputs(const std::string &out_dir, const OpSpec &op, const Outputs &
     const std::string suffix = ".tmp." + std::to_string(::getpid());
     for (std::size_t k = 0; k < outputs.size(); ++k) {
         const Tensor &t = outputs[k];
-        const std::string tmp = (fs::path(out_dir) / ("." + label(op.outputs[k]) + suffix)).string();
+        const std::string tmp = (fs::path(out_dir) / ("." + label(op.outputs[k].name.c_str()) + suffix)).string();
         temps.paths.push_back(tmp);
         try {
             npy::write(tmp, t.dtype() == DType::f16 ? npy::Type::f16 : npy::Type::f32, t.shape(),
                        t.data(), t.num_bytes());
         } catch (const npy::Error &e) {
-            throw CliError("--out " + out_dir + ": cannot write " + label(op.outputs[k]) + " (" +
+            throw CliError("--out " + out_dir + ": cannot write " + label(op.outputs[k].name.c_str()) + " (" +
                            e.what() + ")");
         }
     }
     std::vector<std::string> done;
     for (std::size_t k = 0; k < outputs.size(); ++k) {
-        const std::string final_path = input_file(out_dir, op.outputs[k]);
+        const std::string final_path = input_file(out_dir, op.outputs[k].name);
         if (std::rename(temps.paths[k].c_str(), final_path.c_str()) != 0) {
             const int err = errno;
             for (const auto &p : done) ::unlink(p.c_str());
-            throw CliError("--out " + out_dir + ": cannot rename into " + label(op.outputs[k]) +
+            throw CliError("--out " + out_dir + ": cannot rename into " + label(op.outputs[k].name.c_str()) +
                            ": " + std::strerror(err));
         }
         done.push_back(final_path);
@@ -231,7 +123,7 @@ void write_outputs(const std::string &out_dir, const OpSpec &op, const Outputs &
 const std::vector<std::string> &op_names() {
     static const std::vector<std::string> names = [] {
         std::vector<std::string> n;
-        for (const auto &op : op_table()) n.push_back(op.name);
+        for (const OpInfo &op : ops()) n.push_back(op.name);
         return n;
     }();
     return names;
@@ -257,23 +149,24 @@ Device check_device(const std::string &device, const std::string &option) {
 }
 
 void run_op(const RunOptions &options) {
-    const OpSpec &op = find_op(options.op);
-    if (options.forget_bias && !op.has_forget_bias)
-        throw CliError(std::string("--forget-bias: ") + op.name + " has no forget_bias attr" +
-                       (std::string(op.name) == "BlockLSTMV2" ? " (its forget bias is always 0)" : ""));
-    if (options.cell_clip && !op.has_cell_clip)
-        throw CliError(std::string("--cell-clip: ") + op.name + " has no cell_clip attr");
+    const OpInfo &op = find_op(options.op);
+    if (options.forget_bias && !op.forget_bias)
+        throw CliError("--forget-bias: " + op.name + " has no forget_bias attr" +
+                       (op.name == "BlockLSTMV2" ? " (its forget bias is always 0)" : ""));
+    if (options.cell_clip && !op.cell_clip)
+        throw CliError("--cell-clip: " + op.name + " has no cell_clip attr");
     const Device device = check_device(options.device);
 
     std::error_code ec;
     if (!fs::is_directory(options.in_dir, ec))
         throw CliError("--in " + options.in_dir + ": no such directory");
 
-    Inputs in;
-    if (op.sequence) in.seq_len_max = load_seq_len_max(options.in_dir);
+    const int64_t seq_len_max = op.sequence ? load_seq_len_max(options.in_dir) : 0;
+    std::map<std::string, Tensor> inputs;
     const char *first = nullptr;
     npy::Type float_type = npy::Type::f32;
-    for (const char *name : op.inputs) {
+    for (const OpArg &arg : op.inputs) {
+        const char *name = arg.name.c_str();
         npy::Array a = load(options.in_dir, name);
         if (a.type != npy::Type::f16 && a.type != npy::Type::f32)
             throw CliError(label(name) + ": unsupported dtype " + npy::numpy_name_of(a.type) +
@@ -287,18 +180,18 @@ void run_op(const RunOptions &options) {
                            label(first) + " (" + npy::numpy_name_of(float_type) +
                            "); all float inputs must have the same dtype");
         }
-        in.t.emplace(name, on(device, to_tensor(a)));
+        inputs.emplace(arg.name, on(device, to_tensor(a)));
     }
 
-    Attrs attrs;
+    OpAttrs attrs;
     attrs.forget_bias = options.forget_bias;
     attrs.cell_clip = options.cell_clip;
     attrs.use_peephole = options.use_peephole;
-    const Outputs outputs = op.run(in, attrs);  // blocklstm::Error propagates to main
-    if (outputs.size() != op.outputs.size())
-        throw CliError(std::string(op.name) + ": internal error: wrong number of outputs");
+    const std::map<std::string, TensorView> views(inputs.begin(), inputs.end());
+    // blocklstm::Error propagates to main
+    const std::map<std::string, Tensor> outputs = invoke(op.name, seq_len_max, views, attrs);
     Outputs host_outputs;
-    for (const Tensor &t : outputs) host_outputs.push_back(on(Device::cpu, t));
+    for (const OpArg &arg : op.outputs) host_outputs.push_back(on(Device::cpu, outputs.at(arg.name)));
     write_outputs(options.out_dir, op, host_outputs);
 }
 

@@ -169,6 +169,10 @@ private:
     void *user_context_ = nullptr;
 };
 
+// Throws, naming the kernel, unless every kernel an op call needs is compiled in (runtime/src/
+// ops.cpp: the op's kernel families): run before an op writes any output.
+void preflight(const std::string &op, Device device, DType dtype, bool use_peephole);
+
 // ---- Validation -------------------------------------------------------------------------------------
 
 // Checks of one op's arguments, collected in the order they are made; the first failure throws

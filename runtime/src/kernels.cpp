@@ -6,6 +6,8 @@
 #include <utility>
 #include <string_view>
 
+#include <blocklstm/ops.h>
+
 #include "runtime/src/internal.h"
 
 #include "cpu_targets.inc"  // generated: BLOCKLSTM_FOR_EACH_CPU_TARGET
@@ -77,31 +79,14 @@ void capture_halide_error(void *, const char *message) {
 }
 const bool error_handler_installed = (halide_set_error_handler(capture_halide_error), true);
 
-// The TF ops that run a kernel, for `blocklstm list`.
+// The TF ops that run a kernel, for `blocklstm list` (the op registry's kernel families).
 std::string ops_of(const KernelEntry &k) {
-    const std::string_view family = k.family, layout = k.layout;
-    const bool v1 = layout != "ifco", v2 = layout != "icfo";
     std::string ops;
-    auto add = [&](bool yes, const char *op) {
-        if (!yes) return;
-        if (!ops.empty()) ops += ' ';
-        ops += op;
-    };
-    if (family == "cell_bwd") add(true, "LSTMBlockCellGrad");
-    if (family == "seq_fwd_step" || family == "gemm_nn_bias" || family == "panels") {
-        add(v1, "LSTMBlockCell");
-        add(v1, "BlockLSTM");
-        add(v2, "BlockLSTMV2");
-    }
-    if (family == "panels" && k.dtype == DType::f32) {
-        add(v1, "BlockLSTMGrad");
-        add(v2, "BlockLSTMGradV2");
-    }
-    if (family == "seq_bwd_step" || family == "seq_bwd_reduce" || family == "gemm_nn" ||
-        family == "gemm_tn" || family == "gemm_tn_panels" || family == "transpose" ||
-        family == "panels_t") {
-        add(v1, "BlockLSTMGrad");
-        add(v2, "BlockLSTMGradV2");
+    for (const OpInfo &op : blocklstm::ops()) {
+        if (std::strcmp(k.layout, "any") != 0 && op.layout != k.layout) continue;
+        const std::vector<std::string> families = op.kernel_families(k.backend, k.dtype);
+        if (std::find(families.begin(), families.end(), k.family) == families.end()) continue;
+        ops += (ops.empty() ? "" : " ") + op.name;
     }
     return ops;
 }
@@ -119,13 +104,23 @@ std::string normalized_argument_name(const char *name) {
     return out;
 }
 
+// Whether a family has peephole variants (the cell math does); one without (the products,
+// transposes, panels: flags plain) serves calls with and without peepholes.
+bool has_peephole_variants(const char *family) {
+    for (const KernelEntry &k : kernel_table) {
+        if (k.peephole && std::strcmp(k.family, family) == 0) return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 const KernelEntry &find_kernel(const char *family, Device backend, DType dtype, bool peephole,
                                Layout layout) {
+    const bool by_peephole = has_peephole_variants(family);
     for (const KernelEntry &k : kernel_table) {
         if (std::strcmp(k.family, family) == 0 && k.backend == backend && k.dtype == dtype &&
-            k.peephole == peephole &&
+            (k.peephole == peephole || !by_peephole) &&
             (std::strcmp(k.layout, "any") == 0 || std::strcmp(k.layout, layout_name(layout)) == 0)) {
             return k;
         }

@@ -116,6 +116,7 @@ void LSTMBlockCellGrad(const TV &x, const TV &cs_prev, const TV &h_prev, const T
                                               {i, cs, f, o, ci, co, cs_grad, h_grad}, &out, &dt,
                                               &dev, &some_data);
     const int64_t B = d.B, H = d.H;
+    detail::preflight("LSTMBlockCellGrad", dev, dt, attrs.use_peephole);
     const detail::KernelEntry &kernel = find_kernel("cell_bwd", dev, dt, attrs.use_peephole, Layout::icfo);
     detail::Exec exec(dev, some_data);
     auto rows_by_units = [&](const TV &t) { return Buf(dev, t.data, dt, {B, H}); };

@@ -122,8 +122,8 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     const void *some_data;
     const SeqDims d = validate_forward(op, in, &out, &dt, &dev, &some_data);
     const int64_t B = d.B, I = d.I, H = d.H, L = d.L;
+    preflight(op, dev, dt, use_peephole);
     const KernelEntry &step_kernel = find_kernel("seq_fwd_step", dev, dt, use_peephole, layout);
-    if (dev == Device::cpu) (void)find_kernel("panels", dev, dt, false, layout);
     Exec exec(dev, some_data);
 
     // Every output is zero past seq_len_max (TF leaves i, f, o, ci, co unwritten there).
@@ -250,18 +250,12 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     const SeqDims d = validate_grad(op, in, act, &out, &dt, &dev, &some_data);
     const int64_t B = d.B, I = d.I, H = d.H, L = d.L;
     const int64_t es = static_cast<int64_t>(size_of(dt));
+    preflight(op, dev, dt, use_peephole);  // every kernel present before any output is written
     const KernelEntry &step_kernel = find_kernel("seq_bwd_step", dev, dt, use_peephole, layout);
     const KernelEntry &reduce_kernel = find_kernel("seq_bwd_reduce", dev, dt, use_peephole, layout);
-    const KernelEntry &transpose_kernel = find_kernel("transpose", dev, dt, false, layout);
-    (void)find_kernel("gemm_nn", dev, dt, false, layout);  // present before any output is written
-    (void)find_kernel("gemm_tn", dev, dt, false, layout);
-    if (dev == Device::cpu) (void)find_kernel("panels_t", dev, dt, false, layout);
+    const KernelEntry &transpose_kernel = find_kernel("transpose", dev, dt, use_peephole, layout);
     // The CPU's float32 w_grad: weight_grads_in_chunks; otherwise one gemm_tn per product.
     const bool w_grad_in_chunks = dev == Device::cpu && dt == DType::f32;
-    if (w_grad_in_chunks) {
-        (void)find_kernel("panels", dev, dt, false, layout);
-        (void)find_kernel("gemm_tn_panels", dev, dt, false, layout);
-    }
     Exec exec(dev, some_data);
 
     zero_steps(exec, out.x_grad, L);

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <blocklstm/blocklstm.h>
+#include <blocklstm/ops.h>
 
 #include <algorithm>
 #include <cmath>
@@ -878,6 +879,20 @@ TEST(Usage, HelpExitsZero) {
     const Result r = run_cli({"--help"});
     EXPECT_EQ(r.code, 0) << describe(r);
     EXPECT_NE(r.out.find("usage:"), std::string::npos) << describe(r);
+}
+
+// --help lists every op's files from the op registry: inputs, outputs and attrs.
+TEST(Usage, HelpListsEveryOpsFilesAndAttrs) {
+    const Result r = run_cli({"--help"});
+    ASSERT_EQ(r.code, 0) << describe(r);
+    for (const blocklstm::OpInfo &op : blocklstm::ops()) {
+        const std::size_t at = r.out.find("\n  " + op.name + ": ");
+        ASSERT_NE(at, std::string::npos) << op.name << "\n" << r.out;
+        const std::string block = r.out.substr(at, r.out.find("attrs:", at) - at);
+        for (const blocklstm::OpArg &a : op.inputs) EXPECT_NE(block.find(" " + a.name + a.shape), std::string::npos) << op.name << " " << a.name;
+        for (const blocklstm::OpArg &a : op.outputs) EXPECT_NE(block.find(" " + a.name + a.shape), std::string::npos) << op.name << " " << a.name;
+        EXPECT_EQ(block.find("seq_len_max") != std::string::npos, op.sequence) << op.name;
+    }
 }
 
 TEST(Usage, UnknownCommandAndMissingOptions) {

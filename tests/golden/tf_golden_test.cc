@@ -17,6 +17,7 @@
 // (gradients summed over time and batch). Elementwise relative errors would be meaningless where
 // values cancel to near zero.
 #include <blocklstm/blocklstm.h>
+#include <blocklstm/ops.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -167,63 +168,21 @@ using Outputs = std::map<std::string, Tensor>;
 
 // ---- Running a case -----------------------------------------------------------------------------
 
+// The case through the library, by op name (blocklstm/ops.h, which runs the typed functions). Its
+// inputs are the ones TF's op took when the case was written, in TF's order: the registry's.
 Outputs run_library(const Case &c) {
+    const OpInfo &op = op_info(c.op);
+    std::vector<std::string> names = c.sequence ? std::vector<std::string>{"seq_len_max"} : std::vector<std::string>{};
+    for (const OpArg &a : op.inputs) names.push_back(a.name);
+    EXPECT_EQ(c.m.list("inputs"), names) << "TF's inputs of " << c.op << " differ from blocklstm's op registry";
     std::map<std::string, Tensor> in;
-    for (const auto &n : c.m.list("inputs"))
-        if (n != "seq_len_max") in[n] = load_tensor(c.dir / (n + ".npy"));
-    const int64_t L = c.sequence ? load_seq_len_max(c.dir) : 0;
-    auto I = [&](const char *n) -> const Tensor & { return in.at(n); };
-    auto attr = [&](const char *name, float *dst) {
-        if (c.m.has(std::string("attr.") + name)) *dst = static_cast<float>(c.m.f64(std::string("attr.") + name));
-    };
-    auto fwd = [](LSTMOutputs<Tensor> r) {
-        return Outputs{{"i", r.i}, {"cs", r.cs}, {"f", r.f}, {"o", r.o}, {"ci", r.ci}, {"co", r.co}, {"h", r.h}};
-    };
-    auto seq_grad = [](BlockLSTMGradOutputs<Tensor> r) {
-        return Outputs{{"x_grad", r.x_grad},     {"cs_prev_grad", r.cs_prev_grad}, {"h_prev_grad", r.h_prev_grad},
-                       {"w_grad", r.w_grad},     {"wci_grad", r.wci_grad},         {"wcf_grad", r.wcf_grad},
-                       {"wco_grad", r.wco_grad}, {"b_grad", r.b_grad}};
-    };
-    GradAttrs ga;
-    ga.use_peephole = c.peephole;
-    if (c.op == "LSTMBlockCell") {
-        LSTMBlockCellAttrs a;  // TF's defaults unless the case passed the attr to TF explicitly
-        attr("forget_bias", &a.forget_bias);
-        attr("cell_clip", &a.cell_clip);
-        a.use_peephole = c.peephole;
-        return fwd(LSTMBlockCell(I("x"), I("cs_prev"), I("h_prev"), I("w"), I("wci"), I("wcf"), I("wco"), I("b"), a));
-    }
-    if (c.op == "BlockLSTM") {
-        BlockLSTMAttrs a;
-        attr("forget_bias", &a.forget_bias);
-        attr("cell_clip", &a.cell_clip);
-        a.use_peephole = c.peephole;
-        return fwd(BlockLSTM(L, I("x"), I("cs_prev"), I("h_prev"), I("w"), I("wci"), I("wcf"), I("wco"), I("b"), a));
-    }
-    if (c.op == "BlockLSTMV2") {
-        BlockLSTMV2Attrs a;
-        attr("cell_clip", &a.cell_clip);
-        a.use_peephole = c.peephole;
-        return fwd(BlockLSTMV2(L, I("x"), I("cs_prev"), I("h_prev"), I("w"), I("wci"), I("wcf"), I("wco"), I("b"), a));
-    }
-    if (c.op == "LSTMBlockCellGrad") {
-        auto r = LSTMBlockCellGrad(I("x"), I("cs_prev"), I("h_prev"), I("w"), I("wci"), I("wcf"), I("wco"), I("b"),
-                                   I("i"), I("cs"), I("f"), I("o"), I("ci"), I("co"), I("cs_grad"), I("h_grad"), ga);
-        return Outputs{{"cs_prev_grad", r.cs_prev_grad},
-                       {"dicfo", r.dicfo},
-                       {"wci_grad", r.wci_grad},
-                       {"wcf_grad", r.wcf_grad},
-                       {"wco_grad", r.wco_grad}};
-    }
-    if (c.op == "BlockLSTMGrad")
-        return seq_grad(BlockLSTMGrad(L, I("x"), I("cs_prev"), I("h_prev"), I("w"), I("wci"), I("wcf"), I("wco"),
-                                      I("b"), I("i"), I("cs"), I("f"), I("o"), I("ci"), I("co"), I("h"),
-                                      I("cs_grad"), I("h_grad"), ga));
-    if (c.op == "BlockLSTMGradV2")
-        return seq_grad(BlockLSTMGradV2(L, I("x"), I("cs_prev"), I("h_prev"), I("w"), I("wci"), I("wcf"), I("wco"),
-                                        I("b"), I("i"), I("cs"), I("f"), I("o"), I("ci"), I("co"), I("h"),
-                                        I("cs_grad"), I("h_grad"), ga));
-    throw std::runtime_error("unknown op " + c.op);
+    for (const OpArg &a : op.inputs) in[a.name] = load_tensor(c.dir / (a.name + ".npy"));
+    OpAttrs attrs;  // TF's defaults unless the case passed the attr to TF explicitly
+    if (c.m.has("attr.forget_bias")) attrs.forget_bias = static_cast<float>(c.m.f64("attr.forget_bias"));
+    if (c.m.has("attr.cell_clip")) attrs.cell_clip = static_cast<float>(c.m.f64("attr.cell_clip"));
+    attrs.use_peephole = c.peephole;
+    return invoke(c.op, c.sequence ? load_seq_len_max(c.dir) : 0,
+                  std::map<std::string, TensorView>(in.begin(), in.end()), attrs);
 }
 
 #ifdef BLOCKLSTM_CLI

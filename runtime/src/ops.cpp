@@ -1,0 +1,298 @@
+// The op registry: the one table of what each op takes, gives and runs (blocklstm/ops.h), and the
+// call of an op by name. The typed functions' signatures are spelled here once more, in invoke's
+// dispatch; everything else that handles the ops uniformly reads the table.
+#include <blocklstm/ops.h>
+
+#include <algorithm>
+#include <functional>
+#include <type_traits>
+
+#include "runtime/src/internal.h"
+
+namespace blocklstm {
+namespace detail {
+namespace {
+
+enum class OpId { cell, cell_grad, seq, seq_grad, seq_v2, seq_grad_v2 };
+
+struct OpDef {
+    OpId id;
+    OpInfo info;
+};
+
+std::vector<OpArg> args(std::initializer_list<std::pair<const char *, const char *>> list) {
+    std::vector<OpArg> out;
+    for (const auto &[name, shape] : list) out.push_back({name, shape});
+    return out;
+}
+
+const std::vector<OpDef> &defs() {
+    static const std::vector<OpDef> table = [] {
+        const auto weights = args({{"w", "[I+H,4H]"}, {"wci", "[H]"}, {"wcf", "[H]"}, {"wco", "[H]"}, {"b", "[4H]"}});
+        auto join = [](std::vector<OpArg> a, const std::vector<OpArg> &b) {
+            a.insert(a.end(), b.begin(), b.end());
+            return a;
+        };
+        const auto cell_in = join(args({{"x", "[B,I]"}, {"cs_prev", "[B,H]"}, {"h_prev", "[B,H]"}}), weights);
+        const auto seq_in = join(args({{"x", "[T,B,I]"}, {"cs_prev", "[B,H]"}, {"h_prev", "[B,H]"}}), weights);
+        auto activations = [](const char *s, bool with_h) {
+            std::vector<OpArg> a;
+            for (const char *n : {"i", "cs", "f", "o", "ci", "co"}) a.push_back({n, s});
+            if (with_h) a.push_back({"h", s});
+            return a;
+        };
+        const auto cell_out = activations("[B,H]", true), seq_out = activations("[T,B,H]", true);
+        const auto cell_grad_in = join(join(cell_in, activations("[B,H]", false)),
+                                       args({{"cs_grad", "[B,H]"}, {"h_grad", "[B,H]"}}));
+        const auto seq_grad_in = join(join(seq_in, activations("[T,B,H]", true)),
+                                      args({{"cs_grad", "[T,B,H]"}, {"h_grad", "[T,B,H]"}}));
+        const auto cell_grad_out = args({{"cs_prev_grad", "[B,H]"}, {"dicfo", "[B,4H]"}, {"wci_grad", "[H]"},
+                                         {"wcf_grad", "[H]"}, {"wco_grad", "[H]"}});
+        const auto seq_grad_out = args({{"x_grad", "[T,B,I]"}, {"cs_prev_grad", "[B,H]"}, {"h_prev_grad", "[B,H]"},
+                                        {"w_grad", "[I+H,4H]"}, {"wci_grad", "[H]"}, {"wcf_grad", "[H]"},
+                                        {"wco_grad", "[H]"}, {"b_grad", "[4H]"}});
+        const LSTMBlockCellAttrs cell_attrs;
+        const BlockLSTMAttrs seq_attrs;
+        const BlockLSTMV2Attrs v2_attrs;
+        auto op = [](OpId id, const char *name, const char *summary, bool sequence, const char *forward_op,
+                     const char *layout, std::vector<OpArg> in, std::vector<OpArg> out,
+                     std::optional<float> forget_bias, std::optional<float> cell_clip) {
+            return OpDef{id, {name, summary, sequence, *forward_op != '\0', layout, std::move(in),
+                              std::move(out), forget_bias, cell_clip, forward_op}};
+        };
+        return std::vector<OpDef>{
+            op(OpId::cell, "LSTMBlockCell", "one LSTM step (ICFO gates)", false, "", "icfo", cell_in,
+               cell_out, cell_attrs.forget_bias, cell_attrs.cell_clip),
+            op(OpId::cell_grad, "LSTMBlockCellGrad", "the gate gradients of one step", false, "LSTMBlockCell", "icfo",
+               cell_grad_in, cell_grad_out, std::nullopt, std::nullopt),
+            op(OpId::seq, "BlockLSTM", "an LSTM over a sequence (ICFO gates)", true, "", "icfo", seq_in,
+               seq_out, seq_attrs.forget_bias, seq_attrs.cell_clip),
+            op(OpId::seq_grad, "BlockLSTMGrad", "the gradient of BlockLSTM", true, "BlockLSTM", "icfo", seq_grad_in,
+               seq_grad_out, std::nullopt, std::nullopt),
+            op(OpId::seq_v2, "BlockLSTMV2", "an LSTM over a sequence (IFCO gates, no forget bias)", true,
+               "", "ifco", seq_in, seq_out, std::nullopt, v2_attrs.cell_clip),
+            op(OpId::seq_grad_v2, "BlockLSTMGradV2", "the gradient of BlockLSTMV2", true, "BlockLSTMV2", "ifco",
+               seq_grad_in, seq_grad_out, std::nullopt, std::nullopt),
+        };
+    }();
+    return table;
+}
+
+const OpDef &def_of(const std::string &name) {
+    for (const OpDef &d : defs()) {
+        if (d.info.name == name) return d;
+    }
+    std::string known;
+    for (const OpDef &d : defs()) known += (known.empty() ? "" : ", ") + d.info.name;
+    throw Error("unknown op '" + name + "' (expected one of: " + known + ")");
+}
+
+// The tensors of a call in the table's order, from a map by name.
+std::vector<TensorView> in_order(const OpInfo &op, const std::vector<OpArg> &expected,
+                                 const std::map<std::string, TensorView> &given, const char *what) {
+    std::vector<TensorView> out;
+    for (const OpArg &a : expected) {
+        auto it = given.find(a.name);
+        if (it == given.end()) throw Error(op.name + ": missing " + what + " '" + a.name + "'");
+        out.push_back(it->second);
+    }
+    for (const auto &[name, t] : given) {
+        (void)t;
+        const bool known = std::any_of(expected.begin(), expected.end(),
+                                       [&](const OpArg &a) { return a.name == name; });
+        if (!known) throw Error(op.name + ": unknown " + what + " '" + name + "'");
+    }
+    return out;
+}
+
+// An output bundle from views in TF's order, and named tensors from an owning bundle.
+template <typename Bundle>
+Bundle bundle_of(const std::vector<TensorView> &views) {
+    Bundle b;
+    std::size_t k = 0;
+    each_output(b, [&](const char *, TensorView &t) { t = views[k++]; });
+    return b;
+}
+template <typename Bundle>
+std::map<std::string, Tensor> named(Bundle &&owned) {
+    std::map<std::string, Tensor> out;
+    each_output(owned, [&](const char *name, Tensor &t) { out[name] = std::move(t); });
+    return out;
+}
+
+template <typename Attrs>
+Attrs fwd_attrs(const OpAttrs &a) {
+    Attrs x;
+    if constexpr (!std::is_same_v<Attrs, BlockLSTMV2Attrs>) {
+        if (a.forget_bias) x.forget_bias = *a.forget_bias;
+    }
+    if (a.cell_clip) x.cell_clip = *a.cell_clip;
+    x.use_peephole = a.use_peephole;
+    return x;
+}
+
+// An op's typed call on inputs `a` in the table's order, bound to its outputs `out` (views in
+// the table's order) and attrs once, to be run any number of times.
+std::function<void()> bind_typed(OpId id, int64_t L, const std::vector<TensorView> &a, const OpAttrs &attrs,
+                                 const std::vector<TensorView> &out) {
+#define BLOCKLSTM_X8 a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
+#define BLOCKLSTM_X16 BLOCKLSTM_X8, a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]
+#define BLOCKLSTM_X17 BLOCKLSTM_X16, a[16]
+    const GradAttrs grad{attrs.use_peephole};
+    switch (id) {
+    case OpId::cell:
+        return [=, o = bundle_of<LSTMOutputs<TensorView>>(out), at = fwd_attrs<LSTMBlockCellAttrs>(attrs)] {
+            LSTMBlockCell(BLOCKLSTM_X8, o, at);
+        };
+    case OpId::cell_grad:
+        return [=, o = bundle_of<LSTMBlockCellGradOutputs<TensorView>>(out)] { LSTMBlockCellGrad(BLOCKLSTM_X16, o, grad); };
+    case OpId::seq:
+        return [=, o = bundle_of<LSTMOutputs<TensorView>>(out), at = fwd_attrs<BlockLSTMAttrs>(attrs)] {
+            BlockLSTM(L, BLOCKLSTM_X8, o, at);
+        };
+    case OpId::seq_v2:
+        return [=, o = bundle_of<LSTMOutputs<TensorView>>(out), at = fwd_attrs<BlockLSTMV2Attrs>(attrs)] {
+            BlockLSTMV2(L, BLOCKLSTM_X8, o, at);
+        };
+    case OpId::seq_grad:
+        return [=, o = bundle_of<BlockLSTMGradOutputs<TensorView>>(out)] { BlockLSTMGrad(L, BLOCKLSTM_X17, o, grad); };
+    case OpId::seq_grad_v2:
+        return [=, o = bundle_of<BlockLSTMGradOutputs<TensorView>>(out)] { BlockLSTMGradV2(L, BLOCKLSTM_X17, o, grad); };
+    }
+    throw Error("blocklstm internal error: op id out of range");
+}
+
+// The same call allocating its outputs, returned by name.
+std::map<std::string, Tensor> run_allocating(OpId id, int64_t L, const std::vector<TensorView> &a,
+                                             const OpAttrs &attrs) {
+    const GradAttrs grad{attrs.use_peephole};
+    switch (id) {
+    case OpId::cell: return named(LSTMBlockCell(BLOCKLSTM_X8, fwd_attrs<LSTMBlockCellAttrs>(attrs)));
+    case OpId::cell_grad: return named(LSTMBlockCellGrad(BLOCKLSTM_X16, grad));
+    case OpId::seq: return named(BlockLSTM(L, BLOCKLSTM_X8, fwd_attrs<BlockLSTMAttrs>(attrs)));
+    case OpId::seq_v2: return named(BlockLSTMV2(L, BLOCKLSTM_X8, fwd_attrs<BlockLSTMV2Attrs>(attrs)));
+    case OpId::seq_grad: return named(BlockLSTMGrad(L, BLOCKLSTM_X17, grad));
+    case OpId::seq_grad_v2: return named(BlockLSTMGradV2(L, BLOCKLSTM_X17, grad));
+    }
+#undef BLOCKLSTM_X8
+#undef BLOCKLSTM_X16
+#undef BLOCKLSTM_X17
+    throw Error("blocklstm internal error: op id out of range");
+}
+
+void check_attrs(const OpInfo &op, const OpAttrs &attrs) {
+    if (attrs.forget_bias && !op.forget_bias) throw Error(op.name + ": the op has no attr forget_bias");
+    if (attrs.cell_clip && !op.cell_clip) throw Error(op.name + ": the op has no attr cell_clip");
+}
+
+}  // namespace
+
+// The kernel families an op runs (ops_sequence.cpp, ops_cell.cpp): forward: the input projection,
+// the CPU's weight panels, the step; backward: W^T, the CPU's W_h^T panels, the reverse steps, the
+// batched products (the CPU's float32 w_grad over packed chunks of dgates), the reductions.
+std::vector<std::string> op_kernel_families(const OpInfo &op, Device device, DType dtype) {
+    const bool cpu = device == Device::cpu;
+    if (!op.gradient) {
+        if (cpu) return {"gemm_nn_bias", "panels", "seq_fwd_step"};
+        return {"gemm_nn_bias", "seq_fwd_step"};
+    }
+    if (!op.sequence) return {"cell_bwd"};
+    std::vector<std::string> f = {"transpose"};
+    if (cpu) f.push_back("panels_t");
+    f.insert(f.end(), {"seq_bwd_step", "gemm_nn"});
+    if (cpu && dtype == DType::f32) f.insert(f.end(), {"panels", "gemm_tn_panels"});
+    else f.push_back("gemm_tn");
+    f.push_back("seq_bwd_reduce");
+    return f;
+}
+
+void preflight(const std::string &op, Device device, DType dtype, bool use_peephole) {
+    const OpInfo &info = def_of(op).info;
+    const Layout layout = info.layout == "ifco" ? Layout::ifco : Layout::icfo;
+    for (const std::string &family : info.kernel_families(device, dtype))
+        (void)find_kernel(family.c_str(), device, dtype, use_peephole, layout);
+}
+
+}  // namespace detail
+
+int OpArg::rank() const { return static_cast<int>(std::count(shape.begin(), shape.end(), ',')) + 1; }
+
+// "[I+H,4H]" at I=3, H=5: {8, 20}. A dimension is a sum of terms, each a letter of OpDims with an
+// optional integer factor before it, or an integer.
+std::vector<int64_t> OpArg::dims(const OpDims &d) const {
+    std::vector<int64_t> out(1, 0);
+    int64_t factor = 0;
+    bool have_factor = false;
+    auto letter = [&](char c) -> int64_t {
+        switch (c) {
+        case 'T': return d.T;
+        case 'B': return d.B;
+        case 'I': return d.I;
+        case 'H': return d.H;
+        }
+        throw Error("blocklstm internal error: shape " + shape + " of " + name);
+    };
+    for (char c : shape.substr(1, shape.size() - 2) + ",") {
+        if (c >= '0' && c <= '9') {
+            factor = factor * 10 + (c - '0');
+            have_factor = true;
+        } else if (c == '+' || c == ',') {
+            if (have_factor) out.back() += factor;  // a plain integer term
+            factor = 0, have_factor = false;
+            if (c == ',') out.push_back(0);
+        } else {
+            out.back() += (have_factor ? factor : 1) * letter(c);
+            factor = 0, have_factor = false;
+        }
+    }
+    out.pop_back();
+    return out;
+}
+
+std::vector<std::string> OpInfo::kernel_families(Device device, DType dtype) const {
+    return detail::op_kernel_families(*this, device, dtype);
+}
+
+const std::vector<OpInfo> &ops() {
+    static const std::vector<OpInfo> infos = [] {
+        std::vector<OpInfo> v;
+        for (const detail::OpDef &d : detail::defs()) v.push_back(d.info);
+        return v;
+    }();
+    return infos;
+}
+
+const OpInfo &op_info(const std::string &name) { return detail::def_of(name).info; }
+
+bool op_available(const std::string &op, Device device, DType dtype, bool use_peephole) {
+    try {
+        detail::preflight(op, device, dtype, use_peephole);
+        return true;
+    } catch (const Error &) {
+        return false;
+    }
+}
+
+std::function<void()> bind_op(const std::string &op, int64_t seq_len_max,
+                           const std::map<std::string, TensorView> &inputs,
+                           const std::map<std::string, TensorView> &outputs, const OpAttrs &attrs) {
+    const detail::OpDef &d = detail::def_of(op);
+    detail::check_attrs(d.info, attrs);
+    return detail::bind_typed(d.id, seq_len_max, detail::in_order(d.info, d.info.inputs, inputs, "input"), attrs,
+                              detail::in_order(d.info, d.info.outputs, outputs, "output"));
+}
+
+void invoke(const std::string &op, int64_t seq_len_max, const std::map<std::string, TensorView> &inputs,
+            const std::map<std::string, TensorView> &outputs, const OpAttrs &attrs) {
+    bind_op(op, seq_len_max, inputs, outputs, attrs)();
+}
+
+std::map<std::string, Tensor> invoke(const std::string &op, int64_t seq_len_max,
+                                     const std::map<std::string, TensorView> &inputs, const OpAttrs &attrs) {
+    const detail::OpDef &d = detail::def_of(op);
+    detail::check_attrs(d.info, attrs);
+    return detail::run_allocating(d.id, seq_len_max, detail::in_order(d.info, d.info.inputs, inputs, "input"),
+                                  attrs);
+}
+
+}  // namespace blocklstm
