@@ -168,9 +168,13 @@ inline const std::vector<Shape> &variant_shapes() {
         {5, 9, 1, 33, 5, 4, 0.5, 1.0, "large weights, clip active"},
         {2, 1, 31, 64, 1, 1, 0.0, 0.0, "B = 1, L < T"},
         {5, 17, 5, 16, 5, 3, 1.0, 1.0, "large weights, clip active, B = 17"},
-        // GEMMs past one block: K = I = 300 and 4H = 260 > 256 (a partial second k block),
-        // L*B = 102 rows > one 96-row block (AVX2 schedule, schedules/cpu_params.h).
+        // GEMMs past one block: L*B = 102 rows > one 96-row block (6-row tiles), and for the
+        // AVX-512 geometry's k blocks of 256 (schedules/cpu_params.h) K = I = 300 and 4H = 260
+        // each make two blocks.
         {7, 17, 300, 65, 6, 1, 0.0, 1.0, "multi-block GEMMs"},
+        // Two k blocks for every geometry (at most 512 steps each): the input projection's K = I =
+        // 600 and x_grad's K = 4H = 520 (float16's w_grad, K = L*B = 595, is the next shape).
+        {2, 3, 600, 130, 2, 1, 0.0, 1.0, "two k blocks of 512"},
         // The CPU's float32 w_grad runs in chunks of 512 rows of dgates (L*B): 595 rows are two
         // chunks; with B = 600 the second chunk starts inside h_prev's rows of h_prev_seq.
         {40, 17, 5, 16, 35, 1, 0.0, 1.0, "w_grad over two chunks"},
