@@ -14,15 +14,29 @@ namespace blocklstm::gen {
 
 using namespace Halide;
 
-// The base of every kernel generator: the generator param `geometry` ("": the target's own)
-// and the Machine its schedules are fitted to.
+// How a kernel holds the recurrent weights (kernels.inc's weights column): packed float32 panels
+// (generators/panels.cpp, schedules/panel_layout.h), the matrix in place, or not at all.
+enum class Weights { none, panels, matrix };
+
+// The base of every kernel generator: the generator params every kernel of kernels.inc is given
+// — `geometry` ("": the target's own) and `weights` — and the Machine its schedules are fitted to.
 template <typename T>
 class KernelGenerator : public Generator<T> {
 public:
     GeneratorParam<std::string> geometry{"geometry", ""};
+    GeneratorParam<Weights> weights{"weights", Weights::none,
+                                    {{"none", Weights::none}, {"panels", Weights::panels}, {"matrix", Weights::matrix}}};
 
 protected:
     schedules::Machine machine() const { return schedules::machine(this->get_target(), geometry); }
+    // The weights this generator can hold; another is a build error pointing at kernels.inc.
+    void require_weights(std::initializer_list<Weights> allowed) const {
+        for (Weights w : allowed)
+            if (w == weights) return;
+        static const char *const names[] = {"none", "panels", "matrix"};
+        throw std::invalid_argument(std::string("this generator takes no weights=") +
+                                    names[static_cast<int>(Weights(weights))] + " (kernels.inc's weights column)");
+    }
 };
 
 inline const std::map<std::string, Layout> layout_names{{"icfo", Layout::icfo},

@@ -6,7 +6,8 @@
 //            is 1^T . b = b's column sums (the CPU's b_grad, the weight gradient of the constant
 //            input 1, from the x product's last register tile, whose spare rows compute it
 //            anyway unless the tile height divides M)
-//   tn_panels  c[M,N] (f32) = (accumulate ? c : 0) + a[K,M]^T (f32) . b[K,N] (f32), b in panels
+//   tn with weights=panels (gemm_tn_panels)
+//            c[M,N] (f32) = (accumulate ? c : 0) + a[K,M]^T (f32) . b[K,N] (f32), b in panels
 //            of 16 columns (generators/panels.cpp): the CPU's float32 w_grad, summed over chunks
 //            of the sequence, each chunk of dgates packed once for both of its products
 // The float32 side is the runtime's workspace (projections, gate gradients); float16 variants
@@ -16,7 +17,7 @@
 
 namespace blocklstm::gen {
 
-enum class GemmForm { nn_bias, nn, tn, tn_panels };
+enum class GemmForm { nn_bias, nn, tn };
 
 class Gemm : public KernelGenerator<Gemm> {
 public:
@@ -24,16 +25,17 @@ public:
     GeneratorParam<GemmForm> form{"form", GemmForm::nn,
                                   {{"nn_bias", GemmForm::nn_bias},
                                    {"nn", GemmForm::nn},
-                                   {"tn", GemmForm::tn},
-                                   {"tn_panels", GemmForm::tn_panels}}};
+                                   {"tn", GemmForm::tn}}};
 
     Input<Buffer<>> *a = nullptr, *b = nullptr, *bias = nullptr, *c_in = nullptr;
-    Input<float> *accumulate = nullptr;  // tn_panels: 0 (c = the product) or 1 (c += it)
+    Input<float> *accumulate = nullptr;  // b in panels: 0 (c = the product) or 1 (c += it)
     Output<Buffer<>> *c = nullptr;
 
     void configure() {
         const Type f32_type = Float(32);
-        const bool panels = form == GemmForm::tn_panels;
+        if (form == GemmForm::tn) require_weights({Weights::none, Weights::panels});
+        else require_weights({Weights::none});
+        const bool panels = weights == Weights::panels;
         const bool a_is_f32 = form == GemmForm::nn || panels;
         const bool b_is_f32 = form == GemmForm::tn || panels;
         const bool c_is_f32 = form == GemmForm::nn_bias || panels;
@@ -49,8 +51,8 @@ public:
 
     void generate() {
         Var x("x"), y("y");  // column, row of c
-        const bool transpose_a = form == GemmForm::tn || form == GemmForm::tn_panels;
-        const int b_panel_cols = declare_panels(b, c, form == GemmForm::tn_panels);
+        const bool transpose_a = form == GemmForm::tn;
+        const int b_panel_cols = declare_panels(b, c, weights == Weights::panels);
         // The runtime's buffers start at 0; known here, a column's place in its packed panel
         // (x % panel_cols) is known at compile time.
         c->dim(0).set_min(0);

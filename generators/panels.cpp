@@ -18,7 +18,10 @@ public:
     Input<Buffer<>> *in = nullptr;
     Output<Buffer<float, 3>> out{"out"};
 
-    void configure() { in = add_input<Buffer<>>("in", dtype, 2); }
+    void configure() {
+        require_weights({Weights::panels});
+        in = add_input<Buffer<>>("in", dtype, 2);
+    }
 
     void generate() {
         const int P = panels::kPanelCols;

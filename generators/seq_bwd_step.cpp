@@ -21,8 +21,9 @@ public:
 
     void configure() {
         dgates_next = add_input<Buffer<>>("dgates_next", Float(32), 2);  // [B,4H], zeros at t = L-1
-        // [4H,H] = W_h^T; on the CPU as packed float32 panels (generators/panels.cpp)
-        const bool panels = schedules::step_weights_in_panels(machine());
+        // [4H,H] = W_h^T: the matrix, or packed float32 panels (generators/panels.cpp)
+        require_weights({Weights::panels, Weights::matrix});
+        const bool panels = weights == Weights::panels;
         w_h_t = add_input<Buffer<>>("w_h_t", panels ? Float(32) : Type(dtype), panels ? 3 : 2);
         h_grad = add_input<Buffer<>>("h_grad", dtype, 2);                // [B,H]
         cs_grad = add_input<Buffer<>>("cs_grad", dtype, 2);
@@ -46,7 +47,7 @@ public:
         Expr H = h_grad->dim(0).extent(), B = h_grad->dim(1).extent();
 
         const int panel_cols =
-            declare_panels(w_h_t, dh, schedules::step_weights_in_panels(machine()));
+            declare_panels(w_h_t, dh, weights == Weights::panels);
         MatrixProduct p = matrix_product(
             "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
             [&](Expr xx, Expr k) { return recurrent_weight(*w_h_t, panel_cols, xx, k); },

@@ -23,8 +23,9 @@ public:
     void configure() {
         xw = add_input<Buffer<>>("xw", Float(32), 2);       // [B,4H] x.W_x + b
         h_prev = add_input<Buffer<>>("h_prev", dtype, 2);   // [B,H]
-        // [H,4H] rows I.. of w; on the CPU as packed float32 panels (generators/panels.cpp)
-        const bool panels = schedules::step_weights_in_panels(machine());
+        // [H,4H] rows I.. of w: the matrix, or packed float32 panels (generators/panels.cpp)
+        require_weights({Weights::panels, Weights::matrix});
+        const bool panels = weights == Weights::panels;
         w_h = add_input<Buffer<>>("w_h", panels ? Float(32) : Type(dtype), panels ? 3 : 2);
         cs_prev = add_input<Buffer<>>("cs_prev", dtype, 2); // [B,H]
         wci = add_input<Buffer<>>("wci", dtype, 1);
@@ -39,7 +40,7 @@ public:
         Expr H = cs_prev->dim(0).extent(), B = cs_prev->dim(1).extent();
 
         const int panel_cols =
-            declare_panels(w_h, gates, schedules::step_weights_in_panels(machine()));
+            declare_panels(w_h, gates, weights == Weights::panels);
         MatrixProduct p = matrix_product(
             "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
             [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k); },

@@ -87,11 +87,6 @@ inline void schedule_transpose(Halide::Func out, Halide::Func staged, Halide::Va
     schedule_transpose_cuda(out, staged, x, y);
 }
 
-// The CPU's per-step products read their recurrent weights from packed panels
-// (generators/panels.cpp, float32, panels::kPanelCols wide), made once per call; the GPU's read
-// the weight matrix in place.
-inline bool step_weights_in_panels(const Machine &m) { return !m.gpu(); }
-
 // Packed weight panels exist for the CPU's per-step products only.
 inline void schedule_panels(Halide::Func out, Halide::Var xi, Halide::Var k, Halide::Var xo,
                             bool transposed, const Machine &m) {

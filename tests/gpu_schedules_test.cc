@@ -18,7 +18,7 @@
 #define BLOCKLSTM_IF_cuda_f16(...)
 #define BLOCKLSTM_IF_cpu_f32(...)
 #define BLOCKLSTM_IF_cpu_f16(...)
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout)                               \
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...)                          \
     BLOCKLSTM_IF_##backend##_##dtype(                                                         \
         extern "C" int family##__opencl_f32_##flags##_##layout##_argv(void **);               \
         extern "C" const halide_filter_metadata_t *family##__opencl_f32_##flags##_##layout##_metadata();)
@@ -41,7 +41,7 @@ void PrintTo(const Twin &t, std::ostream *os) { *os << t.name(); }
 
 const std::vector<Twin> &twins() {
     static const std::vector<Twin> t = {
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout)            \
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...)       \
     BLOCKLSTM_IF_##backend##_##dtype(Twin{#family, #flags, #layout,        \
                                           &family##__opencl_f32_##flags##_##layout##_argv, \
                                           &family##__opencl_f32_##flags##_##layout##_metadata},)

@@ -24,7 +24,7 @@ void PrintTo(const Variant &v, std::ostream *os) { *os << v.name(); }
 
 const std::vector<Variant> &table() {
     static const std::vector<Variant> v = {
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout) Variant{#family, #backend, #dtype, #flags, #layout},
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...) Variant{#family, #backend, #dtype, #flags, #layout},
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
     };

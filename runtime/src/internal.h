@@ -131,6 +131,10 @@ struct KernelCode {
     const halide_filter_metadata_t *(*metadata)();
 };
 
+// How a kernel holds the recurrent weights (kernels.inc's weights column): packed float32 panels
+// (schedules/panel_layout.h), the matrix in place, or none.
+enum class KernelWeights { none, panels, matrix };
+
 struct KernelEntry {
     const char *name;
     const char *family;
@@ -138,6 +142,7 @@ struct KernelEntry {
     DType dtype;
     bool peephole;
     const char *layout;  // "icfo", "ifco", "any"
+    KernelWeights weights;
     // cpu: one function per CPU target, in cpu_targets.inc's order; cuda: one.
     const KernelCode *code;
 };

@@ -30,8 +30,8 @@
 #define BLOCKLSTM_DECLARE_CPU_FUNCTION(kernel, tag) BLOCKLSTM_DECLARE_FUNCTION(kernel##__##tag)
 #define BLOCKLSTM_DECLARE_cpu(kernel) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_DECLARE_CPU_FUNCTION, kernel)
 #define BLOCKLSTM_DECLARE_cuda(kernel) BLOCKLSTM_DECLARE_FUNCTION(kernel)
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout) \
-    BLOCKLSTM_IF_BACKEND_##backend(                             \
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...) \
+    BLOCKLSTM_IF_BACKEND_##backend(                                  \
         BLOCKLSTM_DECLARE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout)))
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
@@ -45,7 +45,7 @@ namespace {
 #define BLOCKLSTM_CPU_CODE(kernel, tag) BLOCKLSTM_CODE(kernel##__##tag)
 #define BLOCKLSTM_CODE_cpu(kernel) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_CPU_CODE, kernel)
 #define BLOCKLSTM_CODE_cuda(kernel) BLOCKLSTM_CODE(kernel)
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout)                                     \
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...)                                \
     BLOCKLSTM_IF_BACKEND_##backend(                                                                 \
         const KernelCode kernel_code_##family##__##backend##_##dtype##_##flags##_##layout[] = {      \
             BLOCKLSTM_CODE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout))};)
@@ -53,7 +53,7 @@ namespace {
 #undef BLOCKLSTM_KERNEL
 
 const KernelEntry kernel_table[] = {
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout)                                 \
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, weights, generator)            \
     BLOCKLSTM_IF_BACKEND_##backend(                                                             \
         {#family "__" #backend "_" #dtype "_" #flags "_" #layout,                               \
          #family,                                                                               \
@@ -61,6 +61,7 @@ const KernelEntry kernel_table[] = {
          DType::dtype,                                                                          \
          std::string_view(#flags) == "peephole",                                                \
          #layout,                                                                               \
+         KernelWeights::weights,                                                                \
          kernel_code_##family##__##backend##_##dtype##_##flags##_##layout},)
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL

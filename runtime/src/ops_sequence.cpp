@@ -72,12 +72,12 @@ Buf pack_panels(Exec &exec, const char *family, DType dt, Buf w, int64_t cols, i
     return packed;
 }
 
-// The recurrent weights as the step kernels read them: on the CPU packed once per call into
-// float32 panels of panels::kPanelCols columns (generators/panels.cpp; `family` panels: b(x, k) =
-// w(x, k), panels_t: b(x, k) = w(k, x)), on the GPU the matrix `w` itself.
-Buf recurrent_weights(Exec &exec, const char *family, DType dt, Buf w, int64_t cols,
-                      int64_t depth, std::optional<Scratch> &storage) {
-    if (exec.device() != Device::cpu) return w;
+// The recurrent weights as `step` holds them (kernels.inc's weights column): packed once per call
+// into float32 panels of panels::kPanelCols columns (generators/panels.cpp; `family` panels:
+// b(x, k) = w(x, k), panels_t: b(x, k) = w(k, x)), or `matrix` itself.
+Buf recurrent_weights(Exec &exec, const KernelEntry &step, const char *family, DType dt, Buf w,
+                      Buf matrix, int64_t cols, int64_t depth, std::optional<Scratch> &storage) {
+    if (step.weights != KernelWeights::panels) return matrix;
     storage.emplace(exec, panel_elements(cols, depth) * 4, Scratch::Fill::none);
     return pack_panels(exec, family, dt, w, cols, depth, storage->data());
 }
@@ -139,9 +139,8 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     Buf xw_t = Buf::matrix(dev, xw.data(), DType::f32, B, 4 * H, 4 * H);
     Buf h_prev(dev, in.h_prev.data, dt, {B, H}), cs_prev(dev, in.cs_prev.data, dt, {B, H});
     std::optional<Scratch> w_h_panels;
-    Buf w_h = recurrent_weights(exec, "panels", dt,
-                                Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H),
-                                4 * H, H, w_h_panels);
+    const Buf w_h_rows = Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
+    Buf w_h = recurrent_weights(exec, step_kernel, "panels", dt, w_h_rows, w_h_rows, 4 * H, H, w_h_panels);
     Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
     const TV *outs[7] = {&out.i, &out.cs, &out.f, &out.o, &out.ci, &out.co, &out.h};
     std::vector<Buf> slices;
@@ -283,13 +282,11 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     Scratch carry0(exec, B * H * 4), carry1(exec, B * H * 4);
     float *carry[2] = {carry0.floats(), carry1.floats()};
     Buf dnext = Buf::matrix(dev, zeros.data(), DType::f32, B, 4 * H, 4 * H);
-    // W_h^T: on the CPU in panels straight from the rows of W_h, else the rows of w^T.
+    // W_h^T: in panels straight from the rows of W_h, or the rows of w^T.
     std::optional<Scratch> w_h_t_panels;
-    Buf w_h_t = dev == Device::cpu
-                    ? recurrent_weights(exec, "panels_t", dt,
-                                        Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H),
-                                        H, 4 * H, w_h_t_panels)
-                    : Buf::matrix(dev, w_t_bytes + I * es, dt, 4 * H, H, I + H);
+    Buf w_h_t = recurrent_weights(exec, step_kernel, "panels_t", dt,
+                                  Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H),
+                                  Buf::matrix(dev, w_t_bytes + I * es, dt, 4 * H, H, I + H), H, 4 * H, w_h_t_panels);
     const TV *step_inputs[] = {&act.h_grad, &act.cs_grad, &act.i, &act.f, &act.o, &act.ci, &act.co};
     std::vector<Buf> per_step;  // h_grad, cs_grad, i, f, o, ci, co at step t
     for (const TV *t : step_inputs) per_step.emplace_back(dev, t->data, dt, std::initializer_list<int64_t>{B, H});
