@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <mutex>
 #include <utility>
+#include <vector>
 #include <string_view>
 
 #include <blocklstm/ops.h>
@@ -108,10 +109,13 @@ std::string normalized_argument_name(const char *name) {
 // Whether a family has peephole variants (the cell math does); one without (the products,
 // transposes, panels: flags plain) serves calls with and without peepholes.
 bool has_peephole_variants(const char *family) {
-    for (const KernelEntry &k : kernel_table) {
-        if (k.peephole && std::strcmp(k.family, family) == 0) return true;
-    }
-    return false;
+    static const std::vector<std::string_view> families = [] {  // once: find_kernel runs per op call
+        std::vector<std::string_view> f;
+        for (const KernelEntry &k : kernel_table)
+            if (k.peephole) f.push_back(k.family);
+        return f;
+    }();
+    return std::find(families.begin(), families.end(), family) != families.end();
 }
 
 }  // namespace
