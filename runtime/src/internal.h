@@ -147,8 +147,9 @@ struct KernelEntry {
     const KernelCode *code;
 };
 
-// The kernel of `family` for this backend and flags (layout ignored for "any" kernels). Throws if
-// absent (e.g. a CUDA call in a build without BLOCKLSTM_CUDA).
+// The kernel of `family` for this backend and flags (layout ignored for "any" kernels, peephole
+// for families without peephole variants). Throws if absent (e.g. a CUDA call in a build without
+// BLOCKLSTM_CUDA).
 const KernelEntry &find_kernel(const char *family, Device backend, DType dtype, bool peephole,
                                Layout layout);
 
