@@ -307,7 +307,7 @@ Bundle<TensorView> views(const Bundle<Tensor> &owned) {
 int64_t saturating_product(std::initializer_list<int64_t> factors);
 
 // Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: weight_grads_in_chunks),
-// one k block of its product (schedules/cpu_params.h: gemm_k_block, AVX2).
+// one k block of its product in the AVX2 geometry (schedules/cpu_params.h: gemm_k_block).
 constexpr int64_t kWeightGradChunkRows = 512;
 
 // Elements of a [depth, cols] operand in packed panels: the panel count every CPU geometry may

@@ -147,7 +147,7 @@ class Bench:
         if p.returncode != 0 or not lines or not re.fullmatch(
                 r"median_ms=[0-9.]+ gflops=[0-9.]+", lines[-1]):
             raise RuntimeError(f"{' '.join(cmd)}: exit {p.returncode}: {p.stderr.strip()[-300:]}")
-        m = re.search(r"device cpu \(([^)]*)\)", p.stdout)
+        m = re.search(r"device cpu \((?:CPU target )?([^),]*)", p.stdout)
         if m:
             self.info["ours_target"] = m.group(1)
         for line in lines:
