@@ -100,28 +100,26 @@ inline Expr recurrent_weight(const Func &w, int panel_cols, const Expr &x, const
 // edge iterations), so a schedule may compute whole register tiles and blocks at the edges;
 // b_padded: b may be read past its last column up to the end of a panel (zeros there), so its
 // columns are not clamped and a step's product reads b's panels in whole vectors.
-struct MatrixProduct {
-    Func sum, part, a_panel, b_panel;
-    RDom k_in_block, blocks;
-};
-
-inline MatrixProduct matrix_product(const std::string &name,
+inline schedules::GemmFuncs matrix_product(const std::string &name,
                                     const std::function<Expr(Expr k, Expr y)> &a,
                                     const std::function<Expr(Expr x, Expr k)> &b,
                                     const std::function<Expr(Expr x, Expr y)> &init,
                                     const Expr &rows, const Expr &cols, const Expr &depth,
-                                    int k_block, int panel_rows, int panel_cols, bool b_padded,
+                                    const schedules::GemmBlocking &blocking, bool b_padded,
                                     const Var &x, const Var &y,
                                     std::optional<Func> sum = std::nullopt) {
+    const int k_block = blocking.k_block, panel_rows = blocking.panel_rows,
+              panel_cols = blocking.panel_cols;
     // depth in equal blocks of at most k_block steps (the last one is padded by less than one
     // step per block): H = 128 runs one block of 128, not a block of k_block half zeros.
     // k_block 0: all of depth in one block.
     // At least one block, even for an empty depth: the first block writes the initial value.
     Expr num_blocks = k_block > 0 ? max((depth + (k_block - 1)) / k_block, 1) : Expr(1);
     Expr block_size = k_block > 0 ? (depth + num_blocks - 1) / num_blocks : depth;
-    MatrixProduct p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"),
-                    Func(name + "_a_panel"), Func(name + "_b_panel"),
-                    RDom(0, block_size, name + "_k"), RDom(0, num_blocks, name + "_kb")};
+    RDom k_in_block(0, block_size, name + "_k"), blocks(0, num_blocks, name + "_kb");
+    schedules::GemmFuncs p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"),
+                           Func(name + "_a_panel"), Func(name + "_b_panel"), x, y, k_in_block.x,
+                           blocks.x};
     Var k("k"), kb("kb"), xo("xo"), yo("yo");
     Expr xc = min(likely(x), cols - 1), yc = min(likely(y), rows - 1);
     Expr kc = min(likely(k), max(depth - 1, 0));
@@ -131,7 +129,7 @@ inline MatrixProduct matrix_product(const std::string &name,
         select(likely(k < depth), f32(a(kc, min(likely(panel_y), rows - 1))), 0.0f);
     Expr b_x = b_padded ? panel_x : min(likely(panel_x), cols - 1);
     p.b_panel(x, k, xo) = select(likely(k < depth), f32(b(b_x, kc)), 0.0f);
-    Expr kk = kb * block_size + p.k_in_block;
+    Expr kk = kb * block_size + k_in_block;
     Expr a_kk = panel_rows > 0 ? p.a_panel(y % panel_rows, kk, y / panel_rows)
                                : p.a_panel(y, kk, 0);
     Expr b_kk = panel_cols > 0 ? p.b_panel(x % panel_cols, kk, x / panel_cols)
@@ -144,11 +142,11 @@ inline MatrixProduct matrix_product(const std::string &name,
         // x_grad, 1 % of BlockLSTMGrad at 50,8,128). The select reads c's old value, unused, in
         // the first block.
         p.sum(x, y) = undef<float>();
-        Expr before = select(p.blocks.x == 0, f32(init(xc, yc)), p.sum(x, y));
-        p.sum(x, y) = before + p.part(x, y, p.blocks);
+        Expr before = select(blocks.x == 0, f32(init(xc, yc)), p.sum(x, y));
+        p.sum(x, y) = before + p.part(x, y, blocks);
     } else {
         p.sum(x, y) = f32(init(xc, yc));
-        p.sum(x, y) += p.part(x, y, p.blocks);
+        p.sum(x, y) += p.part(x, y, blocks);
     }
     return p;
 }

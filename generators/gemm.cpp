@@ -59,10 +59,10 @@ public:
         c->dim(1).set_min(0);
         Expr rows = c->dim(1).extent(), cols = c->dim(0).extent();
         Expr depth = transpose_a ? a->dim(1).extent() : a->dim(0).extent();
-        const auto batched = schedules::GemmFuncs::Shape::batched;
         // A float32 c is the accumulator itself; a float16 c is one rounding of it.
         const bool c_is_f32 = c->types()[0] == Float(32);
-        MatrixProduct p = matrix_product(
+        const auto batched = schedules::GemmShape::batched;
+        schedules::GemmFuncs p = matrix_product(
             "c",
             [&](Expr k, Expr yy) {
                 if (!transpose_a) return (*a)(k, yy);
@@ -75,18 +75,19 @@ public:
                 if (c_in) return select(*accumulate != 0.0f, (*c_in)(xx, yy), 0.0f);
                 return bias ? f32((*bias)(xx)) : Expr(0.0f);
             },
-            rows, cols, depth, schedules::matrix_product_k_block(batched, machine()),
-            schedules::matrix_product_panel_rows(batched, machine()),
-            schedules::matrix_product_panel_cols(batched, machine()),
+            rows, cols, depth, schedules::gemm_blocking(batched, machine()),
             /*b_padded=*/b_panel_cols > 0, x, y,
             c_is_f32 ? std::optional<Func>(Func(*c)) : std::nullopt);
         if (!c_is_f32) (*c)(x, y) = cast(c->types()[0], p.sum(x, y));
 
         const schedules::Machine t = machine();
-        schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
-                                  p.blocks.x, c_is_f32, batched, !transpose_a, cols,
-                                  /*b_in_panels=*/b_panel_cols > 0,
-                                  /*a_converted=*/a->type() != Float(32)},
+        schedules::schedule_gemm(p,
+                                 {.shape = batched,
+                                  .cols = cols,
+                                  .sum_is_output = c_is_f32,
+                                  .a_rows_contiguous = !transpose_a,
+                                  .b_in_panels = b_panel_cols > 0,
+                                  .a_converted = a->type() != Float(32)},
                                  t);
         if (!c_is_f32) schedules::schedule_elementwise(*c, x, y, t);
     }

@@ -48,13 +48,11 @@ public:
 
         const int panel_cols =
             declare_panels(w_h_t, dh, weights == Weights::panels);
-        MatrixProduct p = matrix_product(
+        schedules::GemmFuncs p = matrix_product(
             "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
             [&](Expr xx, Expr k) { return recurrent_weight(*w_h_t, panel_cols, xx, k); },
             [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H,
-            schedules::matrix_product_k_block(schedules::GemmFuncs::Shape::step, machine()),
-            schedules::matrix_product_panel_rows(schedules::GemmFuncs::Shape::step, machine()),
-            schedules::matrix_product_panel_cols(schedules::GemmFuncs::Shape::step, machine()),
+            schedules::gemm_blocking(schedules::GemmShape::step, machine()),
             /*b_padded=*/panel_cols > 0,
             x, y, Func(*dh));
 
@@ -70,10 +68,8 @@ public:
         (*dcs_carry_out)(j, n) = cell(j, n)[4];
 
         const schedules::Machine t = machine();
-        schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
-                                  p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step,
-                                  /*a_rows_contiguous=*/true, /*cols=*/H, panel_cols > 0},
-                                 t);
+        schedules::schedule_gemm(
+            p, {.shape = schedules::GemmShape::step, .cols = H, .b_in_panels = panel_cols > 0}, t);
         // The cell math (no transcendentals) is inlined into both outputs: recomputing it is
         // cheaper than a [5, B, H] buffer written and read back every step.
         schedules::schedule_gate_blocks_and(*dgates, *dcs_carry_out, j, g, n, t);

@@ -41,13 +41,11 @@ public:
 
         const int panel_cols =
             declare_panels(w_h, gates, weights == Weights::panels);
-        MatrixProduct p = matrix_product(
+        schedules::GemmFuncs p = matrix_product(
             "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
             [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k); },
             [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H,
-            schedules::matrix_product_k_block(schedules::GemmFuncs::Shape::step, machine()),
-            schedules::matrix_product_panel_rows(schedules::GemmFuncs::Shape::step, machine()),
-            schedules::matrix_product_panel_cols(schedules::GemmFuncs::Shape::step, machine()),
+            schedules::gemm_blocking(schedules::GemmShape::step, machine()),
             /*b_padded=*/panel_cols > 0,
             x, y, Func(*gates));
 
@@ -60,10 +58,11 @@ public:
                               cast(ty, r.ci), cast(ty, r.co), cast(ty, r.h));
 
         const schedules::Machine t = machine();
-        schedules::schedule_gemm({p.sum, p.part, p.a_panel, p.b_panel, x, y, p.k_in_block.x,
-                                  p.blocks.x, /*sum_is_output=*/true, schedules::GemmFuncs::Shape::step,
-                                  /*a_rows_contiguous=*/true, /*cols=*/4 * H, panel_cols > 0,
-                                  /*a_converted=*/Type(dtype) != Float(32)},
+        schedules::schedule_gemm(p,
+                                 {.shape = schedules::GemmShape::step,
+                                  .cols = 4 * H,
+                                  .b_in_panels = panel_cols > 0,
+                                  .a_converted = Type(dtype) != Float(32)},
                                  t);
         schedules::schedule_elementwise(*lstm, j, n, t);
     }

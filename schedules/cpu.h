@@ -16,22 +16,30 @@ namespace blocklstm::schedules {
 
 using namespace Halide;
 
-// A matrix product (generators/common.h: matrix_product): `sum(x, y)` (x = column, contiguous;
-// y = row) = init + the sum over k blocks `blocks` of `part(x, y, kb)`, each a product over one
-// block `k` of k; `a_panel` and `b_panel` are the float32 operands of a block.
+// The Funcs of a matrix product (generators/common.h: matrix_product): `sum(x, y)` (x = column,
+// contiguous; y = row) = init + the sum over k blocks `blocks` of `part(x, y, kb)`, each a product
+// over one block `k` of k; `a_panel` and `b_panel` are the float32 operands of a block.
 struct GemmFuncs {
     Func sum, part, a_panel, b_panel;
     Var x, y;
     RVar k, blocks;
+};
+
+// step: few rows (B, once per time step); A is read in place. batched: a product over the whole
+// sequence (L*B rows or depth), parallel over work items (row block x column chunk); two loop
+// orders, by GemmUse::a_rows_contiguous (schedule_gemm_cpu).
+enum class GemmShape { step, batched };
+
+// How a product is used and stored, which its schedule follows; written by field name
+// (`{.shape = GemmShape::step, .cols = H}`).
+struct GemmUse {
+    GemmShape shape = GemmShape::step;
+    Expr cols;  // extent of x (batched: splits the columns into gemm_column_chunks)
+    // sum is the kernel's output; otherwise it is an intermediate that an output rounds.
     bool sum_is_output = true;
-    // batched: a product over the whole sequence (L*B rows or depth), parallel over work items
-    // (row block x column chunk); two loop orders, by a_rows_contiguous (schedule_gemm_cpu).
-    // step: few rows (B, once per time step); A is read in place.
-    enum class Shape { step, batched } shape = Shape::step;
     // a(k, y) is stored row-major (k contiguous): its rows can be read in place. Otherwise
     // (a transposed operand) a batched product packs it.
     bool a_rows_contiguous = true;
-    Expr cols;  // extent of x (batched: splits the columns into gemm_column_chunks)
     // b is read from weight panels packed once per call (generators/panels.cpp): nothing to pack.
     bool b_in_panels = false;
     // a is stored in another type than float32 (float16): converted once into a float32 panel
@@ -45,14 +53,14 @@ struct GemmFuncs {
 // the accumulator tile lives in vector registers for the whole k block. The batched products
 // pack per work item or per call (see the two loop orders below); the per-step products read A
 // in place and B from the weight panels packed once per call.
-inline void schedule_gemm_cpu(GemmFuncs g, const CpuGeometry &geo) {
-    const bool batched = g.shape == GemmFuncs::Shape::batched;
+inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuGeometry &geo) {
+    const bool batched = use.shape == GemmShape::batched;
     const int vec = geo.vector_floats;
     const int tile_cols = geo.gemm_tile_cols();
     const int tile_rows = batched ? geo.gemm_tile_rows : geo.gemm_step_tile_rows;
     // The rule that keeps a tile's panel reads inside what the runtime allocates
     // (schedules/panel_layout.h).
-    if (g.b_in_panels && panels::kPanelGroupCols % tile_cols != 0) {
+    if (use.b_in_panels && panels::kPanelGroupCols % tile_cols != 0) {
         throw std::invalid_argument(std::string("CPU geometry ") + geo.name + ": register tiles of " +
                                     std::to_string(tile_cols) + " columns do not divide a panel group of " +
                                     std::to_string(panels::kPanelGroupCols));
@@ -62,7 +70,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const CpuGeometry &geo) {
 
     // sum's pure stage is empty on the CPU: the initial value (bias, h_grad, the input
     // projection, or zero) is added in the first k block's update (generators/common.h).
-    if (!g.sum_is_output) g.sum.compute_root();
+    if (!use.sum_is_output) g.sum.compute_root();
     Stage update = g.sum.update();
     update.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
         .split(yo, yb, yo, gemm_row_block_tiles, TailStrategy::GuardWithIf)
@@ -72,7 +80,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const CpuGeometry &geo) {
         .unroll(yi);
     if (batched) {
         Var xc("xc"), work("work");
-        Expr col_tiles = (g.cols + tile_cols - 1) / tile_cols;
+        Expr col_tiles = (use.cols + tile_cols - 1) / tile_cols;
         update.split(xo, xc, xo, (col_tiles + gemm_column_chunks - 1) / gemm_column_chunks,
                      TailStrategy::GuardWithIf);
         // Packing: a's panel (rows interleaved per register tile) and b's panels (one contiguous
@@ -91,14 +99,14 @@ inline void schedule_gemm_cpu(GemmFuncs g, const CpuGeometry &geo) {
                 .vectorize(b_args[0], vec)
                 .parallel(b_args[2]);
         };
-        if (g.a_rows_contiguous) {
+        if (use.a_rows_contiguous) {
             // c has the many rows (T*B) and b is a weight matrix: each work item (row block x
             // column chunk) runs all k blocks on its block of c, which stays in L2 instead of
             // being swept from memory once per k block; b is packed whole, once. float32 rows
             // of a are read in place (a packed copy costs more than the L2 reuse it buys);
             // float16 ones are converted once per work item and k block.
             update.reorder(xo, g.blocks, yb, xc).fuse(yb, xc, work).parallel(work);
-            if (g.a_converted) pack_a_at(LoopLevel(g.sum, g.blocks));
+            if (use.a_converted) pack_a_at(LoopLevel(g.sum, g.blocks));
             pack_b_at(LoopLevel::root());
         } else {
             // GotoBLAS order: the A panel of a whole row block (96 rows x one k block, 192 KiB,
@@ -107,19 +115,19 @@ inline void schedule_gemm_cpu(GemmFuncs g, const CpuGeometry &geo) {
             // machine: transposed-A products 19 -> 31 GFLOP per core-second (OpenBLAS: 31-36).
             update.reorder(xo, yb, xc).fuse(yb, xc, work).parallel(work);
             pack_a_at(LoopLevel(g.sum, work));
-            if (!g.b_in_panels) pack_b_at(LoopLevel(g.sum, g.blocks));
+            if (!use.b_in_panels) pack_b_at(LoopLevel(g.sum, g.blocks));
         }
     } else {
         // a's rows are read in place; row blocks x column tiles in parallel, so a product with
         // few rows (B, per step) still spreads its 4H columns over the cores.
         update.fuse(xo, yb, tile).parallel(tile);
-        if (g.a_converted) {
+        if (use.a_converted) {
             const std::vector<Var> a_args = g.a_panel.args();  // (y, k, 0)
             g.a_panel.compute_root().vectorize(a_args[1], vec, TailStrategy::GuardWithIf);
         }
-        if (g.b_in_panels) {
+        if (use.b_in_panels) {
             // Columns from 0: each tile starts a panel, read in whole vectors.
-            g.sum.bound(x, 0, g.cols);
+            g.sum.bound(x, 0, use.cols);
         } else {
             g.b_panel.compute_at(g.sum, tile).bound_extent(x, tile_cols).vectorize(x, vec);
         }

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "Halide.h"
-#include "schedules/cpu.h"  // GemmFuncs
+#include "schedules/cpu.h"  // GemmFuncs, GemmUse
 #include "schedules/cuda_params.h"
 
 namespace blocklstm::schedules {
@@ -18,13 +18,13 @@ using namespace Halide;
 // `part` holds the whole dot products of one thread's register tile, the operand panels are
 // inlined (read straight from global memory: the columns' operand coalesced across the warp, the
 // rows' operand broadcast), and `sum` adds them to its initial value.
-inline void schedule_gemm_cuda(GemmFuncs g, const CudaGemmTile &tile) {
+inline void schedule_gemm_cuda(GemmFuncs g, bool sum_is_output, const CudaGemmTile &tile) {
     const int rx = tile.cols_per_thread, ry = tile.rows_per_thread;
     const int tile_cols = 32 * rx, tile_rows = tile.thread_rows * ry;
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xt("xt"), yt("yt"), xr("xr"), yr("yr");
     Var x = g.x, y = g.y;
 
-    if (!g.sum_is_output) g.sum.compute_root();
+    if (!sum_is_output) g.sum.compute_root();
     g.sum.gpu_tile(x, y, xo, yo, xi, yi, 32, 8, TailStrategy::GuardWithIf);
     g.sum.update()
         .tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)

@@ -29,28 +29,28 @@ inline Machine machine(const Halide::Target &t, const std::string &geometry) {
     return {t, geometry.empty() ? geometry_of(t) : cpu_geometry(geometry)};
 }
 
-// Steps of k per block of a matrix product (0: all of k in one block). On the GPU a thread keeps
-// its accumulators in registers for the whole dot product, so there is nothing to block for.
-inline int matrix_product_k_block(GemmFuncs::Shape shape, const Machine &m) {
-    if (m.gpu()) return 0;
-    return shape == GemmFuncs::Shape::batched ? m.cpu.gemm_k_block : gemm_step_k_block;
+// How a matrix product's k and operands are blocked, which its algorithm is written for
+// (generators/common.h: matrix_product).
+struct GemmBlocking {
+    // Steps of k per block (0: all of k in one block). On the GPU a thread keeps its
+    // accumulators in registers for the whole dot product, so there is nothing to block for.
+    int k_block = 0;
+    // Rows / columns per packed panel of the operands (0: no panels): the CPU's batched products
+    // pack their operands in one panel per register tile.
+    int panel_rows = 0, panel_cols = 0;
+};
+
+inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m) {
+    if (m.gpu()) return {};
+    if (shape == GemmShape::step) return {.k_block = gemm_step_k_block};
+    return {.k_block = m.cpu.gemm_k_block, .panel_rows = m.cpu.gemm_tile_rows,
+            .panel_cols = m.cpu.gemm_tile_cols()};
 }
 
-// Rows / columns per packed panel of a matrix product's operands (0: no panels): the CPU's
-// batched products pack their operands in one panel per register tile.
-inline int matrix_product_panel_rows(GemmFuncs::Shape shape, const Machine &m) {
-    if (m.gpu() || shape != GemmFuncs::Shape::batched) return 0;
-    return m.cpu.gemm_tile_rows;
-}
-
-inline int matrix_product_panel_cols(GemmFuncs::Shape shape, const Machine &m) {
-    if (m.gpu() || shape != GemmFuncs::Shape::batched) return 0;
-    return m.cpu.gemm_tile_cols();
-}
-
-inline void schedule_gemm(const GemmFuncs &g, const Machine &m) {
-    if (!m.gpu()) return schedule_gemm_cpu(g, m.cpu);
-    schedule_gemm_cuda(g, g.shape == GemmFuncs::Shape::batched ? cuda_batched_tile : cuda_step_tile);
+inline void schedule_gemm(const GemmFuncs &g, const GemmUse &use, const Machine &m) {
+    if (!m.gpu()) return schedule_gemm_cpu(g, use, m.cpu);
+    schedule_gemm_cuda(g, use.sum_is_output,
+                       use.shape == GemmShape::batched ? cuda_batched_tile : cuda_step_tile);
 }
 
 inline void schedule_elementwise(Halide::Func f, Halide::Var j, Halide::Var n, const Machine &m) {

@@ -94,7 +94,8 @@ void write_outputs(const std::string &out_dir, const OpInfo &op, const Outputs &
     const std::string suffix = ".tmp." + std::to_string(::getpid());
     for (std::size_t k = 0; k < outputs.size(); ++k) {
         const Tensor &t = outputs[k];
-        const std::string tmp = (fs::path(out_dir) / ("." + label(op.outputs[k].name.c_str()) + suffix)).string();
+        const std::string hidden = std::string(".").append(label(op.outputs[k].name.c_str())).append(suffix);
+        const std::string tmp = (fs::path(out_dir) / hidden).string();
         temps.paths.push_back(tmp);
         try {
             npy::write(tmp, t.dtype() == DType::f16 ? npy::Type::f16 : npy::Type::f32, t.shape(),

@@ -8,7 +8,8 @@
 #include <mutex>
 #include <utility>
 
-#include "runtime/src/internal.h"
+#include "runtime/src/exec.h"
+#include "runtime/src/validate.h"
 
 #include "cpu_targets.inc"  // generated: BLOCKLSTM_CPU_TARGET_SPECS
 

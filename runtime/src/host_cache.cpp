@@ -9,7 +9,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "runtime/src/internal.h"
+#include "runtime/src/exec.h"
 
 namespace blocklstm {
 namespace detail {

@@ -9,7 +9,8 @@
 
 #include <blocklstm/ops.h>
 
-#include "runtime/src/internal.h"
+#include "runtime/src/kernel_table.h"
+#include "runtime/src/validate.h"
 
 #include "cpu_targets.inc"  // generated: BLOCKLSTM_FOR_EACH_CPU_TARGET
 

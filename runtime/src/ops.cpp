@@ -9,7 +9,8 @@
 #include <functional>
 #include <type_traits>
 
-#include "runtime/src/internal.h"
+#include "runtime/src/kernel_table.h"
+#include "runtime/src/validate.h"
 
 namespace blocklstm {
 namespace detail {

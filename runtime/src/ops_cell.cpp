@@ -2,7 +2,11 @@
 // for one step: gemm_nn_bias (x . W_x + b) then seq_fwd_step (h_prev . W_h + the gate math).
 #include <cstring>
 
-#include "runtime/src/internal.h"
+#include "runtime/src/buf.h"
+#include "runtime/src/exec.h"
+#include "runtime/src/kernel_table.h"
+#include "runtime/src/products.h"
+#include "runtime/src/validate.h"
 
 namespace blocklstm {
 namespace detail {
@@ -23,7 +27,7 @@ struct CellActivations {
     }
 };
 
-// Spec §6.1 / §6.2 / §6.5: ranks first, then sizes; the cell state must not be empty.
+// TF's checks of the cell ops: ranks first, then sizes; the cell state must not be empty.
 CellDims validate_cell_inputs(Validator &v, const CellInputs &in) {
     check_inputs(v, {{"x", in.x, 2}, {"cs_prev", in.cs_prev, 2}, {"h_prev", in.h_prev, 2},
                      {"w", in.w, 2}, {"wci", in.wci, 1}, {"wcf", in.wcf, 1}, {"wco", in.wco, 1},
@@ -44,25 +48,21 @@ std::vector<std::vector<int64_t>> cell_grad_shapes(const CellDims &d) {
     return {{d.B, d.H}, {d.B, 4 * d.H}, {d.H}, {d.H}, {d.H}};
 }
 
-CellDims validate_cell(const CellInputs &in, const LSTMOutputs<TV> *out, DType *dtype,
-                       Device *device) {
+Checked<CellDims> validate_cell(const CellInputs &in, const LSTMOutputs<TV> *out) {
     Validator v("LSTMBlockCell");
-    CellDims d = validate_cell_inputs(v, in);
-    validate_outputs(v, out, std::vector<std::vector<int64_t>>(7, {d.B, d.H}));
-    *dtype = v.dtype(), *device = v.device();
-    return d;
+    const CellDims d = validate_cell_inputs(v, in);
+    std::vector<std::vector<int64_t>> shapes(7, {d.B, d.H});
+    validate_outputs(v, out, shapes);
+    return checked(v, d, shapes);
 }
 
-CellDims validate_cell_grad(const CellInputs &in, const CellActivations &act,
-                            const LSTMBlockCellGradOutputs<TV> *out, DType *dtype, Device *device,
-                            const void **some_data = nullptr) {
+Checked<CellDims> validate_cell_grad(const CellInputs &in, const CellActivations &act,
+                                     const LSTMBlockCellGradOutputs<TV> *out) {
     Validator v("LSTMBlockCellGrad");
-    CellDims d = validate_cell_inputs(v, in);
+    const CellDims d = validate_cell_inputs(v, in);
     check_activations(v, act, {d.B, d.H});
     validate_outputs(v, out, cell_grad_shapes(d));
-    *dtype = v.dtype(), *device = v.device();
-    if (some_data) *some_data = v.first_data();
-    return d;
+    return checked(v, d, cell_grad_shapes(d));
 }
 
 }  // namespace
@@ -76,9 +76,7 @@ using detail::find_kernel;
 void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
                    const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out,
                    const LSTMBlockCellAttrs &attrs) {
-    DType dt;
-    Device dev;
-    detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, &out, &dt, &dev);
+    detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, &out);
     // One cell step is BlockLSTM over one time step: the same input projection, step kernel and
     // attrs, on [1, ...] views of x and the outputs (the cell's stricter checks ran above).
     auto one_step = [](const TV &t) {
@@ -95,13 +93,9 @@ void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w
 LSTMOutputs<Tensor> LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
                                   const TV &wci, const TV &wcf, const TV &wco, const TV &b,
                                   const LSTMBlockCellAttrs &attrs) {
-    DType dt;
-    Device dev;
-    const auto d = detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, nullptr, &dt, &dev);
-    auto out = detail::allocate_outputs<LSTMOutputs>(
-        dt, dev, std::vector<std::vector<int64_t>>(7, {d.B, d.H}));
-    LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b, detail::views(out), attrs);
-    return out;
+    return detail::into_new_outputs<LSTMOutputs>(
+        [&](auto *none) { return detail::validate_cell({x, cs_prev, h_prev, w, wci, wcf, wco, b}, none); },
+        [&](const LSTMOutputs<TV> &out) { LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b, out, attrs); });
 }
 
 void LSTMBlockCellGrad(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
@@ -109,16 +103,14 @@ void LSTMBlockCellGrad(const TV &x, const TV &cs_prev, const TV &h_prev, const T
                        const TV &f, const TV &o, const TV &ci, const TV &co, const TV &cs_grad,
                        const TV &h_grad, const LSTMBlockCellGradOutputs<TV> &out,
                        const GradAttrs &attrs) {
-    DType dt;
-    Device dev;
-    const void *some_data;
-    const auto d = detail::validate_cell_grad({x, cs_prev, h_prev, w, wci, wcf, wco, b},
-                                              {i, cs, f, o, ci, co, cs_grad, h_grad}, &out, &dt,
-                                              &dev, &some_data);
-    const int64_t B = d.B, H = d.H;
+    const auto c = detail::validate_cell_grad({x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                                              {i, cs, f, o, ci, co, cs_grad, h_grad}, &out);
+    const DType dt = c.dtype;
+    const Device dev = c.device;
+    const int64_t B = c.dims.B, H = c.dims.H;
     detail::preflight("LSTMBlockCellGrad", dev, dt, attrs.use_peephole);
     const detail::KernelEntry &kernel = find_kernel("cell_bwd", dev, dt, attrs.use_peephole, Layout::icfo);
-    detail::Exec exec(dev, some_data);
+    detail::Exec exec(dev, c.some_data);
     auto rows_by_units = [&](const TV &t) { return Buf(dev, t.data, dt, {B, H}); };
     auto units = [&](const TV &t) { return Buf(dev, t.data, dt, {H}); };
     Buf buf_cs_prev = rows_by_units(cs_prev), buf_i = rows_by_units(i), buf_cs = rows_by_units(cs);
@@ -149,15 +141,15 @@ LSTMBlockCellGradOutputs<Tensor> LSTMBlockCellGrad(
     const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci, const TV &wcf,
     const TV &wco, const TV &b, const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
     const TV &co, const TV &cs_grad, const TV &h_grad, const GradAttrs &attrs) {
-    DType dt;
-    Device dev;
-    const auto d = detail::validate_cell_grad({x, cs_prev, h_prev, w, wci, wcf, wco, b},
-                                              {i, cs, f, o, ci, co, cs_grad, h_grad}, nullptr, &dt,
-                                              &dev);
-    auto out = detail::allocate_outputs<LSTMBlockCellGradOutputs>(dt, dev, detail::cell_grad_shapes(d));
-    LSTMBlockCellGrad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad, h_grad,
-                      detail::views(out), attrs);
-    return out;
+    return detail::into_new_outputs<LSTMBlockCellGradOutputs>(
+        [&](auto *none) {
+            return detail::validate_cell_grad({x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                                              {i, cs, f, o, ci, co, cs_grad, h_grad}, none);
+        },
+        [&](const LSTMBlockCellGradOutputs<TV> &out) {
+            LSTMBlockCellGrad(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad,
+                              h_grad, out, attrs);
+        });
 }
 
 }  // namespace blocklstm

@@ -1,11 +1,15 @@
-// BlockLSTM, BlockLSTMV2, BlockLSTMGrad, BlockLSTMGradV2: the time loops of DESIGN.md §3.
-// Only the recurrence runs per step; the input projection (forward) and x_grad, w_grad, b_grad
+// BlockLSTM, BlockLSTMV2, BlockLSTMGrad, BlockLSTMGradV2: the time loops. Only the recurrence
+// runs per step; the input projection (forward) and x_grad, w_grad, b_grad
 // and the peephole grads (backward) are batched over the whole sequence.
 #include <algorithm>
 #include <cstring>
 #include <optional>
 
-#include "runtime/src/internal.h"
+#include "runtime/src/buf.h"
+#include "runtime/src/exec.h"
+#include "runtime/src/kernel_table.h"
+#include "runtime/src/products.h"
+#include "runtime/src/validate.h"
 
 namespace blocklstm {
 namespace detail {
@@ -28,7 +32,7 @@ struct SeqActivations {
     }
 };
 
-// The checks of spec §6.3 / §6.4 / §6.5 on the nine inputs shared by all sequence ops. The cell
+// TF's checks of the nine inputs shared by all sequence ops, in TF's order. The cell
 // size comes from cs_prev (forward) or from w (grad, as TF does).
 SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_size_from_w) {
     check_inputs(v, {{"x", in.x, 3}, {"cs_prev", in.cs_prev, 2}, {"h_prev", in.h_prev, 2},
@@ -91,40 +95,33 @@ std::vector<std::vector<int64_t>> grad_shapes(const SeqDims &d) {
             {d.H},           {d.H},      {d.H},      {4 * d.H}};
 }
 
-SeqDims validate_forward(const char *op, const SeqInputs &in, const LSTMOutputs<TV> *out,
-                         DType *dtype, Device *device, const void **some_data = nullptr) {
+Checked<SeqDims> validate_forward(const char *op, const SeqInputs &in, const LSTMOutputs<TV> *out) {
     Validator v(op);
-    SeqDims d = validate_sequence_inputs(v, in, false);
+    const SeqDims d = validate_sequence_inputs(v, in, false);
     validate_outputs(v, out, forward_shapes(d));
-    *dtype = v.dtype(), *device = v.device();
-    if (some_data) *some_data = v.first_data();
-    return d;
+    return checked(v, d, forward_shapes(d));
 }
 
-SeqDims validate_grad(const char *op, const SeqInputs &in, const SeqActivations &act,
-                      const BlockLSTMGradOutputs<TV> *out, DType *dtype, Device *device,
-                      const void **some_data = nullptr) {
+Checked<SeqDims> validate_grad(const char *op, const SeqInputs &in, const SeqActivations &act,
+                               const BlockLSTMGradOutputs<TV> *out) {
     Validator v(op);
-    SeqDims d = validate_sequence_inputs(v, in, true);
+    const SeqDims d = validate_sequence_inputs(v, in, true);
     check_activations(v, act, {d.T, d.B, d.H});
     validate_outputs(v, out, grad_shapes(d));
-    *dtype = v.dtype(), *device = v.device();
-    if (some_data) *some_data = v.first_data();
-    return d;
+    return checked(v, d, grad_shapes(d));
 }
 
 // ---- forward ------------------------------------------------------------------------------------
 
 void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMOutputs<TV> &out,
                  float forget_bias, float cell_clip, bool use_peephole) {
-    DType dt;
-    Device dev;
-    const void *some_data;
-    const SeqDims d = validate_forward(op, in, &out, &dt, &dev, &some_data);
-    const int64_t B = d.B, I = d.I, H = d.H, L = d.L;
+    const Checked<SeqDims> c = validate_forward(op, in, &out);
+    const DType dt = c.dtype;
+    const Device dev = c.device;
+    const int64_t B = c.dims.B, I = c.dims.I, H = c.dims.H, L = c.dims.L;
     preflight(op, dev, dt, use_peephole);
     const KernelEntry &step_kernel = find_kernel("seq_fwd_step", dev, dt, use_peephole, layout);
-    Exec exec(dev, some_data);
+    Exec exec(dev, c.some_data);
 
     // Every output is zero past seq_len_max (TF leaves i, f, o, ci, co unwritten there).
     each_output(out, [&](const char *, const TV &t) { zero_steps(exec, t, L); });
@@ -241,137 +238,184 @@ void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const float *x, const 
     if (I > 0) std::copy_n(other_row.floats(), G, b_grad);
 }
 
-void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
-              const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
-    DType dt;
-    Device dev;
-    const void *some_data;
-    const SeqDims d = validate_grad(op, in, act, &out, &dt, &dev, &some_data);
-    const int64_t B = d.B, I = d.I, H = d.H, L = d.L;
-    const int64_t es = static_cast<int64_t>(size_of(dt));
-    preflight(op, dev, dt, use_peephole);  // every kernel present before any output is written
-    const KernelEntry &step_kernel = find_kernel("seq_bwd_step", dev, dt, use_peephole, layout);
-    const KernelEntry &reduce_kernel = find_kernel("seq_bwd_reduce", dev, dt, use_peephole, layout);
-    const KernelEntry &transpose_kernel = find_kernel("transpose", dev, dt, use_peephole, layout);
-    // The CPU's float32 w_grad: weight_grads_in_chunks; otherwise one gemm_tn per product.
-    const bool w_grad_in_chunks = dev == Device::cpu && dt == DType::f32;
-    Exec exec(dev, some_data);
+// One BlockLSTMGrad call, in its phases: transpose the weights, the recurrence in reverse time
+// (dgates of every step), then the products batched over the sequence (x_grad, h_prev_grad,
+// w_grad) and the reductions (b_grad, the peephole grads, cs_prev_grad). The workspaces live as
+// long as the pass; declare the Exec first, so that they are freed before it.
+class GradPass {
+public:
+    GradPass(Exec &exec, const Checked<SeqDims> &c, Layout layout, const SeqInputs &in,
+             const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole)
+        : exec_(exec), d_(c.dims), dt_(c.dtype), dev_(c.device), es_(static_cast<int64_t>(size_of(c.dtype))),
+          layout_(layout), in_(in), act_(act), out_(out), use_peephole_(use_peephole) {}
 
-    zero_steps(exec, out.x_grad, L);
-    if (!use_peephole) {
-        zero(exec, out.wci_grad), zero(exec, out.wcf_grad), zero(exec, out.wco_grad);
-    }
-    if (L == 0 || B == 0) {  // nothing flows back: every gradient is zero
-        each_output(out, [&](const char *, const TV &t) { zero(exec, t); });
-        return;
+    // Zeroes what no phase writes: x_grad past seq_len_max, the peephole grads without
+    // peepholes, and with no step to run (L = 0 or B = 0) every gradient. False: nothing to run.
+    bool zero_unwritten() {
+        zero_steps(exec_, out_.x_grad, d_.L);
+        if (!use_peephole_) zero(exec_, out_.wci_grad), zero(exec_, out_.wcf_grad), zero(exec_, out_.wco_grad);
+        if (d_.L > 0 && d_.B > 0) return true;
+        each_output(out_, [&](const char *, const TV &t) { zero(exec_, t); });
+        return false;
     }
 
     // w^T [4H, I+H], so that the recurrent product reads contiguous rows of W_h^T (and the Halide
     // x_grad product those of W_x^T). A copy of 4H(I+H) elements per call, against 2 L B 4H (I+H)
     // multiply-adds.
-    Scratch w_t(exec, 4 * H * (I + H) * es, Scratch::Fill::none);
-    {
-        Buf w_buf = Buf::matrix(dev, in.w.data, dt, I + H, 4 * H, 4 * H);
-        Buf w_t_buf = Buf::matrix(dev, w_t.data(), dt, 4 * H, I + H, I + H);
-        KernelCall(transpose_kernel, exec).buffer("in", w_buf).buffer("out", w_t_buf).run();
+    void transpose_weights() {
+        const int64_t I = d_.I, H = d_.H;
+        w_t_.emplace(exec_, 4 * H * (I + H) * es_, Scratch::Fill::none);
+        Buf w_buf = Buf::matrix(dev_, in_.w.data, dt_, I + H, 4 * H, 4 * H);
+        Buf w_t_buf = Buf::matrix(dev_, w_t_->data(), dt_, 4 * H, I + H, I + H);
+        KernelCall(find_kernel("transpose", dev_, dt_, use_peephole_, layout_), exec_)
+            .buffer("in", w_buf).buffer("out", w_t_buf).run();
     }
-    std::byte *w_t_bytes = static_cast<std::byte *>(w_t.data());
 
-    // The recurrence, reverse time: dgates[t] for every t, the cell-state carry ping-pongs.
-    Scratch dgates(exec, L * B * 4 * H * 4, Scratch::Fill::none), zeros(exec, B * 4 * H * 4);
-    Scratch carry0(exec, B * H * 4), carry1(exec, B * H * 4);
-    float *carry[2] = {carry0.floats(), carry1.floats()};
-    Buf dnext = Buf::matrix(dev, zeros.data(), DType::f32, B, 4 * H, 4 * H);
-    // W_h^T: in panels straight from the rows of W_h, or the rows of w^T.
-    std::optional<Scratch> w_h_t_panels;
-    Buf w_h_t = recurrent_weights(exec, step_kernel, "panels_t", dt,
-                                  Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H),
-                                  Buf::matrix(dev, w_t_bytes + I * es, dt, 4 * H, H, I + H), H, 4 * H, w_h_t_panels);
-    const TV *step_inputs[] = {&act.h_grad, &act.cs_grad, &act.i, &act.f, &act.o, &act.ci, &act.co};
-    std::vector<Buf> per_step;  // h_grad, cs_grad, i, f, o, ci, co at step t
-    for (const TV *t : step_inputs) per_step.emplace_back(dev, t->data, dt, std::initializer_list<int64_t>{B, H});
-    Buf cs_prev(dev, in.cs_prev.data, dt, {B, H});
-    Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
-    Buf carry_in(dev, carry[0], DType::f32, {B, H}), carry_out(dev, carry[1], DType::f32, {B, H});
-    Buf dgates_t = Buf::gate_blocks(dev, dgates.data(), DType::f32, B, H);
-    Scratch dh(exec, B * H * 4, Scratch::Fill::none);  // one step's total gradient of h, reused
-    Buf dh_buf = Buf::matrix(dev, dh.data(), DType::f32, B, H, H);
+    // The recurrence, reverse time: dgates[t] for every t; the cell-state carry ping-pongs
+    // between two buffers and ends in final_carry_.
+    void reverse_recurrence() {
+        const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L;
+        const KernelEntry &step_kernel = find_kernel("seq_bwd_step", dev_, dt_, use_peephole_, layout_);
+        dgates_.emplace(exec_, L * B * 4 * H * 4, Scratch::Fill::none);
+        Scratch zeros(exec_, B * 4 * H * 4), carry0(exec_, B * H * 4);
+        carry1_.emplace(exec_, B * H * 4);
+        float *carry[2] = {carry0.floats(), carry1_->floats()};
+        Buf dnext = Buf::matrix(dev_, zeros.data(), DType::f32, B, 4 * H, 4 * H);
+        // W_h^T: in panels straight from the rows of W_h, or the rows of w^T.
+        std::optional<Scratch> w_h_t_panels;
+        Buf w_h_t = recurrent_weights(
+            exec_, step_kernel, "panels_t", dt_,
+            Buf::matrix(dev_, offset_bytes(in_.w.data, I * 4 * H, dt_), dt_, H, 4 * H, 4 * H),
+            Buf::matrix(dev_, w_t_bytes() + I * es_, dt_, 4 * H, H, I + H), H, 4 * H, w_h_t_panels);
+        const TV *step_inputs[] = {&act_.h_grad, &act_.cs_grad, &act_.i, &act_.f, &act_.o, &act_.ci, &act_.co};
+        std::vector<Buf> per_step;  // h_grad, cs_grad, i, f, o, ci, co at step t
+        for (const TV *t : step_inputs) per_step.emplace_back(dev_, t->data, dt_, std::initializer_list<int64_t>{B, H});
+        Buf cs_prev(dev_, in_.cs_prev.data, dt_, {B, H});
+        Buf wci(dev_, in_.wci.data, dt_, {H}), wcf(dev_, in_.wcf.data, dt_, {H}), wco(dev_, in_.wco.data, dt_, {H});
+        Buf carry_in(dev_, carry[0], DType::f32, {B, H}), carry_out(dev_, carry[1], DType::f32, {B, H});
+        Buf dgates_t = Buf::gate_blocks(dev_, dgates_->data(), DType::f32, B, H);
+        Scratch dh(exec_, B * H * 4, Scratch::Fill::none);  // one step's total gradient of h, reused
+        Buf dh_buf = Buf::matrix(dev_, dh.data(), DType::f32, B, H, H);
 
-    KernelCall step(step_kernel, exec);
-    step.buffer("dgates_next", dnext).buffer("w_h_t", w_h_t).buffer("h_grad", per_step[0]);
-    step.buffer("cs_grad", per_step[1]).buffer("dcs_carry", carry_in);
-    step.buffer("i", per_step[2]).buffer("f", per_step[3]).buffer("o", per_step[4]);
-    step.buffer("ci", per_step[5]).buffer("co", per_step[6]);
-    step.buffer("cs_prev", cs_prev).buffer("wci", wci).buffer("wcf", wcf).buffer("wco", wco);
-    step.buffer("dgates", dgates_t).buffer("dcs_carry_out", carry_out).buffer("dh", dh_buf);
+        KernelCall step(step_kernel, exec_);
+        step.buffer("dgates_next", dnext).buffer("w_h_t", w_h_t).buffer("h_grad", per_step[0]);
+        step.buffer("cs_grad", per_step[1]).buffer("dcs_carry", carry_in);
+        step.buffer("i", per_step[2]).buffer("f", per_step[3]).buffer("o", per_step[4]);
+        step.buffer("ci", per_step[5]).buffer("co", per_step[6]);
+        step.buffer("cs_prev", cs_prev).buffer("wci", wci).buffer("wcf", wcf).buffer("wco", wco);
+        step.buffer("dgates", dgates_t).buffer("dcs_carry_out", carry_out).buffer("dh", dh_buf);
 
-    const int64_t slice = B * H;
-    for (int64_t t = L - 1; t >= 0; --t) {
-        auto at = [&](const TV &x, int64_t step_index) { return offset_bytes(x.data, step_index * slice, dt); };
-        if (t < L - 1) dnext.set_data(dgates.floats() + (t + 1) * B * 4 * H);
-        for (std::size_t k = 0; k < per_step.size(); ++k) per_step[k].set_data(at(*step_inputs[k], t));
-        cs_prev.set_data(t == 0 ? in.cs_prev.data : at(act.cs, t - 1));
-        carry_in.set_data(carry[t % 2]);
-        carry_out.set_data(carry[(t + 1) % 2]);
-        dgates_t.set_data(dgates.floats() + t * B * 4 * H);
-        step.run();
+        const int64_t slice = B * H;
+        auto at = [&](const TV &x, int64_t t) { return offset_bytes(x.data, t * slice, dt_); };
+        for (int64_t t = L - 1; t >= 0; --t) {
+            if (t < L - 1) dnext.set_data(dgates_->floats() + (t + 1) * B * 4 * H);
+            for (std::size_t k = 0; k < per_step.size(); ++k) per_step[k].set_data(at(*step_inputs[k], t));
+            cs_prev.set_data(t == 0 ? in_.cs_prev.data : at(act_.cs, t - 1));
+            carry_in.set_data(carry[t % 2]);
+            carry_out.set_data(carry[(t + 1) % 2]);
+            dgates_t.set_data(dgates_->floats() + t * B * 4 * H);
+            step.run();
+        }
+        // The step t = 0 wrote carry[1]; a step's panels, zeros and dh go with this scope.
     }
-    float *final_carry = carry[1];  // written by the step t = 0
 
-    // Batched over the sequence: x_grad[0:L] = dgates . W_x^T, h_prev_grad = dgates[0] . W_h^T,
-    // w_grad = [x | h_prev_seq]^T . dgates.
-    if (I > 0) {
-        batched_product(exec, "gemm_nn", dt, L * B, I, 4 * H, dgates.data(), 4 * H, w_t.data(),
-                        I + H, out.x_grad.data);
+    // x_grad[0:L] = dgates . W_x^T and h_prev_grad = dgates[0] . W_h^T, batched.
+    void input_and_state_grads() {
+        const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L;
+        if (I > 0) {
+            batched_product(exec_, "gemm_nn", dt_, L * B, I, 4 * H, dgates_->data(), 4 * H,
+                            w_t_->data(), I + H, out_.x_grad.data);
+        }
+        batched_product(exec_, "gemm_nn", dt_, B, H, 4 * H, dgates_->data(), 4 * H,
+                        w_t_bytes() + I * es_, I + H, out_.h_prev_grad.data);
     }
-    batched_product(exec, "gemm_nn", dt, B, H, 4 * H, dgates.data(), 4 * H, w_t_bytes + I * es,
-                    I + H, out.h_prev_grad.data);
-    // b_grad = 1^T . dgates comes with w_grad's x product on the CPU: its c has one more row,
-    // which the spare rows of its last register tile compute anyway (unless 6 divides I), where a
-    // pass of its own would read all of dgates again (1.6 % of BlockLSTMGrad at 100,32,256).
-    const bool b_grad_from_w_grad = dev == Device::cpu && I > 0;
-    if (w_grad_in_chunks) {
-        auto f32 = [](const TV &t) { return static_cast<float *>(t.data); };
-        weight_grads_in_chunks(exec, d, f32(in.x), f32(in.h_prev), f32(act.h), dgates.floats(),
-                               f32(out.w_grad), f32(out.b_grad));
-    } else {
+
+    // w_grad = [x | h_prev_seq]^T . dgates; on the CPU b_grad comes with it: the x product's c
+    // has one more row, which the spare rows of its last register tile compute anyway (unless 6
+    // divides I), where a pass of its own would read all of dgates again (1.6 % of BlockLSTMGrad
+    // at 100,32,256).
+    void weight_grads() {
+        const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L, slice = B * H;
+        b_grad_from_w_grad_ = dev_ == Device::cpu && I > 0;
+        if (dev_ == Device::cpu && dt_ == DType::f32) {
+            auto f32 = [](const TV &t) { return static_cast<float *>(t.data); };
+            weight_grads_in_chunks(exec_, d_, f32(in_.x), f32(in_.h_prev), f32(act_.h), dgates_->floats(),
+                                   f32(out_.w_grad), f32(out_.b_grad));
+            return;
+        }
         // One product each for x and h_prev_seq over the whole sequence (float16: c is rounded
         // once, so it cannot be summed over chunks; CUDA: cuBLAS or one kernel each). The x
         // product's extra row is w_grad's row I, rewritten by the h product below.
         if (I > 0) {
-            batched_product(exec, "gemm_tn", dt, I, 4 * H, L * B, in.x.data, I, dgates.data(),
-                            4 * H, out.w_grad.data, b_grad_from_w_grad);
-            if (b_grad_from_w_grad) {
-                exec.copy_bytes(out.b_grad.data, offset_bytes(out.w_grad.data, I * 4 * H, dt),
-                                4 * H * es);
+            batched_product(exec_, "gemm_tn", dt_, I, 4 * H, L * B, in_.x.data, I, dgates_->data(),
+                            4 * H, out_.w_grad.data, b_grad_from_w_grad_);
+            if (b_grad_from_w_grad_) {
+                exec_.copy_bytes(out_.b_grad.data, offset_bytes(out_.w_grad.data, I * 4 * H, dt_),
+                                 4 * H * es_);
             }
         }
         // h_prev_seq = [h_prev, h[0], ..., h[L-2]]
-        Scratch h_seq(exec, L * B * H * es, Scratch::Fill::none);
-        exec.copy_bytes(h_seq.data(), in.h_prev.data, slice * es);
-        if (L > 1) exec.copy_bytes(static_cast<std::byte *>(h_seq.data()) + slice * es, act.h.data, (L - 1) * slice * es);
-        batched_product(exec, "gemm_tn", dt, H, 4 * H, L * B, h_seq.data(), H, dgates.data(), 4 * H,
-                        offset_bytes(out.w_grad.data, I * 4 * H, dt));
+        Scratch h_seq(exec_, L * B * H * es_, Scratch::Fill::none);
+        exec_.copy_bytes(h_seq.data(), in_.h_prev.data, slice * es_);
+        if (L > 1) {
+            exec_.copy_bytes(static_cast<std::byte *>(h_seq.data()) + slice * es_, act_.h.data,
+                             (L - 1) * slice * es_);
+        }
+        batched_product(exec_, "gemm_tn", dt_, H, 4 * H, L * B, h_seq.data(), H, dgates_->data(),
+                        4 * H, offset_bytes(out_.w_grad.data, I * 4 * H, dt_));
     }
-    {  // b_grad, the peephole grads and cs_prev_grad
-        Buf dgates_all = Buf::matrix(dev, dgates.data(), DType::f32, L * B, 4 * H, 4 * H);
-        Buf cs_seq(dev, act.cs.data, dt, {L, B, H});
-        Buf cs_prev_all(dev, in.cs_prev.data, dt, {B, H});
-        Buf carry_final(dev, final_carry, DType::f32, {B, H});
-        Buf b_grad(dev, out.b_grad.data, dt, {b_grad_from_w_grad ? 0 : 4 * H});  // empty: done above
-        Buf cs_prev_grad(dev, out.cs_prev_grad.data, dt, {B, H});
-        Buf wci_grad(dev, out.wci_grad.data, dt, {H}), wcf_grad(dev, out.wcf_grad.data, dt, {H});
-        Buf wco_grad(dev, out.wco_grad.data, dt, {H});
-        KernelCall reduce(reduce_kernel, exec);
+
+    // b_grad (unless weight_grads made it), the peephole grads and cs_prev_grad.
+    void reductions() {
+        const int64_t B = d_.B, H = d_.H, L = d_.L;
+        Buf dgates_all = Buf::matrix(dev_, dgates_->data(), DType::f32, L * B, 4 * H, 4 * H);
+        Buf cs_seq(dev_, act_.cs.data, dt_, {L, B, H});
+        Buf cs_prev_all(dev_, in_.cs_prev.data, dt_, {B, H});
+        Buf carry_final(dev_, carry1_->data(), DType::f32, {B, H});
+        Buf b_grad(dev_, out_.b_grad.data, dt_, {b_grad_from_w_grad_ ? 0 : 4 * H});  // empty: done
+        Buf cs_prev_grad(dev_, out_.cs_prev_grad.data, dt_, {B, H});
+        Buf wci_grad(dev_, out_.wci_grad.data, dt_, {H}), wcf_grad(dev_, out_.wcf_grad.data, dt_, {H});
+        Buf wco_grad(dev_, out_.wco_grad.data, dt_, {H});
+        KernelCall reduce(find_kernel("seq_bwd_reduce", dev_, dt_, use_peephole_, layout_), exec_);
         reduce.buffer("dgates", dgates_all).buffer("cs", cs_seq).buffer("cs_prev", cs_prev_all);
         reduce.buffer("dcs_carry", carry_final).buffer("b_grad", b_grad);
         reduce.buffer("cs_prev_grad", cs_prev_grad);
-        if (use_peephole) {
+        if (use_peephole_) {
             reduce.buffer("peephole_grads.0", wci_grad).buffer("peephole_grads.1", wcf_grad);
             reduce.buffer("peephole_grads.2", wco_grad);
         }
         reduce.run();
     }
+
+private:
+    std::byte *w_t_bytes() const { return static_cast<std::byte *>(w_t_->data()); }
+
+    Exec &exec_;
+    const SeqDims d_;
+    const DType dt_;
+    const Device dev_;
+    const int64_t es_;  // bytes per element of dtype
+    const Layout layout_;
+    const SeqInputs &in_;
+    const SeqActivations &act_;
+    const BlockLSTMGradOutputs<TV> &out_;
+    const bool use_peephole_;
+    std::optional<Scratch> w_t_, dgates_, carry1_;  // w^T; dgates [L*B, 4H]; the final carry
+    bool b_grad_from_w_grad_ = false;
+};
+
+void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
+              const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
+    const Checked<SeqDims> c = validate_grad(op, in, act, &out);
+    preflight(op, c.device, c.dtype, use_peephole);  // every kernel present before any output is written
+    Exec exec(c.device, c.some_data);
+    GradPass pass(exec, c, layout, in, act, out, use_peephole);
+    if (!pass.zero_unwritten()) return;
+    pass.transpose_weights();
+    pass.reverse_recurrence();
+    pass.input_and_state_grads();
+    pass.weight_grads();
+    pass.reductions();
 }
 
 }  // namespace
@@ -418,8 +462,10 @@ using detail::SeqInputs;
 #define BLOCKLSTM_SEQ_ACT_PARAMS                                                                 \
     const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci, const TV &co, const TV &h, \
         const TV &cs_grad, const TV &h_grad
-#define BLOCKLSTM_SEQ_INPUTS SeqInputs{seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b}
-#define BLOCKLSTM_SEQ_ACTS SeqActivations{i, cs, f, o, ci, co, h, cs_grad, h_grad}
+#define BLOCKLSTM_SEQ_INPUT_ARGS seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b
+#define BLOCKLSTM_SEQ_ACT_ARGS i, cs, f, o, ci, co, h, cs_grad, h_grad
+#define BLOCKLSTM_SEQ_INPUTS SeqInputs{BLOCKLSTM_SEQ_INPUT_ARGS}
+#define BLOCKLSTM_SEQ_ACTS SeqActivations{BLOCKLSTM_SEQ_ACT_ARGS}
 
 void BlockLSTM(BLOCKLSTM_SEQ_INPUT_PARAMS, const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs) {
     detail::run_forward("BlockLSTM", Layout::icfo, BLOCKLSTM_SEQ_INPUTS, out, attrs.forget_bias,
@@ -427,12 +473,9 @@ void BlockLSTM(BLOCKLSTM_SEQ_INPUT_PARAMS, const LSTMOutputs<TV> &out, const Blo
 }
 
 LSTMOutputs<Tensor> BlockLSTM(BLOCKLSTM_SEQ_INPUT_PARAMS, const BlockLSTMAttrs &attrs) {
-    DType dt;
-    Device dev;
-    auto d = detail::validate_forward("BlockLSTM", BLOCKLSTM_SEQ_INPUTS, nullptr, &dt, &dev);
-    auto out = detail::allocate_outputs<LSTMOutputs>(dt, dev, detail::forward_shapes(d));
-    BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, detail::views(out), attrs);
-    return out;
+    return detail::into_new_outputs<LSTMOutputs>(
+        [&](auto *none) { return detail::validate_forward("BlockLSTM", BLOCKLSTM_SEQ_INPUTS, none); },
+        [&](const LSTMOutputs<TV> &out) { BlockLSTM(BLOCKLSTM_SEQ_INPUT_ARGS, out, attrs); });
 }
 
 void BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_PARAMS, const LSTMOutputs<TV> &out, const BlockLSTMV2Attrs &attrs) {
@@ -441,12 +484,9 @@ void BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_PARAMS, const LSTMOutputs<TV> &out, const B
 }
 
 LSTMOutputs<Tensor> BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_PARAMS, const BlockLSTMV2Attrs &attrs) {
-    DType dt;
-    Device dev;
-    auto d = detail::validate_forward("BlockLSTMV2", BLOCKLSTM_SEQ_INPUTS, nullptr, &dt, &dev);
-    auto out = detail::allocate_outputs<LSTMOutputs>(dt, dev, detail::forward_shapes(d));
-    BlockLSTMV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, detail::views(out), attrs);
-    return out;
+    return detail::into_new_outputs<LSTMOutputs>(
+        [&](auto *none) { return detail::validate_forward("BlockLSTMV2", BLOCKLSTM_SEQ_INPUTS, none); },
+        [&](const LSTMOutputs<TV> &out) { BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_ARGS, out, attrs); });
 }
 
 void BlockLSTMGrad(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
@@ -457,14 +497,13 @@ void BlockLSTMGrad(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
 
 BlockLSTMGradOutputs<Tensor> BlockLSTMGrad(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
                                            const GradAttrs &attrs) {
-    DType dt;
-    Device dev;
-    auto d = detail::validate_grad("BlockLSTMGrad", BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS,
-                                   nullptr, &dt, &dev);
-    auto out = detail::allocate_outputs<BlockLSTMGradOutputs>(dt, dev, detail::grad_shapes(d));
-    BlockLSTMGrad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
-                  cs_grad, h_grad, detail::views(out), attrs);
-    return out;
+    return detail::into_new_outputs<BlockLSTMGradOutputs>(
+        [&](auto *none) {
+            return detail::validate_grad("BlockLSTMGrad", BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS, none);
+        },
+        [&](const BlockLSTMGradOutputs<TV> &out) {
+            BlockLSTMGrad(BLOCKLSTM_SEQ_INPUT_ARGS, BLOCKLSTM_SEQ_ACT_ARGS, out, attrs);
+        });
 }
 
 void BlockLSTMGradV2(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
@@ -475,14 +514,13 @@ void BlockLSTMGradV2(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
 
 BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
                                              const GradAttrs &attrs) {
-    DType dt;
-    Device dev;
-    auto d = detail::validate_grad("BlockLSTMGradV2", BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS,
-                                   nullptr, &dt, &dev);
-    auto out = detail::allocate_outputs<BlockLSTMGradOutputs>(dt, dev, detail::grad_shapes(d));
-    BlockLSTMGradV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
-                    cs_grad, h_grad, detail::views(out), attrs);
-    return out;
+    return detail::into_new_outputs<BlockLSTMGradOutputs>(
+        [&](auto *none) {
+            return detail::validate_grad("BlockLSTMGradV2", BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS, none);
+        },
+        [&](const BlockLSTMGradOutputs<TV> &out) {
+            BlockLSTMGradV2(BLOCKLSTM_SEQ_INPUT_ARGS, BLOCKLSTM_SEQ_ACT_ARGS, out, attrs);
+        });
 }
 
 }  // namespace blocklstm

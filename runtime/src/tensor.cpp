@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "runtime/src/internal.h"
+#include "runtime/src/buf.h"
+#include "runtime/src/exec.h"
+#include "runtime/src/validate.h"
 
 namespace blocklstm {
 

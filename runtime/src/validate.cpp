@@ -2,7 +2,8 @@
 // blocklstm::Error naming the op, the argument, what was expected and what was given.
 #include <climits>
 
-#include "runtime/src/internal.h"
+#include "runtime/src/exec.h"
+#include "runtime/src/validate.h"
 
 namespace blocklstm::detail {
 

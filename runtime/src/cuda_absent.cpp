@@ -1,0 +1,55 @@
+// A build without CUDA (BLOCKLSTM_CUDA off): the device operations of runtime/src/cuda_device.h,
+// cuBLAS and the public CUDA functions, each an error that says how to build with CUDA, or the
+// answer "none". The validation rejects CUDA tensors before any of these is reached.
+#include "runtime/src/cuda_device.h"
+#include "runtime/src/products.h"
+
+namespace blocklstm {
+namespace detail {
+namespace cuda {
+namespace {
+[[noreturn]] void no_cuda(const char *who) {
+    throw Error(std::string(who) + ": this build has no CUDA kernels (configure with -DBLOCKLSTM_CUDA=ON)");
+}
+}  // namespace
+
+int device_of(const void *, std::string *why) {
+    *why = "this build has no CUDA kernels: expected cpu tensors (or a build configured with "
+           "-DBLOCKLSTM_CUDA=ON)";
+    return -1;
+}
+Call enter(const void *) { no_cuda("blocklstm"); }
+void leave(const Call &) {}
+void zero(const Call &, void *, std::size_t) { no_cuda("blocklstm"); }
+void copy(const Call &, void *, const void *, std::size_t) { no_cuda("copy"); }
+void fill_ones(const Call &, void *, DType, std::size_t) { no_cuda("blocklstm"); }
+void *allocate(const Call &, std::size_t) { no_cuda("blocklstm"); }
+void free(const Call &, void *) {}
+void synchronize(const Call &) { no_cuda("blocklstm"); }
+const halide_device_interface_t *halide_interface() { no_cuda("blocklstm"); }
+std::shared_ptr<std::byte[]> allocate_zeroed(std::size_t) { no_cuda("Tensor"); }
+}  // namespace cuda
+
+bool cublas_in_use(const Exec &) { return false; }
+bool cublas_gemm(Exec &, int64_t, int64_t, int64_t, const Operand &, const Operand &, void *,
+                 DType, int64_t, float) {
+    return false;
+}
+}  // namespace detail
+
+bool cuda_built() { return false; }
+int cuda_device_count() { return 0; }
+std::string cuda_unavailable_reason() {
+    return "this build has no CUDA kernels (configure with -DBLOCKLSTM_CUDA=ON)";
+}
+std::string cuda_device_name(int) { throw Error("blocklstm: this build has no CUDA kernels"); }
+void set_cuda_stream(CudaStream) {}
+CudaStream cuda_stream() { return nullptr; }
+void cuda_synchronize() {}
+void set_cuda_gemm(CudaGemm) {}
+CudaGemm cuda_gemm() { return CudaGemm::halide; }
+bool cublas_available() { return false; }
+uint64_t cublas_product_count() { return 0; }
+std::string cuda_gemm_backend() { return "none (this build has no CUDA kernels)"; }
+
+}  // namespace blocklstm

@@ -1,0 +1,48 @@
+// The CUDA device as the rest of the runtime sees it: one op call's context and stream, and the
+// memory operations on them. runtime/src/cuda_driver.cpp implements it on the driver API (libcuda,
+// opened at run time); runtime/src/cuda_absent.cpp in a build without CUDA, where every use is an
+// error that says how to build with it. Nothing else in the runtime includes a CUDA header.
+#pragma once
+
+#include <blocklstm/blocklstm.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "HalideRuntime.h"
+
+namespace blocklstm::detail::cuda {
+
+// The context and stream of one op call. It is also the Halide kernels' user_context: the hooks
+// cuda_driver.cpp installs in Halide's CUDA runtime read both from it at every launch.
+struct Call {
+    void *context = nullptr;  // CUcontext
+    void *stream = nullptr;   // CUstream
+};
+
+// The device ordinal holding `ptr`, or -1 with `why` set when it is not CUDA device memory.
+int device_of(const void *ptr, std::string *why);
+
+// Makes the primary context of the device holding `any_tensor` current on this thread and
+// returns it with this thread's stream (set_cuda_stream); leave() restores the previous context.
+Call enter(const void *any_tensor);
+void leave(const Call &call);
+
+// Asynchronous on the call's stream.
+void zero(const Call &call, void *data, std::size_t bytes);
+void copy(const Call &call, void *dst, const void *src, std::size_t bytes);
+void fill_ones(const Call &call, void *data, DType dtype, std::size_t count);
+// Stream-ordered workspace (cuMemAllocAsync / cuMemFreeAsync): reused from the device's pool,
+// no synchronisation.
+void *allocate(const Call &call, std::size_t bytes);
+void free(const Call &call, void *data);
+void synchronize(const Call &call);
+
+// Halide's CUDA device interface.
+const halide_device_interface_t *halide_interface();
+// Zeroed memory on the calling thread's current device, freed (cuMemFree) with the last reference.
+std::shared_ptr<std::byte[]> allocate_zeroed(std::size_t bytes);
+
+}  // namespace blocklstm::detail::cuda

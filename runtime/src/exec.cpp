@@ -1,0 +1,84 @@
+// Exec and Scratch: an op call's device and workspaces. The CUDA side is runtime/src/
+// cuda_device.h's; this file never names a CUDA type.
+#include <cstring>
+
+#include "runtime/src/exec.h"
+#include "runtime/src/validate.h"
+
+namespace blocklstm {
+namespace detail {
+
+Exec::Exec(Device device, const void *any_tensor) : device_(device) {
+    if (device == Device::cpu) cpu_target_ = current_cpu_target();
+    else cuda_ = cuda::enter(any_tensor);
+}
+
+Exec::~Exec() {
+    if (device_ == Device::cuda) cuda::leave(cuda_);
+}
+
+void Exec::zero_bytes(void *data, int64_t bytes) const {
+    if (bytes <= 0) return;
+    if (device_ == Device::cpu) std::memset(data, 0, static_cast<std::size_t>(bytes));
+    else cuda::zero(cuda_, data, static_cast<std::size_t>(bytes));
+}
+
+void Exec::copy_bytes(void *dst, const void *src, int64_t bytes) const {
+    if (bytes <= 0) return;
+    if (device_ == Device::cpu) std::memcpy(dst, src, static_cast<std::size_t>(bytes));
+    else cuda::copy(cuda_, dst, src, static_cast<std::size_t>(bytes));
+}
+
+void Exec::fill_ones(void *data, DType dtype, int64_t count) const {
+    if (count <= 0) return;
+    if (device_ == Device::cuda) return cuda::fill_ones(cuda_, data, dtype, static_cast<std::size_t>(count));
+    const uint16_t half_one = float_to_half(1.0f);
+    const float one = 1.0f;
+    for (int64_t k = 0; k < count; ++k) {
+        if (dtype == DType::f16) std::memcpy(static_cast<uint16_t *>(data) + k, &half_one, 2);
+        else std::memcpy(static_cast<float *>(data) + k, &one, 4);
+    }
+}
+
+Scratch::Scratch(Exec &exec, int64_t bytes, Fill fill) : exec_(&exec) {
+    const auto n = static_cast<std::size_t>(bytes > 0 ? bytes : 0);
+    if (exec.device() == Device::cuda) {
+        data_ = cuda::allocate(exec.cuda_call(), n);
+        if (fill == Fill::zeros) exec.zero_bytes(data_, bytes);
+        return;
+    }
+    data_ = host_allocate(n);
+    if (!data_) throw Error("blocklstm: out of host memory for a workspace of " + std::to_string(n) + " bytes");
+    if (fill == Fill::zeros) std::memset(data_, 0, n);
+}
+
+Scratch::Scratch(Scratch &&other) noexcept : exec_(other.exec_), data_(other.data_) {
+    other.data_ = nullptr;
+}
+
+Scratch::~Scratch() {
+    if (!data_) return;
+    if (exec_->device() == Device::cpu) host_free(data_);
+    else cuda::free(exec_->cuda_call(), data_);
+}
+
+}  // namespace detail
+
+void copy(const TensorView &src, const TensorView &dst) {
+    if (src.dtype != dst.dtype || src.num_elements() != dst.num_elements()) {
+        throw Error(std::string("copy: argument 'dst' has ") + to_string(dst.dtype) + " " +
+                    detail::shape_string(dst.shape) + ": expected " + to_string(src.dtype) +
+                    " with the " + std::to_string(src.num_elements()) + " elements of 'src'");
+    }
+    if (src.num_elements() == 0) return;
+    if (src.device == Device::cpu && dst.device == Device::cpu) {
+        std::memcpy(dst.data, src.data, src.num_bytes());
+        return;
+    }
+    const void *on_device = src.device == Device::cuda ? src.data : dst.data;
+    detail::Exec exec(Device::cuda, on_device);
+    exec.copy_bytes(dst.data, src.data, static_cast<int64_t>(src.num_bytes()));
+    detail::cuda::synchronize(exec.cuda_call());
+}
+
+}  // namespace blocklstm

@@ -1,0 +1,48 @@
+// The batched matrix products of an op call: Halide GEMM kernels, or cuBLAS on CUDA.
+#pragma once
+
+#include <blocklstm/blocklstm.h>
+
+#include <cstdint>
+
+#include "runtime/src/exec.h"
+#include "runtime/src/validate.h"
+#include "schedules/panel_layout.h"
+
+namespace blocklstm::detail {
+
+// Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: weight_grads_in_chunks),
+// one k block of its product in the AVX2 geometry (schedules/cpu_params.h: gemm_k_block).
+constexpr int64_t kWeightGradChunkRows = 512;
+
+// Elements of a [depth, cols] operand in packed panels: the panel count every CPU geometry may
+// read (schedules/panel_layout.h), which the kernels check.
+inline int64_t panel_elements(int64_t cols, int64_t depth) {
+    return saturating_product({panels::panel_count(cols), depth, panels::kPanelCols});
+}
+
+// xw[rows, 4H] = x[rows, I] . w[0:I, :] + b in float32: the input projection of every step of a
+// sequence at once (rows = L*B), or of one cell step (rows = B).
+void input_projection(Exec &exec, DType dtype, const void *x, int64_t rows, int64_t input_size,
+                      int64_t cell_size, const void *w, const void *b, float *xw);
+
+// A row-major matrix operand of a batched product: `data` holds the operand (rows x cols, row
+// stride ld) or, when `transposed`, its transpose (cols x rows, row stride ld).
+struct Operand {
+    const void *data;
+    DType dtype;
+    int64_t ld;
+    bool transposed = false;
+};
+
+// Whether this call's batched products go to cuBLAS (a CUDA call, CudaGemm::cublas, the library
+// loaded); cublas_gemm may still decline operand types it cannot take (runtime/src/cublas.cpp).
+bool cublas_in_use(const Exec &exec);
+// c[M,N] (row-major, row stride ldc, dtype c_dtype) = a[M,K] . b[K,N] + beta * c through cuBLAS
+// (float32 accumulation; float32 without TF32). Returns false, doing nothing, where cuBLAS is not
+// in use (CudaGemm::halide, no library, or operand types it cannot take); the caller then runs
+// the Halide GEMM kernel.
+bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, const Operand &b,
+                 void *c, DType c_dtype, int64_t ldc, float beta);
+
+}  // namespace blocklstm::detail
