@@ -7,6 +7,7 @@
 #include <blocklstm/blocklstm.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "reference.h"
+#include "schedules/cpu_geometry.h"
+#include "schedules/panel_layout.h"
 #include "test_env.h"
 
 namespace blt {
@@ -181,6 +184,89 @@ inline const std::vector<Shape> &variant_shapes() {
         {2, 600, 3, 2, 2, 1, 0.0, 1.0, "a w_grad chunk starting inside h_prev"},
     };
     return s;
+}
+
+// A shape with a name a test can carry: the named shapes above by their note, the tile-boundary
+// shapes below by what they sit on.
+struct ShapeCase {
+    std::string name;  // letters, digits and '_'
+    Shape shape;
+};
+
+inline std::string identifier(const std::string &text) {
+    std::string id;
+    for (char c : text) {
+        if (std::isalnum(static_cast<unsigned char>(c))) id += c;
+        else if (!id.empty() && id.back() != '_') id += '_';
+    }
+    while (!id.empty() && id.back() == '_') id.pop_back();
+    return id;
+}
+
+inline std::vector<ShapeCase> named_shapes() {
+    std::vector<ShapeCase> cases;
+    for (const Shape &s : variant_shapes()) cases.push_back({identifier(s.note), s});
+    return cases;
+}
+
+// Which products a kernel runs, for the tile-boundary shapes it is tested on.
+enum class Products { none, per_step, batched };
+
+// Shapes on the edges of the CPU schedules' tiles, derived from the parameters of every compiled
+// geometry (schedules/cpu_geometry.h) and the panel layout, so that they follow the schedules when
+// the numbers change: for each tile size u of a product, a dimension of u - 1, u, 2u and 2u + 1
+// (below, equal, a multiple, a multiple plus one), the other dimensions small. Per-step products
+// (B rows, 4H or H columns, K = H or 4H): the step tile's rows, the tile's columns, the panel and
+// its group, the step k block. Batched products (L*B or I+H rows, K = I, 4H or L*B): the tile's
+// rows and its row block, the tile's columns, the k block in each of K = I, 4H and L*B (the CPU's
+// float32 w_grad also runs in chunks of one k block's rows).
+inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
+    namespace sch = blocklstm::schedules;
+    std::vector<ShapeCase> cases;
+    auto seen = [&](const Shape &s) {
+        return std::any_of(cases.begin(), cases.end(), [&](const ShapeCase &c) {
+            const Shape &o = c.shape;
+            return o.T == s.T && o.B == s.B && o.I == s.I && o.H == s.H && o.L == s.L;
+        });
+    };
+    // `set(shape, v)` puts v into the dimension the tile size `unit` applies to; a shape already
+    // derived from another tile keeps its first name.
+    auto add = [&](const std::string &what, int64_t unit, void (*set)(Shape &, int64_t)) {
+        const std::pair<const char *, int64_t> at[] = {
+            {"below", unit - 1}, {"equal", unit}, {"multiple", 2 * unit}, {"multiple_plus_one", 2 * unit + 1}};
+        for (const auto &[where, v] : at) {
+            Shape s{2, 3, 5, 9, 2, 1, 0.0, 1.0, "tile boundary"};
+            set(s, v);
+            if (v < 1 || seen(s)) continue;
+            cases.push_back({what + "_" + where, s});
+        }
+    };
+    auto batch = [](Shape &s, int64_t v) { s.B = v; };
+    auto rows = [](Shape &s, int64_t v) { s.T = s.L = 1, s.B = v; };  // L*B = v
+    auto units = [](Shape &s, int64_t v) { s.H = v; };  // columns H and 4H; K = H and 4H (unit / 4)
+    auto units_and_inputs = [](Shape &s, int64_t v) { s.H = s.I = v; };
+    auto inputs = [](Shape &s, int64_t v) { s.I = v; };  // K = I
+    auto n = [](const char *what, int64_t size) { return what + std::to_string(size); };
+    for (const sch::CpuGeometry &g : sch::cpu_geometries) {
+        if (products == Products::per_step) {
+            add(n("step_tile_rows", g.gemm_step_tile_rows), g.gemm_step_tile_rows, batch);
+            add(n("tile_cols", g.gemm_tile_cols()), g.gemm_tile_cols(), units);
+        } else if (products == Products::batched) {
+            const int64_t row_block = int64_t{g.gemm_tile_rows} * sch::gemm_row_block_tiles;
+            add(n("tile_rows", g.gemm_tile_rows), g.gemm_tile_rows, rows);
+            add(n("row_block", row_block), row_block, rows);
+            add(n("tile_cols", g.gemm_tile_cols()), g.gemm_tile_cols(), units_and_inputs);
+            add(n("k_block", g.gemm_k_block) + "_in_I", g.gemm_k_block, inputs);
+            add(n("k_block", g.gemm_k_block) + "_in_4H", g.gemm_k_block / 4, units);
+            add(n("k_block", g.gemm_k_block) + "_in_LB", g.gemm_k_block, rows);
+        }
+    }
+    if (products == Products::per_step) {
+        add(n("panel", blocklstm::panels::kPanelCols), blocklstm::panels::kPanelCols, units);
+        add(n("panel_group", blocklstm::panels::kPanelGroupCols), blocklstm::panels::kPanelGroupCols, units);
+        add(n("step_k_block", sch::gemm_step_k_block) + "_in_4H", sch::gemm_step_k_block / 4, units);
+    }
+    return cases;
 }
 
 // Inputs of one op call, already rounded to dtype (the reference sees exactly what the library

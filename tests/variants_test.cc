@@ -1,5 +1,7 @@
 // Every line of the variant table (runtime/kernels.inc) against the float64 reference, through
-// the ops that run it, over a list of shapes around the kernels' tile sizes.
+// the ops that run it: one test per kernel x op x shape case, named
+// <kernel>.<Op>_<plain|peephole>__<shape case>, over the named shapes and the tile-boundary
+// shapes derived from the schedules' tile parameters (test_util.h).
 #include <algorithm>
 #include <cstdlib>
 #include <map>
@@ -16,15 +18,24 @@ namespace {
 using blocklstm::Device;
 
 struct Variant {
-    std::string family, backend, dtype, flags, layout;
+    std::string family, backend, dtype, flags, layout, generator_params;
     std::string name() const { return family + "__" + backend + "_" + dtype + "_" + flags + "_" + layout; }
+    // The products its generator computes (kernels.inc's generator column), which pick its
+    // tile-boundary shapes; the CUDA kernels' tiles are not the CPU geometries'.
+    Products products() const {
+        if (backend != "cpu") return Products::none;
+        const std::string generator = generator_params.substr(0, generator_params.find(' '));
+        if (generator == "gemm") return Products::batched;
+        if (generator == "seq_fwd_step" || generator == "seq_bwd_step" || generator == "panels")
+            return Products::per_step;
+        return Products::none;
+    }
 };
-
-void PrintTo(const Variant &v, std::ostream *os) { *os << v.name(); }
 
 const std::vector<Variant> &table() {
     static const std::vector<Variant> v = {
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...) Variant{#family, #backend, #dtype, #flags, #layout},
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, weights, params) \
+    Variant{#family, #backend, #dtype, #flags, #layout, params},
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
     };
@@ -114,11 +125,9 @@ void run_use(const Use &u, DType dtype, const Shape &s, uint64_t seed, Device de
     }
 }
 
-class Variants : public ::testing::TestWithParam<Variant> {};
-
 // A CUDA fault is sticky: it makes the context unusable for every later call. The first one is
 // reported with the call that caused it (each CUDA use is synchronised at once), and the CUDA
-// variants after it are not run, rather than failing in its name.
+// cases after it are not run, rather than failing in its name.
 std::string cuda_context_lost_at;
 
 // Runs one use on `device`; on CUDA also waits for its GPU work, so that a fault is named here.
@@ -127,7 +136,7 @@ void run_and_isolate(const Use &u, DType dtype, const Shape &s, uint64_t seed, D
     try {
         run_use(u, dtype, s, seed, device);
         if (device == Device::cuda) blocklstm::cuda_synchronize();
-    } catch (const std::exception &e) {  // report, and go on with the other shapes
+    } catch (const std::exception &e) {
         ADD_FAILURE() << "exception: " << e.what();
         if (device != Device::cuda) return;
         try {
@@ -138,45 +147,80 @@ void run_and_isolate(const Use &u, DType dtype, const Shape &s, uint64_t seed, D
     }
 }
 
-TEST_P(Variants, MatchesReference) {
-    const Variant &v = GetParam();
-    const Device device = v.backend == "cuda" ? Device::cuda : Device::cpu;
-    if (device == Device::cuda && skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
-    if (device == Device::cuda && !cuda_context_lost_at.empty())
-        GTEST_SKIP() << "not run: the CUDA context was lost at " << cuda_context_lost_at;
-    const DType dtype = v.dtype == "f16" ? DType::f16 : DType::f32;
-    const auto us = uses(v);
-    ASSERT_FALSE(us.empty()) << "no op is known to run kernel family '" << v.family << "'";
-    // On CUDA the batched products run on cuBLAS by default; the GEMM kernels' own variants also
-    // run with cuBLAS off, so the Halide GEMM kernels are tested on the GPU too.
-    const bool gemm_family = v.family.rfind("gemm_", 0) == 0;
-    std::vector<blocklstm::CudaGemm> gemms{blocklstm::CudaGemm::cublas};
-    if (device == Device::cuda && gemm_family) gemms.push_back(blocklstm::CudaGemm::halide);
-    for (blocklstm::CudaGemm gemm : gemms) {
-        blocklstm::set_cuda_gemm(gemm);
+// One kernel through one op on one shape. On CUDA the batched products run on cuBLAS by default;
+// the GEMM kernels' cases also run with cuBLAS off, so the Halide GEMM kernels run on the GPU too.
+class VariantCase : public ::testing::Test {
+public:
+    VariantCase(Variant v, Use u, ShapeCase c, blocklstm::CudaGemm gemm)
+        : v_(std::move(v)), u_(u), c_(std::move(c)), gemm_(gemm) {}
+
+    void TestBody() override {
+        const Device device = v_.backend == "cuda" ? Device::cuda : Device::cpu;
+        if (device == Device::cuda && skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
+        if (device == Device::cuda && !cuda_context_lost_at.empty())
+            GTEST_SKIP() << "not run: the CUDA context was lost at " << cuda_context_lost_at;
+        const DType dtype = v_.dtype == "f16" ? DType::f16 : DType::f32;
+        blocklstm::set_cuda_gemm(gemm_);
         const uint64_t cublas_before = blocklstm::cublas_product_count();
-        for (const Use &u : us) {
-            for (std::size_t k = 0; k < variant_shapes().size() && cuda_context_lost_at.empty(); ++k) {
-                const Shape &s = variant_shapes()[k];
-                std::ostringstream what;
-                what << v.name() << "/" << op_name(u) << (u.peephole ? "/peephole" : "/plain") << "/shape" << k;
-                SCOPED_TRACE(op_name(u) + std::string(u.peephole ? " peephole " : " plain ") + describe(s) +
-                             (gemm == blocklstm::CudaGemm::halide ? " (Halide GEMMs)" : ""));
-                BLT_SEED(seed, what.str());
-                run_and_isolate(u, dtype, s, seed, device, what.str());
-                if (::testing::Test::HasFatalFailure()) break;
-            }
-        }
-        // Every op a GEMM variant runs has an input projection, which cuBLAS takes in both dtypes.
-        if (device == Device::cuda && gemm_family && gemm == blocklstm::CudaGemm::cublas)
+        const std::string what = v_.name() + "." + case_name(u_, c_, gemm_);
+        SCOPED_TRACE(describe(c_.shape));
+        BLT_SEED(seed, what);
+        run_and_isolate(u_, dtype, c_.shape, seed, device, what);
+        blocklstm::set_cuda_gemm(blocklstm::CudaGemm::cublas);
+        // Every op a GEMM kernel runs in has an input projection, which cuBLAS takes in both dtypes.
+        if (device == Device::cuda && gemm_family(v_) && gemm_ == blocklstm::CudaGemm::cublas)
             EXPECT_GT(blocklstm::cublas_product_count(), cublas_before)
                 << "the cuBLAS pass ran no cuBLAS product: " << blocklstm::cuda_gemm_backend();
     }
-    blocklstm::set_cuda_gemm(blocklstm::CudaGemm::cublas);
-}
 
-INSTANTIATE_TEST_SUITE_P(KernelsInc, Variants, ::testing::ValuesIn(table()),
-                         [](const ::testing::TestParamInfo<Variant> &info) { return info.param.name(); });
+    static bool gemm_family(const Variant &v) { return v.family.rfind("gemm_", 0) == 0; }
+    static std::string case_name(const Use &u, const ShapeCase &c, blocklstm::CudaGemm gemm) {
+        return std::string(op_name(u)) + (u.peephole ? "_peephole__" : "_plain__") + c.name +
+               (gemm == blocklstm::CudaGemm::halide ? "__halide_gemms" : "");
+    }
+
+private:
+    Variant v_;
+    Use u_;
+    ShapeCase c_;
+    blocklstm::CudaGemm gemm_;
+};
+
+// The cases: every use of a kernel on every named shape; its first use on its tile-boundary
+// shapes (a boundary is the kernel's, whichever op runs it).
+const bool variant_cases_registered = [] {
+    for (const Variant &v : table()) {
+        const std::vector<Use> us = uses(v);
+        if (us.empty()) {  // a kernel no op runs: one failing case that says so
+            ::testing::RegisterTest(v.name().c_str(), "run_by_some_op", nullptr, nullptr, __FILE__, __LINE__,
+                                    [family = v.family]() -> ::testing::Test * {
+                                        struct NoOp : ::testing::Test {
+                                            std::string family;
+                                            void TestBody() override {
+                                                FAIL() << "no op is known to run kernel family '" << family << "'";
+                                            }
+                                        };
+                                        auto *t = new NoOp;
+                                        t->family = family;
+                                        return t;
+                                    });
+            continue;
+        }
+        std::vector<blocklstm::CudaGemm> gemms{blocklstm::CudaGemm::cublas};
+        if (v.backend == "cuda" && VariantCase::gemm_family(v)) gemms.push_back(blocklstm::CudaGemm::halide);
+        auto add = [&](const Use &u, const ShapeCase &c, blocklstm::CudaGemm gemm) {
+            ::testing::RegisterTest(v.name().c_str(), VariantCase::case_name(u, c, gemm).c_str(), nullptr,
+                                    nullptr, __FILE__, __LINE__,
+                                    [=]() -> ::testing::Test * { return new VariantCase(v, u, c, gemm); });
+        };
+        for (blocklstm::CudaGemm gemm : gemms) {
+            for (const Use &u : us)
+                for (const ShapeCase &c : named_shapes()) add(u, c, gemm);
+            for (const ShapeCase &c : tile_boundary_shapes(v.products())) add(us.front(), c, gemm);
+        }
+    }
+    return true;
+}();
 
 // Every op runs some kernel of the table, so every op is tested here.
 TEST(VariantTable, EveryOpIsCovered) {
