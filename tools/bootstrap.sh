@@ -19,7 +19,7 @@ jobs=$(nproc)
 # Debian packages (bookworm versions pinned in the README): compiler, fmt, GoogleTest, Google
 # Benchmark, and PoCL (OpenCL on the CPU), which runs the GPU schedules' OpenCL twins in the
 # tests; for `test` and `fuzz` also clang with its libFuzzer runtime.
-apt_packages=(g++ libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev python3 pocl-opencl-icd)
+apt_packages=(g++ libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev python3 python3-dev pocl-opencl-icd)
 case "$action" in test | fuzz) apt_packages+=(clang-14 libclang-rt-14-dev) ;; esac
 missing=()
 for p in "${apt_packages[@]}"; do
@@ -44,6 +44,16 @@ if ! cmp -s tools/requirements.txt "$stamp" 2>/dev/null; then
 fi
 export PATH=$venv/bin:$PATH
 halide_dir=$("$venv/bin/python" -c 'import halide, os; print(os.path.join(os.path.dirname(halide.__file__), "lib64", "cmake"))')
+
+# The Python package's extension (python/) is built into build/python with the venv's Python.
+python_options="-DBLOCKLSTM_PYTHON=ON -DPython_EXECUTABLE=$venv/bin/python"
+# For `test`: torch, for the PyTorch suites (PyPI's Linux wheel brings the CUDA libraries: about
+# 5.4 GB and 3.5 min on a fresh machine).
+if [ "$action" = test ] && ! cmp -s python/requirements-test.txt "$venv/.requirements-test"; then
+    echo "bootstrap: installing the Python test requirements into .venv (python/requirements-test.txt)"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-test.txt
+    cp python/requirements-test.txt "$venv/.requirements-test"
+fi
 
 # configure_and_build DIR [CMAKE OPTIONS...]: configures DIR once, then builds what changed.
 configure_and_build() {
@@ -85,9 +95,9 @@ fuzz() {
 }
 
 case "$action" in
-    build | demo | test) configure_and_build "$build_dir" -DCMAKE_BUILD_TYPE=Release ;;
+    build | demo | test) configure_and_build "$build_dir" -DCMAKE_BUILD_TYPE=Release $python_options ;;
     fuzz)
-        configure_and_build "$build_dir" -DCMAKE_BUILD_TYPE=Release
+        configure_and_build "$build_dir" -DCMAKE_BUILD_TYPE=Release $python_options
         fuzz "${2:-30}"
         exit 0
         ;;

@@ -1,0 +1,167 @@
+// blocklstm._core: the op registry (blocklstm/ops.h) for Python. Every op is called by name with
+// its tensors by TF name, so the six Python functions are generated from the registry
+// (python/blocklstm/__init__.py) and no op signature is written here.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <blocklstm/blocklstm.h>
+#include <blocklstm/ops.h>
+
+namespace nb = nanobind;
+using namespace blocklstm;
+
+namespace {
+
+// An error of the caller's arguments: Python's ValueError, with the library's message.
+struct ArgumentError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+std::string dtype_name(const nb::dlpack::dtype &t) {
+    static const char *kinds[] = {"int", "uint", "float", "bfloat"};
+    const std::string kind = t.code < 4 ? kinds[t.code] : "code" + std::to_string(t.code) + "_";
+    return kind + std::to_string(t.bits);
+}
+
+std::string framework_of(const nb::handle &obj) {
+    const std::string module = nb::cast<std::string>(nb::type_name(obj.type()));
+    return module.rfind("torch.", 0) == 0 ? "torch" : "numpy";
+}
+
+// A view of a C-contiguous float16/float32 array on the CPU or a CUDA device, zero-copy.
+TensorView view_of(const std::string &name, const nb::ndarray<> &a) {
+    TensorView v;
+    if (a.dtype() == nb::dtype<float>()) v.dtype = DType::f32;
+    else if (a.dtype().code == uint8_t(nb::dlpack::dtype_code::Float) && a.dtype().bits == 16) v.dtype = DType::f16;
+    else throw ArgumentError("argument '" + name + "': expected float32 or float16 data, got " + dtype_name(a.dtype()));
+    if (a.device_type() == nb::device::cpu::value) v.device = Device::cpu;
+    else if (a.device_type() == nb::device::cuda::value) v.device = Device::cuda;
+    else throw ArgumentError("argument '" + name + "': expected a CPU or CUDA tensor");
+    int64_t expected_stride = 1;
+    for (std::size_t d = a.ndim(); d-- > 0;) {
+        if (a.shape(d) > 1 && a.stride(d) != expected_stride)
+            throw ArgumentError("argument '" + name + "' is not C-contiguous: expected a dense row-major array (call .contiguous() or numpy.ascontiguousarray)");
+        expected_stride *= static_cast<int64_t>(a.shape(d));
+    }
+    for (std::size_t d = 0; d < a.ndim(); ++d) v.shape.push_back(static_cast<int64_t>(a.shape(d)));
+    v.data = const_cast<void *>(a.data());
+    return v;
+}
+
+// An owned tensor handed to Python zero-copy: the array keeps the Tensor (its storage) alive.
+template <typename Framework>
+nb::object to_array(Tensor t) {
+    auto *owned = new Tensor(std::move(t));
+    nb::capsule owner(owned, [](void *p) noexcept { delete static_cast<Tensor *>(p); });
+    std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
+    const nb::dlpack::dtype dt = owned->dtype() == DType::f32
+                                     ? nb::dtype<float>()
+                                     : nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
+    const int device = owned->device() == Device::cuda ? nb::device::cuda::value : nb::device::cpu::value;
+    return nb::ndarray<Framework>(owned->data(), shape.size(), shape.data(), owner, nullptr, dt, device, 0)
+        .cast();
+}
+
+std::map<std::string, TensorView> views(const nb::dict &tensors, std::vector<nb::ndarray<>> &keep) {
+    std::map<std::string, TensorView> out;
+    for (auto [key, value] : tensors) {
+        const std::string name = nb::cast<std::string>(key);
+        nb::ndarray<> a;
+        if (!nb::try_cast(value, a))
+            throw ArgumentError("argument '" + name + "': expected an array (NumPy, or any DLPack tensor), got " +
+                                nb::cast<std::string>(nb::type_name(value.type())));
+        keep.push_back(a);
+        out[name] = view_of(name, a);
+    }
+    return out;
+}
+
+nb::dict arg_info(const OpArg &a) {
+    nb::dict d;
+    d["name"] = a.name;
+    d["shape"] = a.shape;
+    return d;
+}
+
+}  // namespace
+
+NB_MODULE(_core, m) {
+    m.doc() = "blocklstm's C++ library: the op registry and calls by name";
+    nb::register_exception_translator([](const std::exception_ptr &p, void *) {
+        try {
+            std::rethrow_exception(p);
+        } catch (const ArgumentError &e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        } catch (const Error &e) {
+            PyErr_SetString(PyExc_ValueError, e.what());
+        }
+    });
+
+    m.def("ops", [] {
+        nb::list out;
+        for (const OpInfo &op : ops()) {
+            nb::dict d;
+            d["name"] = op.name;
+            d["summary"] = op.summary;
+            d["sequence"] = op.sequence;
+            d["gradient"] = op.gradient;
+            d["layout"] = op.layout;
+            nb::list in, outs;
+            for (const OpArg &a : op.inputs) in.append(arg_info(a));
+            for (const OpArg &a : op.outputs) outs.append(arg_info(a));
+            d["inputs"] = in;
+            d["outputs"] = outs;
+            d["forget_bias"] = op.forget_bias;
+            d["cell_clip"] = op.cell_clip;
+            d["forward_op"] = op.forward_op;
+            out.append(d);
+        }
+        return out;
+    }, "Every op: its inputs and outputs (TF names and shapes), attr defaults, layout.");
+
+    m.def("output_shapes", [](const std::string &op, int64_t T, int64_t B, int64_t I, int64_t H) {
+        std::vector<std::vector<int64_t>> shapes;
+        for (const OpArg &a : op_info(op).outputs) shapes.push_back(a.dims({T, B, I, H}));
+        return shapes;
+    }, nb::arg("op"), nb::arg("T"), nb::arg("B"), nb::arg("I"), nb::arg("H"));
+
+    // outputs None: allocated by the library and returned zero-copy as arrays of the inputs'
+    // framework (NumPy, or torch for torch tensors); else written into the given arrays.
+    m.def("invoke",
+          [](const std::string &op, int64_t seq_len_max, const nb::dict &inputs,
+             std::optional<nb::dict> outputs, std::optional<float> forget_bias,
+             std::optional<float> cell_clip, bool use_peephole) -> nb::object {
+              std::vector<nb::ndarray<>> keep;
+              const auto in = views(inputs, keep);
+              OpAttrs attrs{forget_bias, cell_clip, use_peephole};
+              const std::string framework = inputs.size() ? framework_of(inputs.values()[0]) : "numpy";
+              if (outputs) {
+                  const auto out = views(*outputs, keep);
+                  nb::gil_scoped_release no_gil;
+                  invoke(op, seq_len_max, in, out, attrs);
+                  return nb::none();
+              }
+              std::map<std::string, Tensor> result;
+              {
+                  nb::gil_scoped_release no_gil;
+                  result = invoke(op, seq_len_max, in, attrs);
+              }
+              nb::dict d;
+              for (auto &[name, t] : result)
+                  d[name.c_str()] = framework == "torch" ? to_array<nb::pytorch>(std::move(t))
+                                                         : to_array<nb::numpy>(std::move(t));
+              return d;
+          },
+          nb::arg("op"), nb::arg("seq_len_max"), nb::arg("inputs"), nb::arg("outputs").none(),
+          nb::arg("forget_bias").none(), nb::arg("cell_clip").none(), nb::arg("use_peephole"));
+
+    m.def("set_cuda_stream", [](uintptr_t stream) { set_cuda_stream(reinterpret_cast<CudaStream>(stream)); },
+          "The CUDA stream this thread's calls run on (0: the legacy default stream).");
+    m.def("cuda_available", [] { return cuda_device_count() > 0; });
+    m.def("cpu_target_in_use", [] { return cpu_target_in_use(); });
+    m.attr("__version__") = BLOCKLSTM_VERSION_STRING;
+}

@@ -1,0 +1,150 @@
+"""The six ops on NumPy arrays: against TensorFlow 2.21's own outputs (tests/data/tf), against an
+independent float64 forward, and on bad input."""
+import inspect
+import pathlib
+
+import numpy as np
+import pytest
+
+import blocklstm
+
+GOLDEN = pathlib.Path(__file__).resolve().parents[2] / "tests" / "data" / "tf"
+HALF_EPS = 2.0 ** -10
+
+
+def manifest(case):
+    return dict(line.split("=", 1) for line in (case / "manifest.txt").read_text().splitlines() if "=" in line)
+
+
+def tolerance(m):
+    # The C++ golden suite's budget (tests/golden/tf_golden_test.cc): float32 1e-5 / 2e-6;
+    # float16 TF's rounding budget in ulps of one.
+    seq, grad = m["op"].startswith("Block"), "Grad" in m["op"]
+    if m["dtype"] == "float32":
+        return 1e-5 if seq and grad else 2e-6
+    if not seq:
+        return 6 * HALF_EPS
+    if not grad:
+        return 8 * HALF_EPS
+    return (8 + 0.5 * int(m["seq_len_max"])) * HALF_EPS
+
+
+def snake(op):
+    return {"LSTMBlockCell": "lstm_block_cell", "LSTMBlockCellGrad": "lstm_block_cell_grad",
+            "BlockLSTM": "block_lstm", "BlockLSTMGrad": "block_lstm_grad",
+            "BlockLSTMV2": "block_lstm_v2", "BlockLSTMGradV2": "block_lstm_grad_v2"}[op]
+
+
+OPS = ("LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM", "BlockLSTMGrad", "BlockLSTMV2", "BlockLSTMGradV2")
+CASES = sorted(p for p in GOLDEN.iterdir() if (p / "manifest.txt").exists() and manifest(p).get("op") in OPS)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_matches_tensorflow(case):
+    m = manifest(case)
+    fn = getattr(blocklstm, snake(m["op"]))
+    kwargs = {name: np.load(case / f"{name}.npy") for name in m["inputs"].split(",")}
+    kwargs["use_peephole"] = m["use_peephole"] == "1"
+    for attr in ("forget_bias", "cell_clip"):
+        if f"attr.{attr}" in m:
+            kwargs[attr] = float(m[f"attr.{attr}"])
+    out = fn(**kwargs)
+    L, B, H = int(m.get("seq_len_max", 1)), int(m["B"]), int(m["H"])
+    unspecified = m.get("unspecified_past_seq_len_max", "").split(",")
+    for name in m["outputs"].split(","):
+        ours, tf = getattr(out, name), np.load(case / f"{name}.npy")
+        assert ours.dtype == tf.dtype and ours.shape == tf.shape, name
+        ours, tf = ours.astype(np.float64).ravel(), tf.astype(np.float64).ravel()
+        if name in unspecified:  # TF leaves these unwritten past seq_len_max; ours are zero
+            assert not ours[L * B * H:].any(), name
+            ours, tf = ours[:L * B * H], tf[:L * B * H]
+        scale = max(1.0, np.abs(tf).max(initial=0.0))
+        assert np.abs(ours - tf).max(initial=0.0) / scale <= tolerance(m), name
+
+
+def sigmoid(v):
+    return 1 / (1 + np.exp(-v))
+
+
+def reference_block_lstm(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias, cell_clip, peephole):
+    """TF's BlockLSTM (ICFO gate blocks) in float64, written from its documentation."""
+    x, cs, h, w, wci, wcf, wco, b = (np.asarray(a, np.float64) for a in (x, cs_prev, h_prev, w, wci, wcf, wco, b))
+    outs = {k: [] for k in ("i", "cs", "f", "o", "ci", "co", "h")}
+    H = cs.shape[1]
+    for t in range(x.shape[0]):
+        z = np.concatenate([x[t], h], axis=1) @ w + b
+        zi, zc, zf, zo = (z[:, k * H:(k + 1) * H] for k in range(4))
+        i = sigmoid(zi + (wci * cs if peephole else 0))
+        f = sigmoid(zf + forget_bias + (wcf * cs if peephole else 0))
+        ci = np.tanh(zc)
+        cs = ci * i + cs * f
+        if cell_clip > 0:
+            cs = np.clip(cs, -cell_clip, cell_clip)
+        o = sigmoid(zo + (wco * cs if peephole else 0))
+        co = np.tanh(cs)
+        h = co * o
+        for k, v in zip(outs, (i, cs, f, o, ci, co, h)):
+            outs[k].append(v)
+    return {k: np.stack(v) for k, v in outs.items()}
+
+
+def random_inputs(rng, T, B, I, H, dtype=np.float32):
+    u = lambda *s, scale=1.0: (scale * rng.uniform(-1, 1, s)).astype(dtype)
+    return dict(x=u(T, B, I), cs_prev=u(B, H), h_prev=u(B, H), w=u(I + H, 4 * H, scale=(I + H) ** -0.5),
+                wci=u(H), wcf=u(H), wco=u(H), b=u(4 * H))
+
+
+@pytest.mark.parametrize("peephole", [False, True])
+def test_block_lstm_matches_float64_reference(peephole):
+    rng = np.random.default_rng(7)
+    a = random_inputs(rng, 6, 5, 17, 33)
+    out = blocklstm.block_lstm(6, **a, forget_bias=0.5, cell_clip=0.8, use_peephole=peephole)
+    want = reference_block_lstm(**a, forget_bias=0.5, cell_clip=0.8, peephole=peephole)
+    for k, v in want.items():
+        np.testing.assert_allclose(getattr(out, k), v, atol=2e-6, rtol=0, err_msg=k)
+
+
+def test_functions_follow_the_registry():
+    for op in blocklstm.ops():
+        fn = getattr(blocklstm, snake(op["name"]))
+        params = list(inspect.signature(fn).parameters.values())
+        names = [p.name for p in params]
+        inputs = [a["name"] for a in op["inputs"]]
+        assert names[: len(inputs) + op["sequence"]] == (["seq_len_max"] if op["sequence"] else []) + inputs
+        assert names[-1] == "use_peephole" and params[-1].default is False
+        for attr in ("forget_bias", "cell_clip"):
+            if op[attr] is not None:
+                assert inspect.signature(fn).parameters[attr].default == pytest.approx(op[attr])
+            else:
+                assert attr not in names
+
+
+def test_seq_len_max_as_array_and_zero_past_it():
+    a = random_inputs(np.random.default_rng(1), 5, 2, 3, 4)
+    as_int = blocklstm.block_lstm(3, **a)
+    as_array = blocklstm.block_lstm(np.array([3], dtype=np.int64), **a)
+    np.testing.assert_array_equal(as_int.h, as_array.h)
+    assert not as_int.h[3:].any()
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: a.update(x=a["x"].astype(np.float64)), "argument 'x': expected float32 or float16 data, got float64"),
+    (lambda a: a.update(w=a["w"][:, :-4]), "argument 'w'"),
+    (lambda a: a.update(x=np.asfortranarray(a["x"])), "argument 'x' is not C-contiguous"),
+    (lambda a: a.update(b=a["b"].astype(np.float16)), "BlockLSTM"),
+    (lambda a: a.update(x=[[1.0]]), "argument 'x': expected an array"),
+])
+def test_bad_input_is_a_value_error(change, message):
+    a = random_inputs(np.random.default_rng(2), 3, 2, 4, 5)
+    change(a)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        blocklstm.block_lstm(3, **a)
+
+
+def test_bad_seq_len_max():
+    a = random_inputs(np.random.default_rng(3), 3, 2, 4, 5)
+    for bad in (1.5, np.array([1.0]), np.array([1, 2])):
+        with pytest.raises(ValueError, match="seq_len_max"):
+            blocklstm.block_lstm(bad, **a)
+    with pytest.raises(ValueError, match="seq_len_max"):
+        blocklstm.block_lstm(4, **a)  # more than T
