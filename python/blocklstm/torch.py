@@ -1,0 +1,229 @@
+"""blocklstm for PyTorch: the six ops as torch custom ops, and LSTM, a one-layer nn.LSTM with
+optional peepholes.
+
+The ops are registered as torch.ops.blocklstm.<op> (block_lstm, block_lstm_grad, block_lstm_v2,
+block_lstm_grad_v2, lstm_block_cell, lstm_block_cell_grad), their schemas generated from the
+library's op registry. They run on CPU and CUDA tensors (CUDA: on the current stream), have fake
+kernels (torch.compile, torch.export trace them) and the forward ops have autograd: the gradient
+is TF's, through the grad op (of a forward op's outputs only cs and h carry gradients, as in TF).
+"""
+import math
+
+import torch
+from torch import nn
+
+from . import _core
+
+_OPS = {op["name"]: op for op in _core.ops()}
+_NAMESPACE = "blocklstm"
+_lib = torch.library.Library(_NAMESPACE, "DEF")
+
+
+def _snake(name):
+    from . import _snake as snake
+    return snake(name)
+
+
+def _dims(op, t):
+    """(T, B, I, H) of a call from its tensors; zeros where a shape is malformed (the library's
+    validation then reports the argument)."""
+    x, w = t["x"], t["w"]
+    T = x.shape[0] if op["sequence"] and x.dim() == 3 else 1
+    B = x.shape[-2] if x.dim() >= 2 else 0
+    I = x.shape[-1] if x.dim() >= 1 else 0
+    H = w.shape[1] // 4 if w.dim() == 2 else 0
+    return T, B, I, H
+
+
+def _schema(op):
+    args = ["int seq_len_max"] if op["sequence"] else []
+    args += [f"Tensor {a['name']}" for a in op["inputs"]]
+    args += [f"float {a}={op[a]!r}" for a in ("forget_bias", "cell_clip") if op[a] is not None]
+    args += ["bool use_peephole=False"]
+    outs = ", ".join("Tensor" for _ in op["outputs"])
+    return f"({', '.join(args)}) -> ({outs})"
+
+
+def _call(op, args):
+    inputs = {a["name"]: args[a["name"]] for a in op["inputs"]}
+    x = inputs["x"]
+    for name, t in inputs.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{op['name']}: argument '{name}': expected a tensor, got {type(t).__name__}")
+        if t.device != x.device:
+            raise ValueError(f"{op['name']}: argument '{name}' is on {t.device}: expected {x.device}, as 'x'")
+    shapes = _core.output_shapes(op["name"], *_dims(op, inputs))
+    outs = [torch.empty(s, dtype=x.dtype, device=x.device) for s in shapes]
+    if x.is_cuda:
+        _core.set_cuda_stream(torch.cuda.current_stream(x.device).cuda_stream)
+    _core.invoke(op["name"], args.get("seq_len_max", 0), inputs,
+                 {a["name"]: t for a, t in zip(op["outputs"], outs)},
+                 args.get("forget_bias"), args.get("cell_clip"), bool(args["use_peephole"]))
+    return tuple(outs)
+
+
+def _arg_names(op):
+    names = ["seq_len_max"] if op["sequence"] else []
+    names += [a["name"] for a in op["inputs"]]
+    names += [a for a in ("forget_bias", "cell_clip") if op[a] is not None]
+    return names + ["use_peephole"]
+
+
+def _bind(op, names, args, kwargs):
+    """The call's arguments by name, with the attr defaults the dispatcher may leave out."""
+    a = {k: op[k] for k in ("forget_bias", "cell_clip") if op[k] is not None}
+    a["use_peephole"] = False
+    a.update(zip(names, args))
+    a.update(kwargs)
+    return a
+
+
+def _register(op):
+    name = _snake(op["name"])
+    _lib.define(name + _schema(op))
+    names = _arg_names(op)
+
+    def kernel(*args, **kwargs):
+        return _call(op, _bind(op, names, args, kwargs))
+
+    def fake(*args, **kwargs):
+        a = _bind(op, names, args, kwargs)
+        x = a["x"]
+        shapes = _core.output_shapes(op["name"], *_dims(op, {k: a[k] for k in ("x", "w")}))
+        return tuple(x.new_empty(s) for s in shapes)
+
+    qualname = f"{_NAMESPACE}::{name}"
+    torch.library.impl(qualname, ("cpu", "cuda"), kernel, lib=_lib)
+    torch.library.register_fake(qualname, fake, lib=_lib)
+    return names
+
+
+_ARGS = {name: _register(op) for name, op in _OPS.items()}
+
+
+# ---- Autograd: the forward ops' gradients are TF's, through the grad ops --------------------------
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)], *output)
+    ctx.scalars = [t for t in inputs if not isinstance(t, torch.Tensor)]
+
+
+def _grad_or_zeros(grad, like):
+    return grad if grad is not None else torch.zeros_like(like)
+
+
+def _sequence_backward(grad_op):
+    def backward(ctx, *grads):
+        saved = ctx.saved_tensors
+        inputs, (i, cs, f, o, ci, co, h) = saved[:8], saved[8:]
+        seq_len_max, *_, use_peephole = ctx.scalars
+        g = getattr(torch.ops.blocklstm, grad_op)(
+            seq_len_max, *inputs, i, cs, f, o, ci, co, h, _grad_or_zeros(grads[1], cs).contiguous(),
+            _grad_or_zeros(grads[6], h).contiguous(), use_peephole)
+        return (None, *g) + (None,) * (len(ctx.scalars) - 1)
+    return backward
+
+
+def _cell_backward(ctx, *grads):
+    saved = ctx.saved_tensors
+    (x, cs_prev, h_prev, w, wci, wcf, wco, b), (i, cs, f, o, ci, co, h) = saved[:8], saved[8:]
+    use_peephole = ctx.scalars[-1]
+    cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = torch.ops.blocklstm.lstm_block_cell_grad(
+        x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
+        _grad_or_zeros(grads[1], cs).contiguous(), _grad_or_zeros(grads[6], h).contiguous(), use_peephole)
+    # TF's LSTMBlockCell gradient: the products of the gate gradients, here in float32.
+    xh = torch.cat([x, h_prev], 1).float()
+    d = dicfo.float()
+    xh_grad = (d @ w.float().t()).to(x.dtype)
+    I = x.shape[1]
+    w_grad = (xh.t() @ d).to(w.dtype)
+    b_grad = d.sum(0).to(b.dtype)
+    return (xh_grad[:, :I], cs_prev_grad, xh_grad[:, I:], w_grad, wci_grad, wcf_grad, wco_grad, b_grad,
+            None, None, None)
+
+
+torch.library.register_autograd("blocklstm::block_lstm", _sequence_backward("block_lstm_grad"),
+                                setup_context=_setup_context, lib=_lib)
+torch.library.register_autograd("blocklstm::block_lstm_v2", _sequence_backward("block_lstm_grad_v2"),
+                                setup_context=_setup_context, lib=_lib)
+torch.library.register_autograd("blocklstm::lstm_block_cell", _cell_backward,
+                                setup_context=_setup_context, lib=_lib)
+
+
+# ---- The module ----------------------------------------------------------------------------------
+
+class LSTM(nn.Module):
+    """A one-layer LSTM with nn.LSTM's parameters and call, and optional peepholes.
+
+    Parameters: weight_ih_l0 [4H, I], weight_hh_l0 [4H, H], bias_ih_l0 [4H], bias_hh_l0 [4H] (gate
+    order i, f, g, o, as nn.LSTM), and with peephole=True weight_ci_l0, weight_cf_l0,
+    weight_co_l0 [H] (TF's wci, wcf, wco). load_state_dict(nn_lstm.state_dict()) works as it is;
+    peephole weights missing from a state dict keep their values (zeros after reset_parameters).
+    forward(input, (h_0, c_0)=None) -> (output, (h_n, c_n)) as nn.LSTM, with TF's
+    forget_bias (added to the forget gate) and cell_clip (None: no clipping).
+    """
+
+    def __init__(self, input_size, hidden_size, peephole=False, forget_bias=0.0, cell_clip=None,
+                 batch_first=False, device=None, dtype=None):
+        super().__init__()
+        self.input_size, self.hidden_size = input_size, hidden_size
+        self.peephole, self.forget_bias, self.cell_clip = peephole, float(forget_bias), cell_clip
+        self.batch_first = batch_first
+        f = {"device": device, "dtype": dtype}
+        H = hidden_size
+        self.weight_ih_l0 = nn.Parameter(torch.empty(4 * H, input_size, **f))
+        self.weight_hh_l0 = nn.Parameter(torch.empty(4 * H, H, **f))
+        self.bias_ih_l0 = nn.Parameter(torch.empty(4 * H, **f))
+        self.bias_hh_l0 = nn.Parameter(torch.empty(4 * H, **f))
+        self._peepholes = ("weight_ci_l0", "weight_cf_l0", "weight_co_l0") if peephole else ()
+        for name in self._peepholes:
+            setattr(self, name, nn.Parameter(torch.empty(H, **f)))
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        bound = 1 / math.sqrt(self.hidden_size)  # as nn.LSTM
+        for name, p in self.named_parameters():
+            if name in self._peepholes:
+                nn.init.zeros_(p)
+            else:
+                nn.init.uniform_(p, -bound, bound)
+
+    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
+                              unexpected_keys, error_msgs):
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        for name in self._peepholes:  # an nn.LSTM's state: the peepholes keep their values
+            if prefix + name in missing_keys:
+                missing_keys.remove(prefix + name)
+
+    def tf_weights(self):
+        """TF's w [I+H, 4H] and b [4H] (IFCO gate blocks, BlockLSTMV2's layout) from nn.LSTM's."""
+        w = torch.cat([self.weight_ih_l0, self.weight_hh_l0], 1).t().contiguous()
+        b = self.bias_ih_l0 + self.bias_hh_l0
+        if self.forget_bias:
+            H = self.hidden_size
+            b = torch.cat([b[:H], b[H:2 * H] + self.forget_bias, b[2 * H:]])
+        return w, b
+
+    def forward(self, input, hx=None):
+        x = input.transpose(0, 1) if self.batch_first else input
+        x = x.contiguous()
+        T, B, H = x.shape[0], x.shape[1], self.hidden_size
+        if hx is None:
+            h0 = c0 = x.new_zeros(B, H)
+        else:
+            h0, c0 = (t.reshape(B, H).contiguous() for t in hx)  # [1, B, H] as nn.LSTM, or [B, H]
+        w, b = self.tf_weights()
+        if self.peephole:
+            wci, wcf, wco = self.weight_ci_l0, self.weight_cf_l0, self.weight_co_l0
+        else:
+            wci = wcf = wco = x.new_zeros(H)
+        clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
+        i, cs, f, o, ci, co, h = torch.ops.blocklstm.block_lstm_v2(
+            T, x, c0, h0, w, wci, wcf, wco, b, clip, self.peephole)
+        output = h.transpose(0, 1) if self.batch_first else h
+        return output, (h[-1:], cs[-1:])
+
+    def extra_repr(self):
+        return (f"{self.input_size}, {self.hidden_size}, peephole={self.peephole}, "
+                f"forget_bias={self.forget_bias}, cell_clip={self.cell_clip}, batch_first={self.batch_first}")
