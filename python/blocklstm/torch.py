@@ -52,6 +52,7 @@ def _call(op, args):
             raise ValueError(f"{op['name']}: argument '{name}': expected a tensor, got {type(t).__name__}")
         if t.device != x.device:
             raise ValueError(f"{op['name']}: argument '{name}' is on {t.device}: expected {x.device}, as 'x'")
+    inputs = {name: t.detach() for name, t in inputs.items()}  # DLPack takes no autograd tensors
     shapes = _core.output_shapes(op["name"], *_dims(op, inputs))
     outs = [torch.empty(s, dtype=x.dtype, device=x.device) for s in shapes]
     if x.is_cuda:

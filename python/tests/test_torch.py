@@ -1,0 +1,141 @@
+"""blocklstm.torch: the custom ops (opcheck, TF's gradients against finite differences), the LSTM
+module against nn.LSTM, torch.compile, and bad input."""
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed: the PyTorch suites are skipped")
+import blocklstm.torch as bt  # noqa: E402
+
+CUDA = torch.cuda.is_available() and __import__("blocklstm").cuda_available()
+devices = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="no CUDA device: CUDA cases skipped"))]
+
+
+def inputs(T, B, I, H, dtype=torch.float32, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    u = lambda *s, scale=1.0: (scale * (2 * torch.rand(*s, generator=g) - 1)).to(dtype).to(device)
+    return [u(T, B, I), u(B, H), u(B, H), u(I + H, 4 * H, scale=(I + H) ** -0.5), u(H), u(H), u(H), u(4 * H)]
+
+
+@pytest.mark.parametrize("device", devices)
+@pytest.mark.parametrize("peephole", [False, True])
+def test_opcheck_sequence_ops(device, peephole):
+    args = inputs(4, 3, 5, 6, device=device)
+    for op in (torch.ops.blocklstm.block_lstm.default, torch.ops.blocklstm.block_lstm_v2.default):
+        extra = (1.0, 3.0) if op is torch.ops.blocklstm.block_lstm.default else (0.5,)
+        torch.library.opcheck(op, (4, *[a.requires_grad_() for a in args], *extra, peephole))
+
+
+def test_opcheck_cell_op():
+    T, B, I, H = 1, 3, 5, 6
+    x, *rest = inputs(T, B, I, H)
+    torch.library.opcheck(torch.ops.blocklstm.lstm_block_cell.default,
+                          (x[0].requires_grad_(), *[a.requires_grad_() for a in rest], 1.0, 3.0, True))
+
+
+@pytest.mark.parametrize("op, peephole", [("block_lstm", True), ("block_lstm_v2", True),
+                                          ("block_lstm", False), ("lstm_block_cell", True)])
+def test_gradients_match_finite_differences_of_the_forward(op, peephole):
+    """A directional derivative of loss = sum(h * r) + sum(cs * s): autograd's (TF's gradient)
+    against central differences of our forward, all in float32 (step 1e-2: error ~1e-4 of it).
+    The clip is inactive (10): TF's gradient ignores an active clip, which differences would see."""
+    T, B, I, H = 5, 3, 4, 6
+    args = inputs(T, B, I, H, seed=3)
+    cell = op == "lstm_block_cell"
+    if cell:
+        args[0] = args[0][0]
+    fn = getattr(torch.ops.blocklstm, op)
+    call = (lambda a: fn(*a, 1.0, 10.0, peephole)) if cell else (
+        (lambda a: fn(T, *a, 1.0, 10.0, peephole)) if op == "block_lstm" else (lambda a: fn(T, *a, 10.0, peephole)))
+    g = torch.Generator().manual_seed(5)
+    out = call(args)
+    r, s = torch.randn(out[6].shape, generator=g), torch.randn(out[1].shape, generator=g)
+    loss = lambda a: (call(a)[6] * r).sum() + (call(a)[1] * s).sum()
+    leaves = [a.clone().requires_grad_() for a in args]
+    loss(leaves).backward()
+    for k, leaf in enumerate(leaves):
+        if not peephole and k in (4, 5, 6):
+            assert not leaf.grad.any()  # TF's peephole grads are zero without peepholes
+            continue
+        v = torch.randn(leaf.shape, generator=g)
+        eps = 1e-2
+        plus = [a + eps * v if j == k else a for j, a in enumerate(args)]
+        minus = [a - eps * v if j == k else a for j, a in enumerate(args)]
+        fd = (loss(plus) - loss(minus)).item() / (2 * eps)
+        analytic = (leaf.grad * v).sum().item()
+        assert abs(fd - analytic) <= 2e-3 * max(1.0, abs(fd)), (k, fd, analytic)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_module_matches_nn_lstm(batch_first):
+    torch.manual_seed(0)
+    ref = torch.nn.LSTM(12, 20, batch_first=batch_first)
+    ours = bt.LSTM(12, 20, batch_first=batch_first)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(4, 7, 12) if batch_first else torch.randn(7, 4, 12)  # T = 7, B = 4
+    h0, c0 = torch.randn(1, 4, 20), torch.randn(1, 4, 20)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    (y1, (h1, c1)), (y2, (h2, c2)) = ours(xs[0], (h0, c0)), ref(xs[1], (h0, c0))
+    for a, b in ((y1, y2), (h1, h2), (c1, c2)):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    (y1.square().sum() + c1.sum()).backward()
+    (y2.square().sum() + c2.sum()).backward()
+    torch.testing.assert_close(xs[0].grad, xs[1].grad, atol=1e-5, rtol=0)
+    for name, p in ref.named_parameters():
+        torch.testing.assert_close(getattr(ours, name).grad, p.grad, atol=1e-5, rtol=0, msg=name)
+
+
+def test_module_float16_close_to_nn_lstm_float32():
+    torch.manual_seed(1)
+    ref = torch.nn.LSTM(16, 24)
+    ours = bt.LSTM(16, 24, dtype=torch.float16)
+    ours.load_state_dict(ref.state_dict())
+    x = torch.randn(6, 3, 16)
+    y, _ = ours(x.half())
+    assert y.dtype == torch.float16
+    torch.testing.assert_close(y.float(), ref(x)[0], atol=4e-3, rtol=0)
+
+
+def test_peephole_module_loads_nn_lstm_state_and_learns_peepholes():
+    ref = torch.nn.LSTM(5, 8)
+    ours = bt.LSTM(5, 8, peephole=True, forget_bias=1.0, cell_clip=2.0)
+    assert set(ours.state_dict()) == set(ref.state_dict()) | {"weight_ci_l0", "weight_cf_l0", "weight_co_l0"}
+    ours.load_state_dict(ref.state_dict())
+    y, (h, c) = ours(torch.randn(4, 2, 5))
+    y.sum().backward()
+    assert ours.weight_ci_l0.grad.abs().sum() > 0 and ours.weight_co_l0.grad.abs().sum() > 0
+
+
+def test_torch_compile_of_a_module_call():
+    torch.manual_seed(2)
+    m = bt.LSTM(6, 10, peephole=True)
+    x = torch.randn(5, 2, 6)
+    eager = m(x)[0]
+    compiled = torch.compile(m, backend="aot_eager", fullgraph=True)(x)[0]
+    torch.testing.assert_close(compiled, eager, atol=0, rtol=0)
+
+
+def test_export_traces_the_op():
+    m = bt.LSTM(6, 10)
+    ep = torch.export.export(m, (torch.randn(5, 2, 6),))
+    assert "blocklstm.block_lstm_v2" in str(ep.graph)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda a: a.__setitem__(0, a[0].double()), "argument 'x': expected float32 or float16 data, got float64"),
+    (lambda a: a.__setitem__(0, a[0].transpose(0, 1).contiguous().transpose(0, 1)), "argument 'x' is not C-contiguous"),
+    (lambda a: a.__setitem__(3, a[3][:, :-4]), "argument 'w'"),
+    (lambda a: a.__setitem__(7, a[7].half()), "BlockLSTM"),
+])
+def test_bad_input_is_a_value_error_and_nothing_runs(change, message):
+    args = inputs(3, 2, 4, 5)
+    change(args)
+    with pytest.raises(ValueError, match=message):
+        torch.ops.blocklstm.block_lstm(3, *args)
+
+
+@pytest.mark.skipif(not CUDA, reason="no CUDA device: the mixed-device case is skipped")
+def test_mixed_devices_are_a_value_error():
+    args = inputs(3, 2, 4, 5)
+    args[1] = args[1].cuda()
+    with pytest.raises(ValueError, match="argument 'cs_prev' is on cuda"):
+        torch.ops.blocklstm.block_lstm(3, *args)
