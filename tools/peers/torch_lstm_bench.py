@@ -1,0 +1,86 @@
+"""blocklstm.torch.LSTM against torch.nn.LSTM on the CPU, in one process, interleaved.
+
+For each shape (T, B, I = H) it times the forward (no autograd) and the forward + backward
+(loss = sum of the output) of both modules, holding the same weights, float32, and prints a
+Markdown table of the medians and the ratio nn.LSTM / ours (> 1: ours is faster), with the cost
+of ours' weight conversion (nn.LSTM's weights -> TF's w, b) per call.
+
+  PYTHONPATH=build/python .venv/bin/python tools/peers/torch_lstm_bench.py [--threads 2] [--rounds 5]
+"""
+import argparse
+import datetime
+import platform
+import statistics
+import time
+
+import torch
+
+import blocklstm
+import blocklstm.torch as bt
+
+SHAPES = [(100, 64, 512), (200, 16, 256), (100, 32, 256), (50, 8, 128)]  # the CPU peer shapes
+
+
+def cpu_model():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def timed(fn, min_s=0.3, max_reps=20):
+    fn()  # warm-up: caches, thread pool
+    times, start = [], time.perf_counter()
+    while len(times) < max_reps and (time.perf_counter() - start < min_s or len(times) < 2):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=5)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    print(f"{datetime.date.today()}, {cpu_model()}, {a.threads} threads, torch {torch.__version__}, "
+          f"blocklstm CPU target {blocklstm.cpu_target_in_use()}, float32, median of {a.rounds} rounds")
+    print("\n| T, B, I=H | nn.LSTM fwd ms | ours fwd ms | ratio | nn.LSTM fwd+bwd ms | ours fwd+bwd ms | ratio | conversion ms |")
+    print("|---|---|---|---|---|---|---|---|")
+    for T, B, H in SHAPES:
+        torch.manual_seed(0)
+        ref = torch.nn.LSTM(H, H)
+        ours = bt.LSTM(H, H)
+        ours.load_state_dict(ref.state_dict())
+        x = torch.randn(T, B, H)
+        xg = x.clone().requires_grad_()
+
+        def fwd(m):
+            with torch.no_grad():
+                m(x)
+
+        def fwd_bwd(m):
+            m(xg)[0].sum().backward()
+
+        def conversion():
+            with torch.no_grad():
+                ours.tf_weights()
+
+        r = {k: [] for k in ("rf", "of", "rb", "ob", "conv")}
+        for _ in range(a.rounds):  # interleaved: a drift of the machine hits both alike
+            r["rf"].append(timed(lambda: fwd(ref)))
+            r["of"].append(timed(lambda: fwd(ours)))
+            r["rb"].append(timed(lambda: fwd_bwd(ref)))
+            r["ob"].append(timed(lambda: fwd_bwd(ours)))
+            r["conv"].append(timed(conversion))
+        m = {k: 1e3 * statistics.median(v) for k, v in r.items()}
+        print(f"| {T}, {B}, {H} | {m['rf']:.2f} | {m['of']:.2f} | {m['rf'] / m['of']:.2f} | "
+              f"{m['rb']:.2f} | {m['ob']:.2f} | {m['rb'] / m['ob']:.2f} | {m['conv']:.3f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
