@@ -1,4 +1,4 @@
-// LSTMBlockCellGrad (spec §4.2): one application of the cell backward math with dcs_in = cs_grad
+// LSTMBlockCellGrad (docs/semantics.md: Backward): one application of the cell backward math with dcs_in = cs_grad
 // and dh = h_grad, writing cs_prev_grad, dicfo and (with peepholes) the batch sums of the
 // peephole gradients. x, h_prev, w and b take no part in the math; the runtime validates them.
 #include "generators/common.h"

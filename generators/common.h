@@ -89,7 +89,7 @@ inline Expr recurrent_weight(const Func &w, int panel_cols, const Expr &x, const
 // sum(x, y) = init(x, y) + sum_k a(k, y) * b(x, k), accumulated in float32, with the reduction
 // blocked: part(x, y, kb) is the product over one block of k_block steps of k (k_block 0: one
 // block of all of k), so a register tile
-// of part and the packed operand panels of one block stay in L1 (DESIGN.md §4: packing and cache
+// of part and the packed operand panels of one block stay in L1 (docs/performance.md: packing and cache
 // blocking of K are where the other half of GEMM speed lives). The panels are float32 views of a
 // and b, both zero past the last k, so a partial last block adds exact zeros (never inf * 0).
 // The panels are laid out for the schedule's register tiles: a_panel(yi, k, yo) holds row

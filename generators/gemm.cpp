@@ -1,4 +1,4 @@
-// The batched matrix products of the sequence ops (DESIGN.md §3), run once per call:
+// The batched matrix products of the sequence ops (docs/design.md), run once per call:
 //   nn_bias  c[M,N] (f32)   = a[M,K] (dtype) . b[K,N] (dtype) + bias[N]   input projection x.W_x + b
 //   nn       c[M,N] (dtype) = a[M,K] (f32)   . b[K,N] (dtype)             x_grad, h_prev_grad (b = W^T)
 //   tn       c[M,N] (dtype) = a[K,M]^T (dtype) . b[K,N] (f32)             w_grad = [x | h_prev_seq]^T . dgates

@@ -1,6 +1,6 @@
 // The LSTM gate math and its derivatives, written once as Halide expressions and used by every
-// generator (spec §2 forward, §3 backward). All arithmetic is float32: float16 variants convert
-// on load and round once on store (DESIGN.md §2). Association order follows TF's kernels.
+// generator (docs/semantics.md: Forward, Backward). All arithmetic is float32: float16 variants convert
+// on load and round once on store (docs/semantics.md). Association order follows TF's kernels.
 #pragma once
 
 #include "Halide.h"
@@ -69,7 +69,7 @@ struct CellBackward {
 
 // One backward step from the stored activations (sigma' = s(1-s), tanh' = 1-t^2). dh and dcs_in
 // are the total gradients reaching h and cs of this step. The cell clip is straight-through,
-// as in TF (spec §3).
+// as in TF (docs/semantics.md: Backward).
 inline CellBackward cell_backward(const Expr &i, const Expr &f, const Expr &o, const Expr &ci,
                                   const Expr &co, const Expr &cs_prev, const Expr &wci,
                                   const Expr &wcf, const Expr &wco, const Expr &dh,
@@ -86,7 +86,7 @@ inline CellBackward cell_backward(const Expr &i, const Expr &f, const Expr &o, c
     return r;
 }
 
-// The per-element terms summed into the peephole gradients (spec §3 step 8).
+// The per-element terms summed into the peephole gradients (docs/semantics.md: Backward).
 struct PeepholeGradTerms {
     Expr wci, wcf, wco;
 };

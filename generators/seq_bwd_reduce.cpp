@@ -1,4 +1,4 @@
-// After the backward loop (DESIGN.md §3): the reductions over the whole sequence.
+// After the backward loop (docs/design.md): the reductions over the whole sequence.
 //   b_grad[g]    = sum over (t, n) of dgates[t, n, g]
 //   wci_grad[j]  = sum of di * cs_prev_t, wcf_grad = sum of df * cs_prev_t, wco_grad = sum of do * cs[t]
 //                  (cs_prev_t = cs_prev at t = 0, else cs[t-1]; only with peepholes)

@@ -1,4 +1,4 @@
-// One step of the backward recurrence (DESIGN.md §3), in reverse time:
+// One step of the backward recurrence (docs/design.md), in reverse time:
 //   dh      = h_grad[t] + dgates[t+1] . W_h^T          (the recurrent product)
 //   dcs_in  = cs_grad[t] + dcs_carry
 //   cell backward math -> dgates[t] (kept for all t) and the new dcs_carry.

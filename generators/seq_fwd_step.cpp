@@ -1,4 +1,4 @@
-// One forward LSTM step (spec §2): gates = xw + h_prev . W_h, then the gate math. xw = x.W_x + b
+// One forward LSTM step (docs/semantics.md: Forward): gates = xw + h_prev . W_h, then the gate math. xw = x.W_x + b
 // is precomputed for all steps by one gemm (nn_bias); for LSTMBlockCell it is that gemm over one
 // step. Writes the seven outputs i, cs, f, o, ci, co, h of the step.
 #include "generators/common.h"

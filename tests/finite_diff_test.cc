@@ -109,7 +109,7 @@ INSTANTIATE_TEST_SUITE_P(All, SeqGradFD,
                                            Combo{Layout::ifco, false}, Combo{Layout::ifco, true}),
                          [](const auto &info) { return combo_name(info.param); });
 
-// LSTMBlockCellGrad via LSTMBlockCell. dicfo is checked through what it implies (spec §9.2):
+// LSTMBlockCellGrad via LSTMBlockCell. dicfo is checked through what it implies (docs/semantics.md: Backward):
 // its column sums are d/db and dicfo·wᵀ is d/d[x | h_prev].
 class CellGradFD : public ::testing::TestWithParam<bool> {};
 

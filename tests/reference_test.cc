@@ -5,7 +5,7 @@
 namespace blt {
 namespace {
 
-// Spec §2 worked example (TF contrib testLSTMBlockCell): two stacked cells.
+// The worked example of docs/semantics.md (TF contrib testLSTMBlockCell): two stacked cells.
 TEST(Reference, GoldenTwoLayerCell) {
     const Array x{{1, 2}, {1, 1}}, c0{{1, 2}, {0.1, 0.1}}, w{{4, 8}, std::vector<double>(32, 0.5)};
     const Array z2 = ref::zeros({2}), b = ref::zeros({8});
@@ -126,7 +126,7 @@ TEST(Reference, ClipIsAppliedOnlyWhenPositiveAndStraightThrough) {
     EXPECT_GT(max_abs(q.fwd.cs), 0.25);
 }
 
-// Spec §4.4: V1 (forget_bias 0, no clip) == V2 with the c/f blocks of w and b swapped.
+// docs/semantics.md (the ops and their layouts): V1 (forget_bias 0, no clip) == V2 with the c/f blocks of w and b swapped.
 TEST(Reference, V1EqualsV2WithSwappedBlocks) {
     const Shape s{3, 2, 3, 5, 3, 1, 0.0, 0.0, "v1v2"};
     BLT_SEED(seed, "Reference/v1v2");

@@ -451,7 +451,7 @@ inline double seq_loss(const Array &cs, const Array &h, const Array &Gc, const A
     return s;
 }
 
-// dicfo -> the gradients it implies (spec §9.2): column sums (b_grad) and dicfo·wᵀ (xh_grad).
+// dicfo -> the gradients it implies (docs/semantics.md: Backward): column sums (b_grad) and dicfo·wᵀ (xh_grad).
 inline Array column_sums(const Array &d) {
     const int64_t W = d.shape.back();
     Array r = ref::zeros({W});

@@ -1,4 +1,4 @@
-// TensorFlow's own test cases (spec §10), ported.
+// TensorFlow's own test cases (TF's kernel tests), ported.
 #include "test_util.h"
 
 namespace blt {
@@ -30,7 +30,7 @@ void expect_error(F &&body, const std::string &op, const std::string &fragment =
     }
 }
 
-// ---- §2 / [CT] testLSTMBlockCell: two stacked LSTMBlockCell layers, golden numbers ---------------
+// ---- [CT] testLSTMBlockCell: two stacked LSTMBlockCell layers, golden numbers ---------------
 TEST(TFCases, TwoLayerLSTMBlockCellGolden) {
     const Tensor x = f32({1, 2}, 1.0), c0 = f32({1, 2}, 0.1), w = f32({4, 8}, 0.5), z = f32({2}), b = f32({8});
     const LSTMBlockCellAttrs attrs{1.0f, -1.0f, false};  // the wrappers' "no clip"
@@ -51,7 +51,7 @@ TEST(TFCases, TwoLayerLSTMBlockCellGolden) {
 // T=1, B=1, I=1, H=8, uniform [0,1) data, cs_prev = h_prev, zero peepholes, V1 with forget_bias 0,
 // cell_clip 0; V2 with the c/f blocks of w and b swapped. The forward must agree bitwise (the same
 // float operations in the same order on the same values). TF's gradient assertion encodes its
-// wiring bug (spec §9.1); the correct relation is: BlockLSTMGradV2 on the swapped weights equals
+// wiring bug (docs/semantics.md: TensorFlow's bugs); the correct relation is: BlockLSTMGradV2 on the swapped weights equals
 // BlockLSTMGrad with the c/f blocks of w_grad and b_grad swapped, and the same other gradients.
 struct V1V2 {
     int64_t T, B, I, H;
@@ -130,7 +130,7 @@ TEST(TFCases, LSTMBlockCellRandomSizes) {
     }
 }
 
-// ---- §10.1 error tests of rnn_grad_test.py ---------------------------------------------------------
+// ---- The error tests of rnn_grad_test.py ---------------------------------------------------------
 struct SeqArgs {  // T=2, B=1, I=1, H=2
     int64_t T = 2, B = 1, I = 1, H = 2;
     Tensor x = f32({2, 1, 1}, 0.5), cs_prev = f32({1, 2}, 0.5), h_prev = f32({1, 2}, 0.5), w = f32({3, 8}, 0.5),
@@ -214,7 +214,7 @@ TEST(TFCases, GradV2ActivationsShorterThanSeqLenMax) {
         "BlockLSTMGradV2");
 }
 
-// ---- §10.2 rnn_cell_test.py ---------------------------------------------------------------------------
+// ---- rnn_cell_test.py ---------------------------------------------------------------------------
 TEST(TFCases, LSTMBlockCellErrorHandling) {
     const Tensor x = f32({28, 29}), cs = f32({28, 17}), h = f32({28, 17}), w = f32({46, 68}), wci = f32({}),
                  wcf = f32({17}), wco = f32({28, 17}), b = f32({68});

@@ -6,7 +6,7 @@
 // starts; each timed call is one library call into caller-owned outputs (the allocation-free
 // overload), measured with steady_clock around the call.
 //
-// FLOP model (DESIGN.md §4; GEMM FLOPs only, L = T for the sequence ops, L = 1 for the cell ops):
+// FLOP model (docs/performance.md; GEMM FLOPs only, L = T for the sequence ops, L = 1 for the cell ops):
 //   forward  (BlockLSTM, BlockLSTMV2, LSTMBlockCell)  2·L·B·4H·(I+H)          the gate GEMM
 //   backward (BlockLSTMGrad, BlockLSTMGradV2)         2·L·B·4H·H               recurrent grad
 //                                                   + 2·L·B·4H·I               input grad
@@ -61,7 +61,7 @@ Tensor random_tensor(Rng &rng, DType dtype, std::vector<int64_t> shape, float sc
 bool is_cell_op(const std::string &op) { return op == "LSTMBlockCell" || op == "LSTMBlockCellGrad"; }
 bool is_grad_op(const std::string &op) { return op.find("Grad") != std::string::npos; }
 
-// The op's FLOPs per call under the DESIGN.md §4 model (see the top of this file).
+// The op's FLOPs per call under the docs/performance.md model (see the top of this file).
 double flops_of(const BenchOptions &o) {
     const double L = is_cell_op(o.op) ? 1.0 : static_cast<double>(o.time);
     const double B = static_cast<double>(o.batch), I = static_cast<double>(o.input),
@@ -272,7 +272,7 @@ int bench(const BenchOptions &o) {
         std::printf("\n");
     }
     std::printf("  median %12.6f ms\n  min    %12.6f ms\n  max    %12.6f ms\n", med, lo, hi);
-    std::printf("  FLOPs per call %.6g (DESIGN.md §4: %s)\n", flops, flop_formula(o.op).c_str());
+    std::printf("  FLOPs per call %.6g (docs/performance.md: %s)\n", flops, flop_formula(o.op).c_str());
     std::printf("median_ms=%.6f gflops=%.3f\n", med, gflops);
     return 0;
 }

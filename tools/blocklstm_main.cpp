@@ -47,7 +47,7 @@ constexpr const char *kHelp =
     "  bench <OpName> Time one op on random inputs of the given shape (the grad ops on the\n"
     "                 activations of the matching forward op) after a warm-up; print the median,\n"
     "                 min and max and, as the last line, \"median_ms=<float> gflops=<float>\".\n"
-    "                 FLOPs are DESIGN.md section 4's GEMM model with L = T (L = 1 for the cell\n"
+    "                 FLOPs are docs/performance.md's GEMM model with L = T (L = 1 for the cell\n"
     "                 ops, which take no --time): forward 2*L*B*4H*(I+H); BlockLSTMGrad(V2)\n"
     "                 2*L*B*4H*H + 2*L*B*4H*I + 2*L*B*4H*(I+H); LSTMBlockCellGrad has no GEMM\n"
     "                 and reports gflops=0. --dtype defaults to float32. --reps defaults to about\n"

@@ -696,7 +696,7 @@ std::vector<std::string> bench_args(const std::string &op, const std::string &dt
     return a;
 }
 
-// DESIGN.md §4, written out independently of the tool: GEMM FLOPs, L = T (1 for the cell ops).
+// docs/performance.md, written out independently of the tool: GEMM FLOPs, L = T (1 for the cell ops).
 double expected_flops(const std::string &op, const BenchShape &s) {
     const bool cell = op == "LSTMBlockCell" || op == "LSTMBlockCellGrad";
     const double L = cell ? 1 : s.T;

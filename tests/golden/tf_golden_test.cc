@@ -2,7 +2,7 @@
 // tf.raw_ops, written by tools/golden/generate.sh) through the library API and through
 // `blocklstm run`, compared output by output; and the BlockLSTMV2 gradient study.
 //
-// What must agree: everything outside the documented differences of DESIGN.md §2. Of those, the
+// What must agree: everything outside the documented differences (docs/semantics.md). Of those, the
 // goldens meet two:
 //   * padding: TF leaves i, f, o, ci, co past seq_len_max uninitialised (the generator stores zeros
 //     there and lists them under unspecified_past_seq_len_max); those slices are not compared, ours
@@ -223,7 +223,7 @@ std::string quoted(const std::string &s) {
 #endif
 
 // ---- Tolerances ---------------------------------------------------------------------------------
-// Bounds on err (see the top of the file), from TF's arithmetic (spec §7); the measured worst errors
+// Bounds on err (see the top of the file), from TF's arithmetic (docs/semantics.md: Precision); the measured worst errors
 // (TFGolden.WorstErrorTable, recorded in tools/golden/README.md) sit 3-10x below them.
 //
 // float32, forward ops and LSTMBlockCellGrad: 2e-6 (16 ulps of 1). TF's sigmoid and tanh are Eigen's
@@ -236,11 +236,11 @@ std::string quoted(const std::string &s) {
 // float32, BlockLSTMGrad / BlockLSTMGradV2: 1e-5 of the tensor's scale. Besides the element-wise
 // differences above, w_grad, b_grad and the peephole gradients are sums over L*B terms and x_grad,
 // h_prev_grad sums over 4H terms; TF accumulates w_grad step by step (beta = 1), we batch over time
-// (DESIGN.md §2: same math, other rounding). A sum of n float32 terms is off by at most ~n*u of the
+// (docs/semantics.md: same math, other rounding). A sum of n float32 terms is off by at most ~n*u of the
 // sum of magnitudes; n <= 160 here gives 1e-5 (measured 5e-7).
 //
-// float16: TF rounds to half after every operation (spec §7.2), we compute in float32 and round
-// once per stored value (DESIGN.md §2), so the difference is TF's rounding error: up to half an ulp
+// float16: TF rounds to half after every operation (docs/semantics.md: Precision), we compute in float32 and round
+// once per stored value (docs/semantics.md), so the difference is TF's rounding error: up to half an ulp
 // (u = 2^-11 relative) per operation along the longest chain feeding an output, times the derivative
 // of what follows (sigma' <= 1/4, tanh' <= 1, products of values <= 1), plus our one rounding.
 //   * forward cell step: GEMM, + b, peephole product and sum, (+ forget_bias), sigma/tanh, i*ci,
@@ -250,7 +250,7 @@ std::string quoted(const std::string &s) {
 //   * sequence forward: 8 ulps: the step's 6 plus the error carried in from the previous steps'
 //     cs (damped by f < 1) and h (through the next GEMM); measured 3.4 after 20 steps.
 //   * sequence grads: 8 ulps for the step's chain and the carries, plus L/2 ulps because TF adds every
-//     step's contribution to w_grad, b_grad and the peephole gradients in half (spec §4.5): L
+//     step's contribution to w_grad, b_grad and the peephole gradients in half (docs/semantics.md: Precision): L
 //     roundings of the running sum, each up to half an ulp of it.
 constexpr double kHalfEps = 1.0 / 1024;  // 2^-10, float16's machine epsilon (one ulp at 1)
 
@@ -287,7 +287,7 @@ struct Measured {
             if (ours.v[k] != 0.0)
                 return ::testing::AssertionFailure()
                        << name << ": ours is " << ours.v[k] << " at flat index " << k << " (t = " << k / (c.B * c.H)
-                       << " >= seq_len_max = " << c.L << "); DESIGN.md §2 says every output is zero there";
+                       << " >= seq_len_max = " << c.L << "); docs/semantics.md says every output is zero there";
     }
     double mx = 0;
     for (std::size_t k = 0; k < n; ++k) mx = std::max(mx, std::abs(tf.v[k]));
@@ -403,7 +403,7 @@ TEST(TFGolden, WorstErrorTable) {
 // tests/data/tf/v2_gradient_study: inputs of BlockLSTMGradV2 (the forward outputs of BlockLSTMV2 and
 // loss weights cs_grad, h_grad), and three gradients of loss = sum(cs*cs_grad + h*h_grad) computed by
 // TF: fd_* (central differences through tf.raw_ops.BlockLSTMV2), tf_* (tf.raw_ops.BlockLSTMGradV2),
-// autodiff_* (TF's registered gradient of BlockLSTMV2, which runs the ICFO BlockLSTMGrad, spec §9.1).
+// autodiff_* (TF's registered gradient of BlockLSTMV2, which runs the ICFO BlockLSTMGrad, docs/semantics.md: TensorFlow's bugs).
 TEST(TFGolden, V2GradientStudy) {
     const fs::path dir = kGoldenDir / "v2_gradient_study";
     ASSERT_TRUE(fs::exists(dir / "manifest.txt")) << dir << " missing: run tools/golden/generate.sh";
@@ -456,7 +456,7 @@ TEST(TFGolden, V2GradientStudy) {
                     d_ad = std::max(d_ad, std::abs(us.v[at] - ad.v[at]));
                 }
             EXPECT_GE(d_ad / fd_max, 0.25) << "the " << block << " block of TF's autodiff gradient of BlockLSTMV2 "
-                                           << "agrees with ours: spec §9.1 predicts the wrong (ICFO) layout";
+                                           << "agrees with ours: docs/semantics.md: TensorFlow's bugs predicts the wrong (ICFO) layout";
             std::cout << "[ study    ] d/d" << k << " " << block << " block: max|ours - TF autodiff| / max|FD| = "
                       << d_ad / fd_max << std::endl;
         }

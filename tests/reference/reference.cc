@@ -1,4 +1,4 @@
-// The float64 reference: tf-lstm-semantics.md §12.1 / §12.2 as plain loops.
+// The float64 reference: the equations of docs/semantics.md (Forward, Backward) as plain loops.
 #include "reference.h"
 
 #include <algorithm>
@@ -39,7 +39,7 @@ Offsets offsets(Layout layout, int64_t H) {
 
 double sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
 
-// Per-element backward of one step (spec §3). Adds the batch sums of the peephole terms to
+// Per-element backward of one step (docs/semantics.md: Backward). Adds the batch sums of the peephole terms to
 // pci/pcf/pco and writes the gate gradients into D (row stride 4H) and the new dcs carry into dc.
 struct StepBackward {
     int64_t B, H;

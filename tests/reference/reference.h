@@ -1,7 +1,7 @@
 // tests/reference/reference.h — an independent float64 reference of the six TF LSTM block ops.
 //
-// Plain loops in double precision, no Halide, written from tf-lstm-semantics.md §2, §3, §12.1 and
-// §12.2 plus our contract (DESIGN.md §2): clip only when cell_clip > 0, straight-through clip in
+// Plain loops in double precision, no Halide, written from the equations of
+// docs/semantics.md (Forward, Backward) and our contract there: clip only when cell_clip > 0, straight-through clip in
 // backward, wco sees the clipped new cell, every forward output and x_grad zero past seq_len_max.
 // Shapes are not validated beyond what the loops need (std::invalid_argument on inconsistency).
 #pragma once

@@ -59,7 +59,7 @@ OPS = {
     "BlockLSTMV2": (True, None, FWD_IN, FWD_OUT),
     "BlockLSTMGradV2": (True, "BlockLSTMV2", SEQ_GRAD_IN, SEQ_GRAD_OUT),
 }
-# TF's attr defaults of the forward ops (spec §1.3); V2 has no forget_bias (it is exactly 0).
+# TF's attr defaults of the forward ops (docs/semantics.md); V2 has no forget_bias (it is exactly 0).
 DEFAULTS = {
     "LSTMBlockCell": {"forget_bias": 1.0, "cell_clip": 3.0},
     "BlockLSTM": {"forget_bias": 1.0, "cell_clip": 3.0},
@@ -396,7 +396,7 @@ def run_study():
     out = ["# BlockLSTMV2: finite differences vs BlockLSTMGradV2 vs TF's registered gradient", "",
            f"Written by tools/golden/generate.py with TensorFlow {tf.__version__}, numpy {np.__version__}.",
            "TF registers one Python gradient for BlockLSTM and BlockLSTMV2 (tensorflow/python/ops/"
-           "rnn_grad.py), which calls BlockLSTMGrad, the ICFO kernel (spec §9.1).", ""]
+           "rnn_grad.py), which calls BlockLSTMGrad, the ICFO kernel (docs/semantics.md: TensorFlow's bugs).", ""]
     verdicts = []
     for peep in (False, True):
         lines, res = v2_study(peep, DATA / "v2_gradient_study" if not peep else None)
@@ -410,7 +410,7 @@ def run_study():
         out.append(f"- use_peephole={peep}: BlockLSTMGradV2 {'matches' if ok_op else 'DOES NOT match'} "
                    f"the finite differences (worst rel {op_max:.1e}, within the FD error); TF's registered "
                    f"autodiff gradient is off by {ad_max:.2f} (rel, w/b), smallest c/f-block error "
-                   f"{cf_min:.2f}: {'it differs (spec §9.1 confirmed)' if cf_min > 0.1 else 'no clear difference'}.")
+                   f"{cf_min:.2f}: {'it differs (docs/semantics.md: TensorFlow's bugs confirmed)' if cf_min > 0.1 else 'no clear difference'}.")
     text = "\n".join(out) + "\n"
     STUDY_TXT.write_text(text)
     print(text)

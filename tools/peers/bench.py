@@ -18,7 +18,7 @@ Contenders, all with the same thread count (--threads, 2 by default):
            inter-op 1 threads (peer_worker.py), float32 and float16, peephole on and off.
   PyTorch  torch.nn.LSTM (CPU), torch.set_num_threads(2), no peephole (nn.LSTM has none), float32
            and float16: forward = training forward; backward = median(forward + backward) -
-           median(forward), as DESIGN.md §4 does for cuDNN.
+           median(forward), as docs/performance.md does for cuDNN.
 TF and PyTorch run in persistent worker processes (peer_worker.py) that keep their imports and
 inputs; they sit idle on a pipe while the others run.
 
@@ -31,7 +31,7 @@ warm-up once a call takes more than a second, and count a first call of over a s
 sample). More calls at the small shapes: with 10 and one warm-up, ours and ours V2 (the same
 kernels) came out 11 % apart at 50,8,128. The reported time of a job is the median of all its
 samples over all rounds.
-Speedup = peer ms / ours ms (> 1: ours is faster). GFLOP/s use DESIGN.md §4's GEMM model:
+Speedup = peer ms / ours ms (> 1: ours is faster). GFLOP/s use docs/performance.md's GEMM model:
 forward 2*T*B*4H*(I+H), backward 2*T*B*4H*H + 2*T*B*4H*I + 2*T*B*4H*(I+H).
 
 Outputs (in --out): <name>.md (the table, with machine, date, threads, versions, method and the
@@ -419,7 +419,7 @@ class Bench:
             "(weights converted and weight gradients zeroed outside the timing). TF: "
             "tf.raw_ops.BlockLSTM / BlockLSTMGrad, eager. PyTorch: nn.LSTM, backward = "
             "(forward+backward) - forward. Attrs: TF's defaults (forget_bias 1, cell_clip 3).",
-            "- ours vs X = X ms / ours ms (above 1: ours is faster). GFLOP/s: DESIGN.md §4 GEMM "
+            "- ours vs X = X ms / ours ms (above 1: ours is faster). GFLOP/s: docs/performance.md GEMM "
             "model (forward 2·T·B·4H·(I+H); backward 2·T·B·4H·(2I+2H)).",
             f"- Reproduce: `{a.command}`",
             *summary,
@@ -461,7 +461,7 @@ class Bench:
             ax.set_xticklabels([f"{r[0][0]},{r[0][1]},{r[0][2]}\n{SHORT[r[1]]} {'pp' if r[2] else ''}"
                                 for r in rows], fontsize=7)
             ax.set_yscale("log")
-            ax.set_ylabel("GFLOP/s (DESIGN.md §4 model)")
+            ax.set_ylabel("GFLOP/s (docs/performance.md model)")
             ax.set_title(f"{'forward' if pass_ == 'fwd' else 'backward'} — T,B,I=H / dtype / pp = peephole")
             ax.grid(axis="y", which="both", alpha=0.3)
             ax.legend(fontsize=8, ncol=n)

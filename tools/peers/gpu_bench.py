@@ -5,7 +5,7 @@ which calls cuDNN), timed in the same run on the same GPU, interleaved shape by 
 
 Both sides are timed the same way: host wall clock around one call, synchronised before and
 after, median of --reps calls after a warm-up. cuDNN's backward is (forward + backward) minus
-forward-training, as in DESIGN.md section 4. float32 runs with TF32 off on both sides.
+forward-training, as in docs/performance.md. float32 runs with TF32 off on both sides.
 
 Usage (on the GPU machine, from the repository root, with a built tree):
     python3 tools/peers/gpu_bench.py --blocklstm build/tools/blocklstm --out DIR [--quick]

@@ -26,7 +26,7 @@ Timing: time.perf_counter() around each call, after `warmup` untimed calls (see 
   times the forward with autograd recording (x, h0, c0 require grad, as the grad ops return their
   gradients); "fwdbwd" times that forward plus backward from a random gradient of the output
   sequence. The parameters' .grad are reset to None between reps, outside the timing. The driver
-  reports backward = median(fwdbwd) - median(fwd), as DESIGN.md §4 does for cuDNN.
+  reports backward = median(fwdbwd) - median(fwd), as docs/performance.md does for cuDNN.
 """
 
 import json

@@ -5,7 +5,7 @@
 #
 #   tools/peers/run.sh            the full run: shapes T,B,I=H 100,64,512; 200,16,256; 100,32,256;
 #                                 50,8,128, 5 rounds. Writes tools/peers/results/latest.{md,csv,png}
-#                                 and updates README.md's table between <!-- peers:begin --> and
+#                                 and updates docs/performance.md's table between <!-- peers:begin --> and
 #                                 <!-- peers:end --> when both lines are there.
 #   tools/peers/run.sh --quick    a check that the harness works: the smallest shape, 1 round
 #                                 (unless --shapes / --rounds say otherwise);
@@ -76,7 +76,7 @@ fi
 if [ $quick -eq 1 ]; then
     out=(--out "$build_dir/peers" --name quick)
 else
-    out=(--out "$peers/results" --name latest --readme "$root/README.md")
+    out=(--out "$peers/results" --name latest --readme "$root/docs/performance.md")
 fi
 cmdline="tools/peers/run.sh${*:+ $*}"
 exec "$venv/bin/python" "$peers/bench.py" --cli "$build_dir/tools/blocklstm" --onednn "$onednn" \
