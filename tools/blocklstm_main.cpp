@@ -28,7 +28,7 @@ constexpr const char *kUsage =
     "                       [--cpu-target TARGET]\n"
     "       blocklstm list\n"
     "       blocklstm demo [--steps N] [--seed S] [--device auto|cpu|cuda] [--threads N]\n"
-    "       blocklstm --help\n";
+    "       blocklstm --help | --version\n";
 
 constexpr const char *kHelp =
     "\n"
@@ -381,6 +381,17 @@ void list_kernels() {
     }
 }
 
+// The library's version, the Halide it was built with, and what it runs.
+void print_version() {
+    std::printf("blocklstm %s (kernels generated with Halide %s)\n", blocklstm::version(),
+                blocklstm::halide_version());
+    std::string targets;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets())
+        targets += (targets.empty() ? "" : ", ") + t.name + (t.runs_here ? "" : " (not on this CPU)");
+    std::printf("CPU targets: %s\n", targets.c_str());
+    std::printf("CUDA: %s\n", blocklstm::cuda_built() ? "built" : "not built");
+}
+
 }  // namespace blocklstm::cli
 
 int main(int argc, char **argv) {
@@ -390,6 +401,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     const std::string command = argv[1];
+    if (command == "--version" || command == "version") {
+        print_version();
+        return 0;
+    }
     bool help = command == "help";
     for (int k = 1; k < argc; ++k)
         help = help || std::string(argv[k]) == "--help" || std::string(argv[k]) == "-h";

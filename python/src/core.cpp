@@ -163,5 +163,5 @@ NB_MODULE(_core, m) {
           "The CUDA stream this thread's calls run on (0: the legacy default stream).");
     m.def("cuda_available", [] { return cuda_device_count() > 0; });
     m.def("cpu_target_in_use", [] { return cpu_target_in_use(); });
-    m.attr("__version__") = BLOCKLSTM_VERSION_STRING;
+    m.attr("__version__") = version();
 }

@@ -8,6 +8,15 @@
 
 namespace blocklstm {
 
+const char *version() { return BLOCKLSTM_VERSION; }
+
+#define BLOCKLSTM_STR(x) #x
+#define BLOCKLSTM_XSTR(x) BLOCKLSTM_STR(x)
+const char *halide_version() {
+    return BLOCKLSTM_XSTR(HALIDE_VERSION_MAJOR) "." BLOCKLSTM_XSTR(HALIDE_VERSION_MINOR) "." BLOCKLSTM_XSTR(
+        HALIDE_VERSION_PATCH);
+}
+
 const char *to_string(DType dtype) { return dtype == DType::f16 ? "float16" : "float32"; }
 const char *to_string(Device device) { return device == Device::cpu ? "cpu" : "cuda"; }
 std::size_t size_of(DType dtype) { return dtype == DType::f16 ? 2 : 4; }

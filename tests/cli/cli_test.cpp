@@ -432,6 +432,18 @@ TEST_P(RunOp, CudaMatchesCpu) {
     }
 }
 
+TEST(Version, NamesLibraryHalideAndTargets) {
+    for (const char *flag : {"--version", "version"}) {
+        const Result r = run_cli({flag});
+        ASSERT_EQ(r.code, 0) << r.err;
+        EXPECT_NE(r.out.find(std::string("blocklstm ") + BLOCKLSTM_VERSION + " (kernels generated with Halide 21."),
+                  std::string::npos) << r.out;
+        for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets())
+            EXPECT_NE(r.out.find(t.name), std::string::npos) << r.out;
+        EXPECT_NE(r.out.find("CUDA: "), std::string::npos) << r.out;
+    }
+}
+
 TEST(RunInputs, AcceptsVersion2And3AndOneElementSeqLenMax) {
     TempDir tmp;
     const std::string in = tmp / "in", out = tmp / "out";

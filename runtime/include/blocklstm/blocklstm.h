@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include <blocklstm/version.h>
+
 // Symbols of the shared library that users may call.
 #if defined(_WIN32)
 #define BLOCKLSTM_API
@@ -35,6 +37,11 @@
 #endif
 
 namespace blocklstm {
+
+// The version of the library loaded (BLOCKLSTM_VERSION of the headers it was built with).
+BLOCKLSTM_API const char *version();
+// The version of Halide its kernels were generated with, e.g. "21.0.0".
+BLOCKLSTM_API const char *halide_version();
 
 enum class DType : int { f16, f32 };
 enum class Device : int { cpu, cuda };
