@@ -372,11 +372,12 @@ inline blocklstm::LSTMBlockCellGradOutputs<Tensor> run_cell_grad(const Problem &
 //    sums run over at most a few hundred terms here: 1e-5 leaves ~two orders of magnitude of
 //    headroom over the observed error while still catching any wrong term (O(1e-2) or more).
 //  float16: the reference sees the half-rounded inputs; the library does float32 math but
-//    stores every output (and intermediates kept in memory between kernels, like the gate
-//    gradients or the recurrent state) as half, i.e. one relative rounding of 2^-11 ≈ 4.9e-4
-//    per stored value. Sequence forward ops feed rounded states back up to T = 5 times, and the
-//    gradient ops combine rounded gate gradients in GEMMs and sums over time, so the error
-//    grows to a few ulps of half: 4e-3 (≈ 8 half ulps) for forward and 1e-2 for gradients.
+//    stores every output as half (the recurrent state h and cs included, which the next step
+//    reads back), i.e. one relative rounding of 2^-11 ≈ 4.9e-4 per stored value; intermediates
+//    between kernels (gate gradients, the cell-state carry, the input projection) stay float32.
+//    Sequence forward ops feed rounded states back up to T = 5 times, and the gradient ops read
+//    the rounded activations at every step and sum over time, so the error grows to a few ulps
+//    of half: 4e-3 (≈ 8 half ulps) for forward and 1e-2 for gradients.
 inline double fwd_tol(DType d) { return d == DType::f32 ? 1e-5 : 4e-3; }
 inline double grad_tol(DType d) { return d == DType::f32 ? 1e-5 : 1e-2; }
 

@@ -1,4 +1,16 @@
 # cmake -P script: install, configure + build the consumer, run it.
+# With README: every source of the project must appear in it verbatim (the README shows them).
+if (README)
+    file(READ "${README}" readme)
+    file(GLOB sources "${PROJECT_DIR}/*.cpp" "${PROJECT_DIR}/CMakeLists.txt")
+    foreach (source IN LISTS sources)
+        file(READ "${source}" text)
+        string(FIND "${readme}" "${text}" at)
+        if (at EQUAL -1)
+            message(FATAL_ERROR "${README} does not show ${source} as it is")
+        endif ()
+    endforeach ()
+endif ()
 file(REMOVE_RECURSE "${WORK_DIR}")
 function(run)
     execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc)
@@ -11,4 +23,4 @@ run(${CMAKE_COMMAND} -G "${GENERATOR}" -DCMAKE_MAKE_PROGRAM=${MAKE_PROGRAM}
     -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix
     -S "${PROJECT_DIR}" -B "${WORK_DIR}/build")
 run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
-run("${WORK_DIR}/build/consumer")
+run("${WORK_DIR}/build/${EXECUTABLE}")
