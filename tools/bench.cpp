@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "progress.h"
 
 namespace blocklstm::cli {
 namespace {
@@ -158,28 +159,23 @@ std::string gib(double bytes) {
 // once a second.
 class Progress {
 public:
-    Progress(int total, bool enabled)
-        : total_(total), enabled_(enabled), tty_(::isatty(::fileno(stderr)) != 0),
-          start_(Clock::now()), last_(start_) {}
+    Progress(int total, bool enabled) : total_(total), enabled_(enabled), start_(Clock::now()), line_(stderr, 100.0, 1000.0) {}
 
     void update(int done) {
         if (!enabled_) return;
-        const auto now = Clock::now();
-        if (done < total_ && ms_between(last_, now) < (tty_ ? 100.0 : 1000.0)) return;
-        last_ = now;
-        const double elapsed = ms_between(start_, now) / 1000.0;
+        const double elapsed = ms_between(start_, Clock::now()) / 1000.0;
         const double left = done > 0 ? elapsed * (total_ - done) / done : 0.0;
-        std::fprintf(stderr, "%sbench: rep %d/%d  %3d%%  %.1f s elapsed, ~%.1f s left%s",
-                     tty_ ? "\r" : "", done, total_, done * 100 / total_, elapsed, left,
-                     tty_ ? "   " : "\n");
-        if (tty_ && done == total_) std::fputc('\n', stderr);
-        std::fflush(stderr);
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "bench: rep %d/%d  %3d%%  %.1f s elapsed, ~%.1f s left", done, total_,
+                      done * 100 / total_, elapsed, left);
+        line_.show(buf, false, done == total_);
     }
 
 private:
     int total_;
-    bool enabled_, tty_;
-    Clock::time_point start_, last_;
+    bool enabled_;
+    Clock::time_point start_;
+    ProgressLine line_;
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "progress.h"
 #include "tests/reference/reference.h"
 
 namespace blocklstm::cli {
@@ -239,35 +240,23 @@ void adam_step(Model &m, const std::vector<const float *> &grads, int step) {
 }
 
 
+// The training progress on stdout: a bar and the mean loss since the last milestone.
 class Progress {
 public:
-    explicit Progress(int total) : total_(total), tty_(::isatty(::fileno(stdout)) != 0) {}
+    explicit Progress(int total) : total_(total), line_(stdout, 0.0, 1e30) {}
 
-    // Called after each step with the mean training loss since the last milestone.
     void update(int step, double interval_loss, bool milestone) {
-        const std::string line = render(step, interval_loss);
-        if (tty_) {
-            std::printf("\r%s", line.c_str());
-            if (milestone) std::printf("\n");
-        } else if (milestone) {
-            std::printf("%s\n", line.c_str());
-        }
-        std::fflush(stdout);
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "%s %3d%%  step %*d/%d  train loss %.5f",
+                      ProgressLine::bar(step, total_).c_str(),
+                      static_cast<int>(static_cast<int64_t>(step) * 100 / total_),
+                      static_cast<int>(std::to_string(total_).size()), step, total_, interval_loss);
+        line_.show(buf, milestone);
     }
 
 private:
-    std::string render(int step, double loss) const {
-        constexpr int kWidth = 30;
-        const int filled = static_cast<int>(static_cast<int64_t>(step) * kWidth / total_);
-        char buf[160];
-        std::snprintf(buf, sizeof buf, "[%s%s] %3d%%  step %*d/%d  train loss %.5f",
-                      std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-                      static_cast<int>(static_cast<int64_t>(step) * 100 / total_),
-                      static_cast<int>(std::to_string(total_).size()), step, total_, loss);
-        return buf;
-    }
     int total_;
-    bool tty_;
+    ProgressLine line_;
 };
 
 double max_abs(const reference::Array &a) {
