@@ -35,7 +35,10 @@ public:
     // "[#####.....]" for done of total.
     static std::string bar(int64_t done, int64_t total, int width = 30) {
         const int filled = total > 0 ? static_cast<int>(done * width / total) : width;
-        return "[" + std::string(filled, '#') + std::string(width - filled, '.') + "]";
+        std::string b(static_cast<std::size_t>(width) + 2, '.');
+        b.front() = '[', b.back() = ']';
+        b.replace(1, static_cast<std::size_t>(filled), static_cast<std::size_t>(filled), '#');
+        return b;
     }
 
 private:
