@@ -19,56 +19,92 @@
 namespace blocklstm::cli {
 namespace {
 
-constexpr const char *kUsage =
-    "usage: blocklstm run <OpName> --in DIR --out DIR [--device cpu|cuda] [--forget-bias F]\n"
-    "                     [--cell-clip C] [--use-peephole] [--threads N]\n"
-    "       blocklstm bench <OpName> --time T --batch B --input I --cell H\n"
-    "                       [--dtype float32|float16] [--use-peephole] [--device cpu|cuda]\n"
-    "                       [--reps N] [--warmup N] [--threads N] [--seed S] [--print-reps]\n"
-    "                       [--cpu-target TARGET]\n"
-    "       blocklstm list\n"
-    "       blocklstm demo [--steps N] [--seed S] [--device auto|cpu|cuda] [--threads N]\n"
-    "       blocklstm --help | --version\n";
+// Each command's usage and help; `blocklstm --help` prints them all, `blocklstm <command> --help`
+// its own.
+struct CommandHelp {
+    const char *name, *usage, *help;
+};
+constexpr CommandHelp kCommands[] = {
+    {"run",
+     "blocklstm run <OpName> --in DIR --out DIR [--device cpu|cuda] [--forget-bias F]\n"
+     "                     [--cell-clip C] [--use-peephole] [--threads N]\n",
+     "  run <OpName>   Run one TensorFlow LSTM op on .npy files. OpName is one of LSTMBlockCell,\n"
+     "                 LSTMBlockCellGrad, BlockLSTM, BlockLSTMGrad, BlockLSTMV2, BlockLSTMGradV2.\n"
+     "                 --in DIR holds one .npy per input, named as TF names the argument\n"
+     "                 (the op's list is below; float inputs all float16 or all float32, C order,\n"
+     "                 little-endian; wci, wcf, wco may be left out without --use-peephole).\n"
+     "                 One .npy per output is written to --out DIR (created if missing) in the\n"
+     "                 input dtype, named as TF names the output, and one summary line printed.\n"
+     "                 Attr defaults are TF's: forget_bias 1.0 and cell_clip 3.0 for\n"
+     "                 LSTMBlockCell and BlockLSTM; cell_clip 0.0 and no forget_bias for\n"
+     "                 BlockLSTMV2; the grad ops take only --use-peephole. use_peephole defaults\n"
+     "                 to false. On error nothing is written. --device cuda copies the inputs to\n"
+     "                 CUDA device 0, runs there and copies the outputs back.\n"},
+    {"bench",
+     "blocklstm bench <OpName> --time T --batch B --input I --cell H\n"
+     "                       [--dtype float32|float16] [--use-peephole] [--device cpu|cuda]\n"
+     "                       [--reps N] [--warmup N] [--threads N] [--seed S] [--print-reps]\n"
+     "                       [--cpu-target TARGET]\n",
+     "  bench <OpName> Time one op on random inputs of the given shape (the grad ops on the\n"
+     "                 activations of the matching forward op) after a warm-up; print the median,\n"
+     "                 min and max and, as the last line, \"median_ms=<float> gflops=<float>\".\n"
+     "                 FLOPs are docs/performance.md's GEMM model with L = T (L = 1 for the cell\n"
+     "                 ops, which take no --time): forward 2*L*B*4H*(I+H); BlockLSTMGrad(V2)\n"
+     "                 2*L*B*4H*H + 2*L*B*4H*I + 2*L*B*4H*(I+H); LSTMBlockCellGrad has no GEMM\n"
+     "                 and reports gflops=0. --dtype defaults to float32. --reps defaults to about\n"
+     "                 1 s worth of calls (5 to 1000), --warmup to 0.2 s worth; runs expected to\n"
+     "                 take over 2 s show progress on stderr. --print-reps also prints each\n"
+     "                 timed call (reps_ms=a,b,...). Attrs are TF's defaults. With --device cuda\n"
+     "                 the tensors live on the GPU and each call is timed to the end of its GPU\n"
+     "                 work; the warm-up's first call includes the PTX JIT of the kernels.\n"
+     "                 BLOCKLSTM_CUDA_GEMM=halide runs the batched GEMMs on the Halide kernels\n"
+     "                 instead of cuBLAS. --cpu-target runs the CPU kernels compiled for TARGET\n"
+     "                 (as BLOCKLSTM_CPU_TARGET does for every command).\n"},
+    {"list", "blocklstm list [--kernels]\n",
+     "  list           The op variants this build runs (op x backend x dtype x peephole), the CPU\n"
+     "                 targets and the one in use, and CUDA's state; --kernels also every kernel.\n"},
+    {"demo", "blocklstm demo [--steps N] [--seed S] [--device auto|cpu|cuda] [--threads N]\n",
+     "  demo           Train a small peephole LSTM (BlockLSTM + BlockLSTMGrad, Adam) on noisy\n"
+     "                 sums of sines, then check one BlockLSTMGrad against the float64 reference.\n"
+     "                 --device auto (the default) trains on the GPU when one is present.\n"},
+};
 
-constexpr const char *kHelp =
-    "\n"
-    "Commands:\n"
-    "  run <OpName>   Run one TensorFlow LSTM op on .npy files. OpName is one of LSTMBlockCell,\n"
-    "                 LSTMBlockCellGrad, BlockLSTM, BlockLSTMGrad, BlockLSTMV2, BlockLSTMGradV2.\n"
-    "                 --in DIR holds one .npy per input, named as TF names the argument\n"
-    "                 (the op's list is below; float inputs all float16 or all float32, C order,\n"
-    "                 little-endian). One .npy per output is\n"
-    "                 written to --out DIR (created if missing) in the input dtype, named as TF\n"
-    "                 names the output. Attr defaults are TF's: forget_bias 1.0 and cell_clip 3.0\n"
-    "                 for LSTMBlockCell and BlockLSTM; cell_clip 0.0 and no forget_bias for\n"
-    "                 BlockLSTMV2; the grad ops take only --use-peephole. use_peephole defaults\n"
-    "                 to false. On error nothing is written. --device cuda copies the inputs to\n"
-    "                 CUDA device 0, runs there and copies the outputs back.\n"
-    "  bench <OpName> Time one op on random inputs of the given shape (the grad ops on the\n"
-    "                 activations of the matching forward op) after a warm-up; print the median,\n"
-    "                 min and max and, as the last line, \"median_ms=<float> gflops=<float>\".\n"
-    "                 FLOPs are docs/performance.md's GEMM model with L = T (L = 1 for the cell\n"
-    "                 ops, which take no --time): forward 2*L*B*4H*(I+H); BlockLSTMGrad(V2)\n"
-    "                 2*L*B*4H*H + 2*L*B*4H*I + 2*L*B*4H*(I+H); LSTMBlockCellGrad has no GEMM\n"
-    "                 and reports gflops=0. --dtype defaults to float32. --reps defaults to about\n"
-    "                 1 s worth of calls (5 to 1000), --warmup to 0.2 s worth; runs expected to\n"
-    "                 take over 2 s show progress on stderr. --print-reps also prints each\n"
-    "                 timed call (reps_ms=a,b,...). Attrs are TF's defaults. With --device cuda\n"
-    "                 the tensors live on the GPU and each call is timed to the end of its GPU\n"
-    "                 work; the warm-up's first call includes the PTX JIT of the kernels.\n"
-    "                 BLOCKLSTM_CUDA_GEMM=halide runs the batched GEMMs on the Halide kernels\n"
-    "                 instead of cuBLAS. --cpu-target runs the CPU kernels compiled for TARGET\n"
-    "                 (as BLOCKLSTM_CPU_TARGET does for every command).\n"
-    "  list           List every compiled kernel variant, the CPU targets and the one in use.\n"
-    "  demo           Train a small peephole LSTM (BlockLSTM + BlockLSTMGrad, Adam) on noisy\n"
-    "                 sums of sines, then check one BlockLSTMGrad against the float64 reference.\n"
-    "                 --device auto (the default) trains on the GPU when one is present.\n"
+constexpr const char *kFooter =
     "\n"
     "Environment: BLOCKLSTM_CPU_TARGET=TARGET pins the CPU kernels to one compiled CPU target,\n"
     "  named as `blocklstm list` shows it or by its leading part (avx512, avx2, sse41); by default\n"
     "  the best one this CPU supports runs.\n"
     "\n"
     "Exit status: 0 success, 2 usage or input error, 1 demo self-check failure.\n";
+
+void print_usage(std::FILE *out) {
+    const char *lead = "usage: ";
+    for (const CommandHelp &c : kCommands) std::fprintf(out, "%s%s", lead, c.usage), lead = "       ";
+    std::fprintf(out, "       blocklstm --help | --version | <command> --help\n");
+}
+
+// `command` "": every command's help and the ops' files; else that command's.
+void print_help(const std::string &command) {
+    if (command.empty()) {
+        print_usage(stdout);
+        std::printf("\nCommands:\n");
+        for (const CommandHelp &c : kCommands) std::fputs(c.help, stdout);
+        std::fputs(kFooter, stdout);
+        print_op_help();
+        return;
+    }
+    for (const CommandHelp &c : kCommands) {
+        if (command != c.name) continue;
+        std::printf("usage: %s%s", c.usage, c.help);
+        if (command == "run" || command == "bench") print_op_help();
+    }
+}
+
+bool is_command(const std::string &name) {
+    for (const CommandHelp &c : kCommands)
+        if (name == c.name) return true;
+    return false;
+}
 
 class UsageError : public CliError {
 public:
@@ -186,7 +222,7 @@ int cmd_run(Args &args) {
     if (o.in_dir.empty()) throw UsageError("--in: empty directory name");
     if (o.out_dir.empty()) throw UsageError("--out: empty directory name");
     if (!threads.empty()) set_threads(threads);
-    run_op(o);
+    std::printf("%s\n", run_op(o).c_str());
     return 0;
 }
 
@@ -262,8 +298,12 @@ int cmd_bench(Args &args) {
 }
 
 int cmd_list(Args &args) {
-    if (!args.done()) unknown("list", args.peek());
-    list_kernels();
+    bool kernel_rows = false;
+    while (!args.done()) {
+        if (args.take("--kernels")) kernel_rows = true;
+        else unknown("list", args.peek());
+    }
+    list_kernels(kernel_rows);
     return 0;
 }
 
@@ -318,9 +358,50 @@ void print_op_help() {
     }
 }
 
-void list_kernels() {
+void list_kernels(bool kernel_rows) {
     const std::string in_use = cpu_target_in_use();  // first: an invalid pin is an error, not a half list
+    // The op variants these kernels make: an op runs on a backend in a dtype, with or without
+    // peepholes, when every kernel its call needs is compiled in.
+    std::printf("op variants (op  backend  dtype: peephole flags):\n");
+    for (const OpInfo &op : ops()) {
+        for (Device backend : {Device::cpu, Device::cuda}) {
+            std::string line;
+            for (DType dtype : {DType::f32, DType::f16}) {
+                std::string flags;
+                for (bool peephole : {false, true}) {
+                    if (!op_available(op.name, backend, dtype, peephole)) continue;
+                    flags += flags.empty() ? "" : ", ";
+                    flags += peephole ? "peephole" : "plain";
+                }
+                if (!flags.empty()) line += std::string("  ") + to_string(dtype) + ": " + flags;
+            }
+            if (!line.empty()) std::printf("  %-18s %-5s%s\n", op.name.c_str(), to_string(backend), line.c_str());
+        }
+    }
+    // The CPU targets every CPU kernel was compiled for, and which one runs.
+    std::printf("\nCPU targets (best first; check targets: an instruction set with another target's\n"
+                "tile geometry, for the tests):\n");
+    for (const CpuTarget &t : cpu_targets()) {
+        const std::string here = t.runs_here ? "runs here" : "this CPU lacks " + t.missing;
+        std::printf("  %-22s %-30s geometry %-7s %s%s%s\n", t.name.c_str(), t.halide_target.c_str(),
+                    t.geometry.c_str(), here.c_str(), t.check_only ? ", check target" : "",
+                    t.name == in_use ? "  <- in use" : "");
+    }
+    std::printf("CPU target in use: %s (%s)\n", in_use.c_str(),
+                cpu_target_pinned() ? "pinned" : "automatic; pin with BLOCKLSTM_CPU_TARGET");
+    if (cuda_built()) {
+        const std::string devices = cuda_device_count() > 0
+                                        ? std::to_string(cuda_device_count()) + " device(s), 0: " + cuda_device_name(0)
+                                        : "no device (" + cuda_unavailable_reason() + ")";
+        std::printf("\nCUDA: %s\nCUDA batched products: %s\n", devices.c_str(), cuda_gemm_backend().c_str());
+    }
+
     const std::vector<KernelInfo> ks = kernels();
+    if (!kernel_rows) {
+        std::printf("\n%zu kernels; `blocklstm list --kernels` lists them.\n", ks.size());
+        return;
+    }
+    std::printf("\n");
     const char *headers[] = {"name", "ops", "backend", "dtype", "peephole", "layout", "targets"};
     std::vector<std::vector<std::string>> rows;
     for (const auto &k : ks)
@@ -342,43 +423,6 @@ void list_kernels() {
     print_row({headers, headers + 7});
     for (const auto &r : rows) print_row(r);
     std::printf("\n%zu kernels.\n", ks.size());
-
-    // The CPU targets every CPU kernel was compiled for, and which one runs.
-    std::printf("\nCPU targets (best first; check targets: an instruction set with another target's\n"
-                "tile geometry, for the tests):\n");
-    for (const CpuTarget &t : cpu_targets()) {
-        const std::string here = t.runs_here ? "runs here" : "this CPU lacks " + t.missing;
-        std::printf("  %-22s %-30s geometry %-7s %s%s%s\n", t.name.c_str(), t.halide_target.c_str(),
-                    t.geometry.c_str(), here.c_str(), t.check_only ? ", check target" : "",
-                    t.name == in_use ? "  <- in use" : "");
-    }
-    std::printf("CPU target in use: %s (%s)\n", in_use.c_str(),
-                cpu_target_pinned() ? "pinned" : "automatic; pin with BLOCKLSTM_CPU_TARGET");
-    if (cuda_built()) {
-        const std::string devices = cuda_device_count() > 0
-                                        ? std::to_string(cuda_device_count()) + " device(s), 0: " + cuda_device_name(0)
-                                        : "no device (" + cuda_unavailable_reason() + ")";
-        std::printf("\nCUDA: %s\nCUDA batched products: %s\n", devices.c_str(), cuda_gemm_backend().c_str());
-    }
-
-    // The op variants these kernels make: an op runs on a backend in a dtype, with or without
-    // peepholes, when every kernel its call needs is compiled in.
-    std::printf("\nop variants (op  backend  dtype: peephole flags):\n");
-    for (const OpInfo &op : ops()) {
-        for (Device backend : {Device::cpu, Device::cuda}) {
-            std::string line;
-            for (DType dtype : {DType::f32, DType::f16}) {
-                std::string flags;
-                for (bool peephole : {false, true}) {
-                    if (!op_available(op.name, backend, dtype, peephole)) continue;
-                    flags += flags.empty() ? "" : ", ";
-                    flags += peephole ? "peephole" : "plain";
-                }
-                if (!flags.empty()) line += std::string("  ") + to_string(dtype) + ": " + flags;
-            }
-            if (!line.empty()) std::printf("  %-18s %-5s%s\n", op.name.c_str(), to_string(backend), line.c_str());
-        }
-    }
 }
 
 // The library's version, the Halide it was built with, and what it runs.
@@ -397,7 +441,7 @@ void print_version() {
 int main(int argc, char **argv) {
     using namespace blocklstm::cli;
     if (argc < 2) {
-        std::fputs(kUsage, stderr);
+        print_usage(stderr);
         return 2;
     }
     const std::string command = argv[1];
@@ -409,9 +453,7 @@ int main(int argc, char **argv) {
     for (int k = 1; k < argc; ++k)
         help = help || std::string(argv[k]) == "--help" || std::string(argv[k]) == "-h";
     if (help) {
-        std::fputs(kUsage, stdout);
-        std::fputs(kHelp, stdout);
-        print_op_help();
+        print_help(is_command(command) ? command : "");
         return 0;
     }
     try {
@@ -421,8 +463,9 @@ int main(int argc, char **argv) {
         if (command == "list") return cmd_list(args);
         if (command == "demo") return cmd_demo(args);
         throw UsageError("unknown command '" + command + "'");
-    } catch (const UsageError &e) {
-        std::fprintf(stderr, "blocklstm: %s\n%s", e.what(), kUsage);
+    } catch (const UsageError &e) {  // one line, and where the help is
+        const std::string where = is_command(command) ? "blocklstm " + command + " --help" : "blocklstm --help";
+        std::fprintf(stderr, "blocklstm: %s (see '%s')\n", e.what(), where.c_str());
         return 2;
     } catch (const CliError &e) {
         std::fprintf(stderr, "blocklstm: %s\n", e.what());

@@ -38,7 +38,7 @@ bool is_op_name(const std::string &name);
 
 // Reads the op's inputs from in_dir, runs it, writes its outputs to out_dir (all or nothing).
 // Throws CliError (bad options / files) or blocklstm::Error (rejected by the library).
-void run_op(const RunOptions &options);
+std::string run_op(const RunOptions &options);
 
 // The device named by --device: cpu, or cuda where this build has CUDA kernels and the machine a
 // CUDA device; otherwise CliError saying why.
@@ -68,7 +68,7 @@ int bench(const BenchOptions &options);
 
 // ---- list, help ---------------------------------------------------------------------------------
 
-void list_kernels();
+void list_kernels(bool kernel_rows);
 void print_op_help();  // each op's files and attrs (the op registry)
 
 // ---- demo ---------------------------------------------------------------------------------------

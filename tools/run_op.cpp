@@ -1,4 +1,5 @@
 // `blocklstm run <OpName>`: .npy inputs -> the op by name (blocklstm/ops.h) -> .npy outputs.
+#include <chrono>
 #include <blocklstm/blocklstm.h>
 #include <blocklstm/ops.h>
 
@@ -149,7 +150,7 @@ Device check_device(const std::string &device, const std::string &option) {
     throw CliError(option + ": unknown device '" + device + "' (expected cpu or cuda)");
 }
 
-void run_op(const RunOptions &options) {
+std::string run_op(const RunOptions &options) {
     const OpInfo &op = find_op(options.op);
     if (options.forget_bias && !op.forget_bias)
         throw CliError("--forget-bias: " + op.name + " has no forget_bias attr" +
@@ -162,12 +163,34 @@ void run_op(const RunOptions &options) {
     if (!fs::is_directory(options.in_dir, ec))
         throw CliError("--in " + options.in_dir + ": no such directory");
 
+    // Every missing file at once. The peephole vectors are optional without --use-peephole
+    // (the op does not read them): zeros then.
+    auto peephole_vector = [](const std::string &name) { return name == "wci" || name == "wcf" || name == "wco"; };
+    std::vector<std::string> missing;
+    if (op.sequence && !fs::exists(input_file(options.in_dir, "seq_len_max"), ec)) missing.push_back(label("seq_len_max"));
+    for (const OpArg &arg : op.inputs) {
+        if (fs::exists(input_file(options.in_dir, arg.name), ec)) continue;
+        if (!options.use_peephole && peephole_vector(arg.name)) continue;
+        missing.push_back(label(arg.name.c_str()));
+    }
+    if (!missing.empty()) {
+        std::string list;
+        for (const std::string &m : missing) list += (list.empty() ? "" : ", ") + m;
+        throw CliError("--in " + options.in_dir + ": missing " + list +
+                       (missing.size() > 1 ? " (" + std::to_string(missing.size()) + " files)" : ""));
+    }
+
     const int64_t seq_len_max = op.sequence ? load_seq_len_max(options.in_dir) : 0;
     std::map<std::string, Tensor> inputs;
     const char *first = nullptr;
     npy::Type float_type = npy::Type::f32;
+    std::vector<std::string> zero_peepholes;
     for (const OpArg &arg : op.inputs) {
         const char *name = arg.name.c_str();
+        if (peephole_vector(arg.name) && !fs::exists(input_file(options.in_dir, arg.name), ec)) {
+            zero_peepholes.push_back(arg.name);
+            continue;
+        }
         npy::Array a = load(options.in_dir, name);
         if (a.type != npy::Type::f16 && a.type != npy::Type::f32)
             throw CliError(label(name) + ": unsupported dtype " + npy::numpy_name_of(a.type) +
@@ -183,6 +206,11 @@ void run_op(const RunOptions &options) {
         }
         inputs.emplace(arg.name, on(device, to_tensor(a)));
     }
+    // Zero peephole vectors of the cell size, read off cs_prev [B, H] (the op checks the rest).
+    const Tensor &cs_prev = inputs.at("cs_prev");
+    const int64_t cell_size = cs_prev.shape().size() == 2 ? cs_prev.shape()[1] : 0;
+    for (const std::string &name : zero_peepholes)
+        inputs.emplace(name, on(device, Tensor(float_type == npy::Type::f16 ? DType::f16 : DType::f32, {cell_size})));
 
     OpAttrs attrs;
     attrs.forget_bias = options.forget_bias;
@@ -190,10 +218,27 @@ void run_op(const RunOptions &options) {
     attrs.use_peephole = options.use_peephole;
     const std::map<std::string, TensorView> views(inputs.begin(), inputs.end());
     // blocklstm::Error propagates to main
+    const auto start = std::chrono::steady_clock::now();
     const std::map<std::string, Tensor> outputs = invoke(op.name, seq_len_max, views, attrs);
+    if (device == Device::cuda) cuda_synchronize();
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     Outputs host_outputs;
     for (const OpArg &arg : op.outputs) host_outputs.push_back(on(Device::cpu, outputs.at(arg.name)));
     write_outputs(options.out_dir, op, host_outputs);
+
+    // The one-line summary of a successful run.
+    char time[32];
+    std::snprintf(time, sizeof time, "%.2f ms", ms);
+    const Tensor &x = inputs.at("x");
+    std::string shape;
+    for (int64_t d : x.shape()) {
+        if (!shape.empty()) shape += ',';
+        shape += std::to_string(d);
+    }
+    return op.name + ": x [" + shape + "] " + to_string(x.dtype()) + " on " + to_string(device) +
+           (op.sequence ? ", seq_len_max " + std::to_string(seq_len_max) : "") +
+           (options.use_peephole ? ", peephole" : "") + ": " + time + "; wrote " + std::to_string(op.outputs.size()) +
+           " files to " + options.out_dir;
 }
 
 }  // namespace blocklstm::cli

@@ -357,8 +357,13 @@ TEST_P(RunOp, MatchesLibrary) {
     const Result r = run_cli(args);
     ASSERT_EQ(r.code, 0) << describe(r);
     EXPECT_TRUE(r.err.empty()) << describe(r);
-
+    // One summary line: the op, x's shape, dtype, device, the time and what was written.
     const auto want = expected(p, c.attrs);
+    EXPECT_TRUE(std::regex_match(r.out, std::regex(c.op + ": x \\[[0-9,]+\\] " + (c.dtype == DType::f32 ? "float32" : "float16") +
+                                                   " on cpu.*: [0-9.]+ ms; wrote " + std::to_string(want.size()) +
+                                                   " files to .*\n")))
+        << r.out;
+
     std::size_t files = 0;
     for (const auto &e : fs::directory_iterator(out)) {
         (void)e;
@@ -561,8 +566,13 @@ std::vector<BadCase> bad_cases() {
                  },
                  {}, {"wci.npy", "float16", "float32"}});
     c.push_back({"missing_file", "BlockLSTM",
-                 [](const std::string &in) { fs::remove(file_in(in, "wco")); }, {},
-                 {"wco.npy"}});
+                 [](const std::string &in) { fs::remove(file_in(in, "x")); }, {},
+                 {"missing x.npy"}});
+    c.push_back({"missing_files_named_at_once", "BlockLSTMGrad",
+                 [](const std::string &in) {
+                     for (const char *name : {"h_prev", "wco", "cs_grad"}) fs::remove(file_in(in, name));
+                 },
+                 {"--use-peephole"}, {"missing h_prev.npy, wco.npy, cs_grad.npy (3 files)"}});
     c.push_back({"missing_seq_len_max", "BlockLSTMGrad",
                  [](const std::string &in) { fs::remove(file_in(in, "seq_len_max")); }, {},
                  {"seq_len_max.npy"}});
@@ -900,13 +910,29 @@ TEST(Usage, HelpListsEveryOpsFilesAndAttrs) {
     }
 }
 
+// A usage error is one line that says where the help is, not the whole usage.
 TEST(Usage, UnknownCommandAndMissingOptions) {
     for (const std::vector<std::string> &args :
          {std::vector<std::string>{"frobnicate"}, {"run"}, {"run", "BlockLSTM", "--in", "x"},
           {"run", "BlockLSTM", "--out"}, {"list", "extra"}, {"demo", "--steps", "0"}}) {
         const Result r = run_cli(args);
         EXPECT_EQ(r.code, 2) << args[0] << " " << describe(r);
-        EXPECT_NE(r.err.find("usage:"), std::string::npos) << describe(r);
+        const std::string help = args[0] == "frobnicate" ? "blocklstm --help" : "blocklstm " + args[0] + " --help";
+        EXPECT_TRUE(std::regex_match(r.err, std::regex("blocklstm: [^\n]+ \\(see '" + help + "'\\)\n"))) << describe(r);
+    }
+}
+
+// `<command> --help` is that command's usage and help only; run's and bench's list the ops' files.
+TEST(Usage, EachCommandHasItsOwnHelp) {
+    const std::map<std::string, std::string> own = {{"run", "run <OpName>   Run one"}, {"bench", "median_ms=<float>"},
+                                                    {"list", "--kernels also every kernel"}, {"demo", "Train a small"}};
+    for (const auto &[command, text] : own) {
+        const Result r = run_cli({command, "--help"});
+        ASSERT_EQ(r.code, 0) << describe(r);
+        EXPECT_EQ(r.out.rfind("usage: blocklstm " + command, 0), 0u) << r.out;
+        for (const auto &[other, other_text] : own)
+            EXPECT_EQ(r.out.find(other_text) != std::string::npos, other == command) << command << " / " << other << "\n" << r.out;
+        EXPECT_EQ(r.out.find("\n  BlockLSTMGrad: ") != std::string::npos, command == "run" || command == "bench") << r.out;
     }
 }
 
@@ -914,12 +940,38 @@ TEST(Usage, UnknownCommandAndMissingOptions) {
 
 // Every kernel of the library's table (which variants_test holds to kernels.inc) is listed.
 TEST(List, PrintsEveryKernelOfTheTable) {
-    const Result r = run_cli({"list"});
+    const Result r = run_cli({"list", "--kernels"});
     ASSERT_EQ(r.code, 0) << describe(r);
     ASSERT_FALSE(blocklstm::kernels().empty());
     for (const blocklstm::KernelInfo &k : blocklstm::kernels())
         EXPECT_TRUE(std::regex_search(r.out, std::regex("(^|\\n)" + k.name + "\\s"))) << k.name << "\n" << r.out;
     EXPECT_NE(r.out.find(blocklstm::cpu_target_in_use()), std::string::npos) << r.out;
+}
+
+// Plain `list` opens with the op variants and names the kernel count, not the kernel rows.
+TEST(List, OpVariantsFirstKernelRowsOnRequest) {
+    const Result r = run_cli({"list"});
+    ASSERT_EQ(r.code, 0) << describe(r);
+    EXPECT_EQ(r.out.rfind("op variants", 0), 0u) << r.out;
+    EXPECT_NE(r.out.find(std::to_string(blocklstm::kernels().size()) + " kernels; `blocklstm list --kernels` lists them."),
+              std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find(blocklstm::kernels().front().name + " "), std::string::npos) << r.out;
+}
+
+// Without --use-peephole the peephole vectors may be left out: the op runs as with zeros.
+TEST(RunInputs, PeepholeVectorsOptionalWithoutUsePeephole) {
+    TempDir tmp;
+    const std::string in = tmp / "in", with = tmp / "with", without = tmp / "without";
+    make_problem("BlockLSTMGrad", DType::f32, false, kT, 5).write(in);
+    ASSERT_EQ(run_cli({"run", "BlockLSTMGrad", "--in", in, "--out", with}).code, 0);
+    for (const char *name : {"wci", "wcf", "wco"}) fs::remove(file_in(in, name));
+    const Result r = run_cli({"run", "BlockLSTMGrad", "--in", in, "--out", without});
+    ASSERT_EQ(r.code, 0) << describe(r);
+    for (const char *name : {"x_grad", "w_grad", "b_grad", "wci_grad"})
+        EXPECT_EQ(npy::read(file_in(with, name)).data, npy::read(file_in(without, name)).data) << name;
+    const Result needs = run_cli({"run", "BlockLSTMGrad", "--in", in, "--out", without, "--use-peephole"});
+    EXPECT_EQ(needs.code, 2);
+    EXPECT_NE(needs.err.find("missing wci.npy, wcf.npy, wco.npy (3 files)"), std::string::npos) << describe(needs);
 }
 
 // ---- CPU targets --------------------------------------------------------------------------------
