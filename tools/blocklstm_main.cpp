@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "cli.h"
 
 namespace blocklstm::cli {
@@ -382,10 +385,9 @@ void list_kernels(bool kernel_rows) {
     std::printf("\nCPU targets (best first; check targets: an instruction set with another target's\n"
                 "tile geometry, for the tests):\n");
     for (const CpuTarget &t : cpu_targets()) {
-        const std::string here = t.runs_here ? "runs here" : "this CPU lacks " + t.missing;
-        std::printf("  %-22s %-30s geometry %-7s %s%s%s\n", t.name.c_str(), t.halide_target.c_str(),
-                    t.geometry.c_str(), here.c_str(), t.check_only ? ", check target" : "",
-                    t.name == in_use ? "  <- in use" : "");
+        fmt::print("  {:<22} {:<30} geometry {:<7} {}{}{}\n", t.name, t.halide_target, t.geometry,
+                   t.runs_here ? "runs here" : "this CPU lacks " + t.missing, t.check_only ? ", check target" : "",
+                   t.name == in_use ? "  <- in use" : "");
     }
     std::printf("CPU target in use: %s (%s)\n", in_use.c_str(),
                 cpu_target_pinned() ? "pinned" : "automatic; pin with BLOCKLSTM_CPU_TARGET");
@@ -427,13 +429,12 @@ void list_kernels(bool kernel_rows) {
 
 // The library's version, the Halide it was built with, and what it runs.
 void print_version() {
-    std::printf("blocklstm %s (kernels generated with Halide %s)\n", blocklstm::version(),
-                blocklstm::halide_version());
-    std::string targets;
+    std::vector<std::string> targets;
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets())
-        targets += (targets.empty() ? "" : ", ") + t.name + (t.runs_here ? "" : " (not on this CPU)");
-    std::printf("CPU targets: %s\n", targets.c_str());
-    std::printf("CUDA: %s\n", blocklstm::cuda_built() ? "built" : "not built");
+        targets.push_back(t.name + (t.runs_here ? "" : " (not on this CPU)"));
+    fmt::print("blocklstm {} (kernels generated with Halide {})\nCPU targets: {}\nCUDA: {}\n",
+               blocklstm::version(), blocklstm::halide_version(), fmt::join(targets, ", "),
+               blocklstm::cuda_built() ? "built" : "not built");
 }
 
 }  // namespace blocklstm::cli
@@ -470,8 +471,10 @@ int main(int argc, char **argv) {
     } catch (const CliError &e) {
         std::fprintf(stderr, "blocklstm: %s\n", e.what());
         return 2;
-    } catch (const blocklstm::Error &e) {
-        std::fprintf(stderr, "blocklstm: %s\n", e.what());
+    } catch (const blocklstm::Error &e) {  // the library's own "blocklstm: " prefix is not repeated
+        std::string message = e.what();
+        if (message.rfind("blocklstm: ", 0) == 0) message.erase(0, 11);
+        std::fprintf(stderr, "blocklstm: %s\n", message.c_str());
         return 2;
     } catch (const std::exception &e) {
         std::fprintf(stderr, "blocklstm: error: %s\n", e.what());

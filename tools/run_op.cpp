@@ -10,6 +10,9 @@
 #include <map>
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "cli.h"
 #include "npy.h"
 
@@ -227,18 +230,11 @@ std::string run_op(const RunOptions &options) {
     write_outputs(options.out_dir, op, host_outputs);
 
     // The one-line summary of a successful run.
-    char time[32];
-    std::snprintf(time, sizeof time, "%.2f ms", ms);
     const Tensor &x = inputs.at("x");
-    std::string shape;
-    for (int64_t d : x.shape()) {
-        if (!shape.empty()) shape += ',';
-        shape += std::to_string(d);
-    }
-    return op.name + ": x [" + shape + "] " + to_string(x.dtype()) + " on " + to_string(device) +
-           (op.sequence ? ", seq_len_max " + std::to_string(seq_len_max) : "") +
-           (options.use_peephole ? ", peephole" : "") + ": " + time + "; wrote " + std::to_string(op.outputs.size()) +
-           " files to " + options.out_dir;
+    return fmt::format("{}: x [{}] {} on {}{}{}: {:.2f} ms; wrote {} files to {}", op.name,
+                       fmt::join(x.shape(), ","), to_string(x.dtype()), to_string(device),
+                       op.sequence ? fmt::format(", seq_len_max {}", seq_len_max) : "",
+                       options.use_peephole ? ", peephole" : "", ms, op.outputs.size(), options.out_dir);
 }
 
 }  // namespace blocklstm::cli

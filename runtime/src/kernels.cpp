@@ -198,8 +198,10 @@ void KernelCall::run() {
     if (int code = code_.argv(args_.data())) {
         std::lock_guard<std::mutex> lock(halide_error_mutex);
         const std::string where = cpu_target_ >= 0 ? " (CPU target " + cpu_target_name(cpu_target_) + ")" : "";
-        throw Error(std::string("blocklstm internal error: kernel ") + kernel_.name + where +
-                    " failed (Halide error " + std::to_string(code) + "): " + last_halide_error);
+        throw Error(std::string("blocklstm: internal error in kernel ") + kernel_.name + where + ": " +
+                    last_halide_error + " (Halide error " + std::to_string(code) +
+                    "). This is a bug in blocklstm, not in the call's input: please report it with "
+                    "the call that caused it.");
     }
 }
 
