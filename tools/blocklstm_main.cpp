@@ -1,4 +1,5 @@
-// The `blocklstm` command-line tool: argument parsing and the subcommands run, bench, list, demo.
+// The `blocklstm` command-line tool: argument parsing (CLI11) and the subcommands run, bench,
+// list, demo.
 // Exit codes: 0 success, 2 usage or input error (one message on stderr naming the file or
 // argument), 1 a failed demo self-check.
 #include <blocklstm/blocklstm.h>
@@ -11,9 +12,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -114,220 +117,135 @@ public:
     using CliError::CliError;
 };
 
-float parse_float(const std::string &option, const std::string &text) {
-    char *end = nullptr;
-    errno = 0;
-    const double v = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) ||
-        std::fabs(v) > 3.4e38)
-        throw UsageError(option + ": '" + text + "' is not a finite number");
-    return static_cast<float>(v);
+// A finite float32 (CLI11 converts; this rejects what float32 cannot hold).
+CLI::Validator finite_float() {
+    return CLI::Validator(
+        [](std::string &text) {
+            char *end = nullptr;
+            errno = 0;
+            const double v = std::strtod(text.c_str(), &end);
+            if (text.empty() || *end != '\0' || errno == ERANGE || !std::isfinite(v) || std::fabs(v) > 3.4e38)
+                return "'" + text + "' is not a finite number";
+            return std::string();
+        },
+        "FLOAT");
 }
 
-long long parse_int(const std::string &option, const std::string &text, long long lo,
-                    long long hi) {
-    char *end = nullptr;
-    errno = 0;
-    const long long v = std::strtoll(text.c_str(), &end, 10);
-    if (text.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi)
-        throw UsageError(option + ": '" + text + "' is not an integer in [" + std::to_string(lo) +
-                         ", " + std::to_string(hi) + "]");
-    return v;
-}
-
-// Iterates over "--name value", "--name=value" and flags.
-class Args {
-public:
-    Args(int argc, char **argv, int start) : argv_(argv + start, argv + argc) {}
-
-    bool done() const { return pos_ >= argv_.size(); }
-    const std::string &peek() const { return argv_[pos_]; }
-
-    // If the next argument is option `name`, consumes it and (when `value` is given) its value.
-    bool take(const std::string &name, std::string *value = nullptr) {
-        const std::string &a = argv_[pos_];
-        if (value) {
-            if (a == name) {
-                if (pos_ + 1 >= argv_.size()) throw UsageError(name + ": missing value");
-                *value = argv_[pos_ + 1];
-                pos_ += 2;
-                return true;
-            }
-            if (a.compare(0, name.size() + 1, name + "=") == 0) {
-                *value = a.substr(name.size() + 1);
-                ++pos_;
-                return true;
-            }
-            return false;
-        }
-        if (a == name) {
-            ++pos_;
-            return true;
-        }
-        if (a.compare(0, name.size() + 1, name + "=") == 0)
-            throw UsageError(name + ": takes no value");
-        return false;
+// The op named by the positional <OpName>, checked against the registry.
+std::string op_name_of(const std::string &command, const std::vector<std::string> &positional) {
+    if (positional.empty()) throw UsageError(command + ": missing <OpName>");
+    if (positional.size() > 1) throw UsageError(command + ": unexpected argument '" + positional[1] + "'");
+    if (!is_op_name(positional[0])) {
+        std::string known;
+        for (const auto &n : op_names()) known += (known.empty() ? "" : ", ") + n;
+        throw CliError("unknown op '" + positional[0] + "' (expected one of: " + known + ")");
     }
-    std::string next() { return argv_[pos_++]; }
+    return positional[0];
+}
 
-private:
-    std::vector<std::string> argv_;
-    std::size_t pos_ = 0;
+// The commands' options on CLI11; the help texts are ours (kCommands), so CLI11's help is off.
+struct Parsed {
+    RunOptions run;
+    BenchOptions bench;
+    DemoOptions demo;
+    bool list_kernels = false;
+    std::vector<std::string> positional;
+    std::optional<int> threads;
 };
 
-[[noreturn]] void unknown(const std::string &command, const std::string &arg) {
-    if (arg.size() > 1 && arg[0] == '-') throw UsageError(command + ": unknown option '" + arg + "'");
-    throw UsageError(command + ": unexpected argument '" + arg + "'");
+CLI::App *add_command(CLI::App &app, const char *name) {
+    CLI::App *c = app.add_subcommand(name);
+    c->set_help_flag();
+    c->allow_extras(false);
+    return c;
 }
 
-void set_threads(const std::string &text) {
-    set_num_threads(static_cast<int>(parse_int("--threads", text, 0, 1024)));
-}
+int parse_and_run(int argc, char **argv, const std::string &command) {
+    CLI::App app("blocklstm");
+    app.set_help_flag();
+    app.require_subcommand(1);
+    Parsed p;
+    const auto threads = [&](CLI::App *c) {
+        c->add_option("--threads", p.threads)->check(CLI::Range(0, 1024));
+    };
+    constexpr int64_t kMaxDim = 1000000;
 
-int cmd_run(Args &args) {
-    RunOptions o;
-    bool have_in = false, have_out = false;
-    std::string v, threads;
-    std::vector<std::string> positional;
-    while (!args.done()) {
-        if (args.take("--in", &v)) {
-            o.in_dir = v;
-            have_in = true;
-        } else if (args.take("--out", &v)) {
-            o.out_dir = v;
-            have_out = true;
-        } else if (args.take("--device", &v)) {
-            o.device = v;
-        } else if (args.take("--forget-bias", &v)) {
-            o.forget_bias = parse_float("--forget-bias", v);
-        } else if (args.take("--cell-clip", &v)) {
-            o.cell_clip = parse_float("--cell-clip", v);
-        } else if (args.take("--use-peephole")) {
-            o.use_peephole = true;
-        } else if (args.take("--threads", &v)) {
-            threads = v;
-        } else if (args.peek().size() > 1 && args.peek()[0] == '-') {
-            unknown("run", args.peek());
-        } else {
-            positional.push_back(args.next());
-        }
-    }
-    if (positional.empty()) throw UsageError("run: missing <OpName>");
-    if (positional.size() > 1) unknown("run", positional[1]);
-    o.op = positional[0];
-    if (!is_op_name(o.op)) {
-        std::string known;
-        for (const auto &n : op_names()) known += (known.empty() ? "" : ", ") + n;
-        throw CliError("unknown op '" + o.op + "' (expected one of: " + known + ")");
-    }
-    if (!have_in) throw UsageError("run: missing --in DIR");
-    if (!have_out) throw UsageError("run: missing --out DIR");
-    if (o.in_dir.empty()) throw UsageError("--in: empty directory name");
-    if (o.out_dir.empty()) throw UsageError("--out: empty directory name");
-    if (!threads.empty()) set_threads(threads);
-    std::printf("%s\n", run_op(o).c_str());
-    return 0;
-}
+    CLI::App *run = add_command(app, "run");
+    run->add_option("OpName", p.positional);
+    run->add_option("--in", p.run.in_dir)->required()->check([](const std::string &v) {
+        return v.empty() ? std::string("empty directory name") : std::string();
+    });
+    run->add_option("--out", p.run.out_dir)->required()->check([](const std::string &v) {
+        return v.empty() ? std::string("empty directory name") : std::string();
+    });
+    run->add_option("--device", p.run.device);
+    run->add_option("--forget-bias", p.run.forget_bias)->check(finite_float());
+    run->add_option("--cell-clip", p.run.cell_clip)->check(finite_float());
+    run->add_flag("--use-peephole", p.run.use_peephole);
+    threads(run);
 
-int cmd_bench(Args &args) {
-    BenchOptions o;
-    std::string v, threads;
-    bool have_time = false, have_batch = false, have_input = false, have_cell = false;
-    std::vector<std::string> positional;
-    constexpr long long kMaxDim = 1000000;
-    while (!args.done()) {
-        if (args.take("--time", &v)) {
-            o.time = parse_int("--time", v, 1, kMaxDim);
-            have_time = true;
-        } else if (args.take("--batch", &v)) {
-            o.batch = parse_int("--batch", v, 1, kMaxDim);
-            have_batch = true;
-        } else if (args.take("--input", &v)) {
-            o.input = parse_int("--input", v, 0, kMaxDim);
-            have_input = true;
-        } else if (args.take("--cell", &v)) {
-            o.cell = parse_int("--cell", v, 1, kMaxDim);
-            have_cell = true;
-        } else if (args.take("--dtype", &v)) {
-            if (v == "float32")
-                o.dtype = DType::f32;
-            else if (v == "float16")
-                o.dtype = DType::f16;
-            else
-                throw UsageError("--dtype: '" + v + "' is not float32 or float16");
-        } else if (args.take("--use-peephole")) {
-            o.use_peephole = true;
-        } else if (args.take("--device", &v)) {
-            o.device = v;
-        } else if (args.take("--reps", &v)) {
-            o.reps = static_cast<int>(parse_int("--reps", v, 1, 1000000));
-        } else if (args.take("--warmup", &v)) {
-            o.warmup = static_cast<int>(parse_int("--warmup", v, 1, 1000000));
-        } else if (args.take("--threads", &v)) {
-            threads = v;
-        } else if (args.take("--seed", &v)) {
-            o.seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX));
-        } else if (args.take("--print-reps")) {
-            o.print_reps = true;
-        } else if (args.take("--cpu-target", &v)) {
-            o.cpu_target = v;
-        } else if (args.peek().size() > 1 && args.peek()[0] == '-') {
-            unknown("bench", args.peek());
-        } else {
-            positional.push_back(args.next());
-        }
-    }
-    if (positional.empty()) throw UsageError("bench: missing <OpName>");
-    if (positional.size() > 1) unknown("bench", positional[1]);
-    o.op = positional[0];
-    if (!is_op_name(o.op)) {
-        std::string known;
-        for (const auto &n : op_names()) known += (known.empty() ? "" : ", ") + n;
-        throw CliError("unknown op '" + o.op + "' (expected one of: " + known + ")");
-    }
-    const bool cell_op = o.op == "LSTMBlockCell" || o.op == "LSTMBlockCellGrad";
-    if (cell_op && have_time && o.time != 1)
-        throw UsageError("--time: " + o.op + " runs one step (omit --time, or give 1)");
-    if (!cell_op && !have_time) throw UsageError("bench: missing --time T");
-    if (!have_batch) throw UsageError("bench: missing --batch B");
-    if (!have_input) throw UsageError("bench: missing --input I");
-    if (!have_cell) throw UsageError("bench: missing --cell H");
-    if (!threads.empty()) {
-        set_threads(threads);
-        o.threads = static_cast<int>(parse_int("--threads", threads, 0, 1024));
-    }
-    if (!o.cpu_target.empty()) set_cpu_target(o.cpu_target);
-    return bench(o);
-}
+    CLI::App *bench = add_command(app, "bench");
+    BenchOptions &b = p.bench;
+    bench->add_option("OpName", p.positional);
+    CLI::Option *time = bench->add_option("--time", b.time)->check(CLI::Range(int64_t{1}, kMaxDim));
+    // Required, but checked after <OpName> (below), so that the first thing missing is named.
+    CLI::Option *batch = bench->add_option("--batch", b.batch)->check(CLI::Range(int64_t{1}, kMaxDim));
+    CLI::Option *input = bench->add_option("--input", b.input)->check(CLI::Range(int64_t{0}, kMaxDim));
+    CLI::Option *cell = bench->add_option("--cell", b.cell)->check(CLI::Range(int64_t{1}, kMaxDim));
+    std::string dtype = "float32";
+    bench->add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "float16"}));
+    bench->add_flag("--use-peephole", b.use_peephole);
+    bench->add_option("--device", b.device);
+    bench->add_option("--reps", b.reps)->check(CLI::Range(1, 1000000));
+    bench->add_option("--warmup", b.warmup)->check(CLI::Range(1, 1000000));
+    bench->add_option("--seed", b.seed);
+    bench->add_flag("--print-reps", b.print_reps);
+    bench->add_option("--cpu-target", b.cpu_target);
+    threads(bench);
 
-int cmd_list(Args &args) {
-    bool kernel_rows = false;
-    while (!args.done()) {
-        if (args.take("--kernels")) kernel_rows = true;
-        else unknown("list", args.peek());
-    }
-    list_kernels(kernel_rows);
-    return 0;
-}
+    CLI::App *list = add_command(app, "list");
+    list->add_flag("--kernels", p.list_kernels);
 
-int cmd_demo(Args &args) {
-    DemoOptions o;
-    std::string v;
-    while (!args.done()) {
-        if (args.take("--steps", &v)) {
-            o.steps = static_cast<int>(parse_int("--steps", v, 1, 1000000));
-        } else if (args.take("--seed", &v)) {
-            o.seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX));
-        } else if (args.take("--device", &v)) {
-            o.device = v;
-        } else if (args.take("--threads", &v)) {
-            set_threads(v);
-        } else {
-            unknown("demo", args.peek());
-        }
+    CLI::App *demo = add_command(app, "demo");
+    demo->add_option("--steps", p.demo.steps)->check(CLI::Range(1, 1000000));
+    demo->add_option("--seed", p.demo.seed);
+    demo->add_option("--device", p.demo.device);
+    threads(demo);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError &e) {
+        // One line naming the option; "A subcommand is required" etc. for an unknown command.
+        std::string what = e.what();
+        if (!is_command(command)) what = "unknown command '" + command + "'";
+        throw UsageError(is_command(command) ? command + ": " + what : what);
     }
-    if (o.device != "auto") check_device(o.device);
-    return demo(o);
+    if (p.threads) set_num_threads(*p.threads);
+    if (*run) {
+        p.run.op = op_name_of("run", p.positional);
+        std::printf("%s\n", run_op(p.run).c_str());
+        return 0;
+    }
+    if (*bench) {
+        b.op = op_name_of("bench", p.positional);
+        const bool cell_op = b.op == "LSTMBlockCell" || b.op == "LSTMBlockCellGrad";
+        if (cell_op && time->count() > 0 && b.time != 1)
+            throw UsageError("--time: " + b.op + " runs one step (omit --time, or give 1)");
+        if (!cell_op && time->count() == 0) throw UsageError("bench: missing --time T");
+        if (batch->count() == 0) throw UsageError("bench: missing --batch B");
+        if (input->count() == 0) throw UsageError("bench: missing --input I");
+        if (cell->count() == 0) throw UsageError("bench: missing --cell H");
+        b.dtype = dtype == "float16" ? DType::f16 : DType::f32;
+        b.threads = p.threads.value_or(0);
+        if (!b.cpu_target.empty()) set_cpu_target(b.cpu_target);
+        return cli::bench(b);
+    }
+    if (*list) {
+        list_kernels(p.list_kernels);
+        return 0;
+    }
+    if (p.demo.device != "auto") check_device(p.demo.device);
+    return cli::demo(p.demo);
 }
 
 }  // namespace
@@ -458,12 +376,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     try {
-        Args args(argc, argv, 2);
-        if (command == "run") return cmd_run(args);
-        if (command == "bench") return cmd_bench(args);
-        if (command == "list") return cmd_list(args);
-        if (command == "demo") return cmd_demo(args);
-        throw UsageError("unknown command '" + command + "'");
+        return parse_and_run(argc, argv, command);
     } catch (const UsageError &e) {  // one line, and where the help is
         const std::string where = is_command(command) ? "blocklstm " + command + " --help" : "blocklstm --help";
         std::fprintf(stderr, "blocklstm: %s (see '%s')\n", e.what(), where.c_str());

@@ -16,10 +16,10 @@ build_dir=${BLOCKLSTM_BUILD_DIR:-$root/build}
 venv=$root/.venv
 jobs=$(nproc)
 
-# Debian packages: compiler, fmt, GoogleTest, Python's headers (the extension), and PoCL (OpenCL
+# Debian packages: compiler, fmt, CLI11 (the tool's arguments), GoogleTest, Python's headers (the extension), and PoCL (OpenCL
 # on the CPU), which runs the GPU schedules' OpenCL twins in the tests; for `test` and `fuzz`
 # also clang with its libFuzzer runtime.
-apt_packages=(g++ libfmt-dev libgtest-dev libgmock-dev python3 python3-dev pocl-opencl-icd)
+apt_packages=(g++ libfmt-dev libcli11-dev libgtest-dev libgmock-dev python3 python3-dev pocl-opencl-icd)
 case "$action" in test | fuzz) apt_packages+=(clang-14 libclang-rt-14-dev) ;; esac
 missing=()
 for p in "${apt_packages[@]}"; do
