@@ -135,11 +135,8 @@ CLI::Validator finite_float() {
 std::string op_name_of(const std::string &command, const std::vector<std::string> &positional) {
     if (positional.empty()) throw UsageError(command + ": missing <OpName>");
     if (positional.size() > 1) throw UsageError(command + ": unexpected argument '" + positional[1] + "'");
-    if (!is_op_name(positional[0])) {
-        std::string known;
-        for (const auto &n : op_names()) known += (known.empty() ? "" : ", ") + n;
-        throw CliError("unknown op '" + positional[0] + "' (expected one of: " + known + ")");
-    }
+    if (!is_op_name(positional[0]))
+        throw CliError(fmt::format("unknown op '{}' (expected one of: {})", positional[0], fmt::join(op_names(), ", ")));
     return positional[0];
 }
 

@@ -55,11 +55,11 @@ npy::Array load(const std::string &dir, const char *name) {
 int64_t load_seq_len_max(const std::string &dir) {
     const npy::Array a = load(dir, "seq_len_max");
     if (a.type != npy::Type::i64)
-        throw CliError(std::string("seq_len_max.npy: dtype must be int64 ('<i8'), got ") +
-                       npy::numpy_name_of(a.type) + " ('" + npy::descr_of(a.type) + "')");
+        throw CliError(fmt::format("seq_len_max.npy: dtype must be int64 ('<i8'), got {} ('{}')",
+                                   npy::numpy_name_of(a.type), npy::descr_of(a.type)));
     if (!(a.shape.empty() || (a.shape.size() == 1 && a.shape[0] == 1)))
-        throw CliError("seq_len_max.npy: must be a 0-d array or have shape (1,), got shape " +
-                       npy::shape_to_string(a.shape));
+        throw CliError(fmt::format("seq_len_max.npy: must be a 0-d array or have shape (1,), got shape {}",
+                                   npy::shape_to_string(a.shape)));
     int64_t value;
     std::memcpy(&value, a.data.data(), sizeof value);
     return value;
@@ -91,8 +91,8 @@ struct TempFiles {
 void write_outputs(const std::string &out_dir, const OpInfo &op, const Outputs &outputs) {
     std::error_code ec;
     fs::create_directories(out_dir, ec);
-    if (ec) throw CliError("--out " + out_dir + ": cannot create directory: " + ec.message());
-    if (!fs::is_directory(out_dir, ec)) throw CliError("--out " + out_dir + ": not a directory");
+    if (ec) throw CliError(fmt::format("--out {}: cannot create directory: {}", out_dir, ec.message()));
+    if (!fs::is_directory(out_dir, ec)) throw CliError(fmt::format("--out {}: not a directory", out_dir));
 
     TempFiles temps;
     const std::string suffix = ".tmp." + std::to_string(::getpid());
@@ -105,8 +105,8 @@ void write_outputs(const std::string &out_dir, const OpInfo &op, const Outputs &
             npy::write(tmp, t.dtype() == DType::f16 ? npy::Type::f16 : npy::Type::f32, t.shape(),
                        t.data(), t.num_bytes());
         } catch (const npy::Error &e) {
-            throw CliError("--out " + out_dir + ": cannot write " + label(op.outputs[k].name.c_str()) + " (" +
-                           e.what() + ")");
+            throw CliError(fmt::format("--out {}: cannot write {} ({})", out_dir, label(op.outputs[k].name.c_str()),
+                                       e.what()));
         }
     }
     std::vector<std::string> done;
@@ -115,8 +115,8 @@ void write_outputs(const std::string &out_dir, const OpInfo &op, const Outputs &
         if (std::rename(temps.paths[k].c_str(), final_path.c_str()) != 0) {
             const int err = errno;
             for (const auto &p : done) ::unlink(p.c_str());
-            throw CliError("--out " + out_dir + ": cannot rename into " + label(op.outputs[k].name.c_str()) +
-                           ": " + std::strerror(err));
+            throw CliError(fmt::format("--out {}: cannot rename into {}: {}", out_dir,
+                                       label(op.outputs[k].name.c_str()), std::strerror(err)));
         }
         done.push_back(final_path);
     }
@@ -150,21 +150,21 @@ Device check_device(const std::string &device, const std::string &option) {
             throw CliError(option + " cuda: no CUDA device on this machine (use --device cpu)");
         return Device::cuda;
     }
-    throw CliError(option + ": unknown device '" + device + "' (expected cpu or cuda)");
+    throw CliError(fmt::format("{}: unknown device '{}' (expected cpu or cuda)", option, device));
 }
 
 std::string run_op(const RunOptions &options) {
     const OpInfo &op = find_op(options.op);
     if (options.forget_bias && !op.forget_bias)
-        throw CliError("--forget-bias: " + op.name + " has no forget_bias attr" +
+        throw CliError(fmt::format("--forget-bias: {} has no forget_bias attr", op.name) +
                        (op.name == "BlockLSTMV2" ? " (its forget bias is always 0)" : ""));
     if (options.cell_clip && !op.cell_clip)
-        throw CliError("--cell-clip: " + op.name + " has no cell_clip attr");
+        throw CliError(fmt::format("--cell-clip: {} has no cell_clip attr", op.name));
     const Device device = check_device(options.device);
 
     std::error_code ec;
     if (!fs::is_directory(options.in_dir, ec))
-        throw CliError("--in " + options.in_dir + ": no such directory");
+        throw CliError(fmt::format("--in {}: no such directory", options.in_dir));
 
     // Every missing file at once. The peephole vectors are optional without --use-peephole
     // (the op does not read them): zeros then.
@@ -177,10 +177,8 @@ std::string run_op(const RunOptions &options) {
         missing.push_back(label(arg.name.c_str()));
     }
     if (!missing.empty()) {
-        std::string list;
-        for (const std::string &m : missing) list += (list.empty() ? "" : ", ") + m;
-        throw CliError("--in " + options.in_dir + ": missing " + list +
-                       (missing.size() > 1 ? " (" + std::to_string(missing.size()) + " files)" : ""));
+        throw CliError(fmt::format("--in {}: missing {}{}", options.in_dir, fmt::join(missing, ", "),
+                                   missing.size() > 1 ? fmt::format(" ({} files)", missing.size()) : ""));
     }
 
     const int64_t seq_len_max = op.sequence ? load_seq_len_max(options.in_dir) : 0;
@@ -196,16 +194,16 @@ std::string run_op(const RunOptions &options) {
         }
         npy::Array a = load(options.in_dir, name);
         if (a.type != npy::Type::f16 && a.type != npy::Type::f32)
-            throw CliError(label(name) + ": unsupported dtype " + npy::numpy_name_of(a.type) +
-                           " ('" + npy::descr_of(a.type) +
-                           "'); float inputs must be float16 ('<f2') or float32 ('<f4')");
+            throw CliError(fmt::format("{}: unsupported dtype {} ('{}'); float inputs must be float16 ('<f2') "
+                                       "or float32 ('<f4')",
+                                       label(name), npy::numpy_name_of(a.type), npy::descr_of(a.type)));
         if (!first) {
             first = name;
             float_type = a.type;
         } else if (a.type != float_type) {
-            throw CliError(label(name) + ": dtype " + npy::numpy_name_of(a.type) + " differs from " +
-                           label(first) + " (" + npy::numpy_name_of(float_type) +
-                           "); all float inputs must have the same dtype");
+            throw CliError(fmt::format("{}: dtype {} differs from {} ({}); all float inputs must have the same dtype",
+                                       label(name), npy::numpy_name_of(a.type), label(first),
+                                       npy::numpy_name_of(float_type)));
         }
         inputs.emplace(arg.name, on(device, to_tensor(a)));
     }
