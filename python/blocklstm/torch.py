@@ -12,16 +12,11 @@ import math
 import torch
 from torch import nn
 
-from . import _core
+from . import _core, _snake
 
 _OPS = {op["name"]: op for op in _core.ops()}
 _NAMESPACE = "blocklstm"
 _lib = torch.library.Library(_NAMESPACE, "DEF")
-
-
-def _snake(name):
-    from . import _snake as snake
-    return snake(name)
 
 
 def _dims(op, t):

@@ -247,7 +247,8 @@ public:
     GradPass(Exec &exec, const Checked<SeqDims> &c, Layout layout, const SeqInputs &in,
              const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole)
         : exec_(exec), d_(c.dims), dt_(c.dtype), dev_(c.device), es_(static_cast<int64_t>(size_of(c.dtype))),
-          layout_(layout), in_(in), act_(act), out_(out), use_peephole_(use_peephole) {}
+          layout_(layout), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
+          b_grad_from_w_grad_(c.device == Device::cpu && c.dims.I > 0) {}
 
     // Zeroes what no phase writes: x_grad past seq_len_max, the peephole grads without
     // peepholes, and with no step to run (L = 0 or B = 0) every gradient. False: nothing to run.
@@ -336,7 +337,6 @@ public:
     // at 100,32,256).
     void weight_grads() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L, slice = B * H;
-        b_grad_from_w_grad_ = dev_ == Device::cpu && I > 0;
         if (dev_ == Device::cpu && dt_ == DType::f32) {
             auto f32 = [](const TV &t) { return static_cast<float *>(t.data); };
             weight_grads_in_chunks(exec_, d_, f32(in_.x), f32(in_.h_prev), f32(act_.h), dgates_->floats(),
@@ -401,7 +401,9 @@ private:
     const BlockLSTMGradOutputs<TV> &out_;
     const bool use_peephole_;
     std::optional<Scratch> w_t_, dgates_, carry1_;  // w^T; dgates [L*B, 4H]; the final carry
-    bool b_grad_from_w_grad_ = false;
+    // On the CPU with I > 0, b_grad comes with w_grad's x product (weight_grads), not from the
+    // reductions.
+    const bool b_grad_from_w_grad_;
 };
 
 void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
