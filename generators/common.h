@@ -19,16 +19,21 @@ using namespace Halide;
 enum class Weights { none, panels, matrix };
 
 // The base of every kernel generator: the generator params every kernel of kernels.inc is given
-// — `geometry` ("": the target's own) and `weights` — and the Machine its schedules are fitted to.
+// — the tuning table its schedules read (`tuning_table`, its name, and `tuning`, its knobs as
+// "name:value,...": schedules/tuning.h; CMake passes them) and `weights` — and the Machine its
+// schedules are fitted to.
 template <typename T>
 class KernelGenerator : public Generator<T> {
 public:
-    GeneratorParam<std::string> geometry{"geometry", ""};
+    GeneratorParam<std::string> tuning_table{"tuning_table", ""};
+    GeneratorParam<std::string> tuning{"tuning", ""};
     GeneratorParam<Weights> weights{"weights", Weights::none,
                                     {{"none", Weights::none}, {"panels", Weights::panels}, {"matrix", Weights::matrix}}};
 
 protected:
-    schedules::Machine machine() const { return schedules::machine(this->get_target(), geometry); }
+    schedules::Machine machine() const {
+        return schedules::machine(this->get_target(), tuning_table, tuning, this->using_autoscheduler());
+    }
     // The weights this generator can hold; another is a build error pointing at kernels.inc.
     void require_weights(std::initializer_list<Weights> allowed) const {
         for (Weights w : allowed)

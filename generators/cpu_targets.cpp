@@ -1,11 +1,12 @@
 // Build-time tool: writes cpu_targets.inc, the runtime's table of the CPU targets every CPU kernel
 // was compiled for, best first. The runtime dispatches between them itself (runtime/src/
 // cpu_target.cpp), so it needs each target's Halide feature bits, which only libHalide can read
-// from a target string, and its geometry, whose rule lives in the schedules (schedules::machine).
+// from a target string, and the tuning table its kernels were built with (checked here by the
+// tables' rules, schedules/tuning.h, before any kernel is generated from it).
 //
-//   blocklstm_cpu_targets OUT.inc TAG|NAME|HALIDE_TARGET|GEOMETRY|CHECK ...
-// GEOMETRY "" is the target's own; CHECK 1 marks a test build's extra target (another geometry on
-// this instruction set), never chosen automatically.
+//   blocklstm_cpu_targets OUT.inc TAG|NAME|HALIDE_TARGET|TABLE|KNOBS|TUNED_ON|CHECK ...
+// CHECK 1 marks a test build's extra target (another table's tiles on this instruction set),
+// never chosen automatically.
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "Halide.h"
-#include "schedules/schedule.h"
+#include "schedules/tuning.h"
 
 namespace {
 
@@ -26,29 +27,44 @@ std::vector<std::string> split(const std::string &s, char sep) {
     return parts;
 }
 
+std::string quoted(const std::string &s) {
+    std::string q = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') q += '\\';
+        q += c;
+    }
+    return q + "\"";
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        std::cerr << "usage: blocklstm_cpu_targets OUT.inc TAG|NAME|HALIDE_TARGET|GEOMETRY|CHECK ...\n";
+        std::cerr << "usage: blocklstm_cpu_targets OUT.inc TAG|NAME|HALIDE_TARGET|TABLE|KNOBS|TUNED_ON|CHECK ...\n";
         return 2;
     }
     std::ostringstream symbols;
     std::vector<std::string> specs;
     for (int a = 2; a < argc; ++a) {
         const std::vector<std::string> f = split(argv[a], '|');
-        if (f.size() != 5) {
+        if (f.size() != 7) {
             std::cerr << "blocklstm_cpu_targets: malformed entry '" << argv[a] << "'\n";
             return 2;
         }
         const std::string &tag = f[0], &name = f[1], &target_string = f[2];
-        const bool check = f[4] == "1";
+        const std::string &table = f[3], &knobs = f[4], &tuned_on = f[5];
+        const bool check = f[6] == "1";
         if (!Halide::Target::validate_target_string(target_string)) {
             std::cerr << "blocklstm_cpu_targets: '" << target_string << "' is not a Halide target\n";
             return 2;
         }
         const Halide::Target target(target_string);
-        const std::string geometry = blocklstm::schedules::machine(target, f[3]).cpu.name;
+        try {
+            blocklstm::schedules::parse_cpu_tuning(table, knobs);
+        } catch (const std::invalid_argument &e) {
+            std::cerr << "blocklstm_cpu_targets: " << e.what() << "\n";
+            return 2;
+        }
         std::ostringstream features;
         for (int bit = 0; bit < Halide::Target::FeatureEnd; ++bit) {
             const auto feature = static_cast<Halide::Target::Feature>(bit);
@@ -57,8 +73,9 @@ int main(int argc, char **argv) {
         }
         symbols << " \\\n    M(kernel, " << tag << ")";
         std::ostringstream spec;
-        spec << "    {\"" << name << "\", \"" << target_string << "\", \"" << geometry << "\", "
-             << (check ? "true" : "false") << ", {" << features.str() << "}},";
+        spec << "    {" << quoted(name) << ", " << quoted(target_string) << ", " << quoted(table) << ", "
+             << quoted(knobs) << ", " << quoted(tuned_on) << ", " << (check ? "true" : "false") << ", {"
+             << features.str() << "}},";
         specs.push_back(spec.str());
     }
     std::ofstream out(argv[1]);
@@ -67,7 +84,8 @@ int main(int argc, char **argv) {
            "// M(kernel, tag): the kernel's function for one target is <kernel>__<tag>.\n"
            "#define BLOCKLSTM_FOR_EACH_CPU_TARGET(M, kernel)"
         << symbols.str() << "\n\n"
-        << "// {name, Halide target, geometry, check_only, {{feature bit, feature name}, ...}}\n"
+        << "// {name, Halide target, tuning table, its knobs, where it was tuned, check_only,\n"
+           "//  {{feature bit, feature name}, ...}}\n"
            "#define BLOCKLSTM_CPU_TARGET_SPECS";
     for (const std::string &spec : specs) out << " \\\n" << spec;
     out << "\n";

@@ -1,8 +1,8 @@
 // CPU schedules, kept apart from the algorithms in generators/. Every generator builds its Funcs
 // and hands them here; nothing in this file changes what is computed, only how.
 //
-// Each CPU kernel is compiled for several x86 targets (CMake: BLOCKLSTM_CPU_TARGETS); the tile
-// sizes below come from the geometry it is compiled with (schedules/cpu_params.h), the target's
+// Each CPU kernel is compiled for several x86 targets (CMake: BLOCKLSTM_CPU_TARGETS); every tile
+// size below comes from the tuning table it is compiled with (schedules/tuning.h), the target's
 // own unless the build names another.
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "Halide.h"
-#include "schedules/cpu_params.h"
+#include "schedules/tuning.h"
 
 namespace blocklstm::schedules {
 
@@ -34,7 +34,7 @@ enum class GemmShape { step, batched };
 // (`{.shape = GemmShape::step, .cols = H}`).
 struct GemmUse {
     GemmShape shape = GemmShape::step;
-    Expr cols;  // extent of x (batched: splits the columns into gemm_column_chunks)
+    Expr cols;  // extent of x (batched: splits the columns into the table's column chunks)
     // sum is the kernel's output; otherwise it is an intermediate that an output rounds.
     bool sum_is_output = true;
     // a(k, y) is stored row-major (k contiguous): its rows can be read in place. Otherwise
@@ -47,24 +47,17 @@ struct GemmUse {
     bool a_converted = false;
 };
 
-// Register-blocked, packed, K-blocked GEMM. B is packed in panels of gemm_tile_cols(t) columns x
-// one k block, each reused by gemm_row_block_tiles register tiles; where A is packed, its panel
+// Register-blocked, packed, K-blocked GEMM. B is packed in panels of the tile's columns x
+// one k block, each reused by the row block's register tiles; where A is packed, its panel
 // interleaves the rows of a register tile, so one cache line feeds the broadcasts of a k step;
 // the accumulator tile lives in vector registers for the whole k block. The batched products
 // pack per work item or per call (see the two loop orders below); the per-step products read A
 // in place and B from the weight panels packed once per call.
-inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuGeometry &geo) {
+inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &tuning) {
     const bool batched = use.shape == GemmShape::batched;
-    const int vec = geo.vector_floats;
-    const int tile_cols = geo.gemm_tile_cols();
-    const int tile_rows = batched ? geo.gemm_tile_rows : geo.gemm_step_tile_rows;
-    // The rule that keeps a tile's panel reads inside what the runtime allocates
-    // (schedules/panel_layout.h).
-    if (use.b_in_panels && panels::kPanelGroupCols % tile_cols != 0) {
-        throw std::invalid_argument(std::string("CPU geometry ") + geo.name + ": register tiles of " +
-                                    std::to_string(tile_cols) + " columns do not divide a panel group of " +
-                                    std::to_string(panels::kPanelGroupCols));
-    }
+    const int vec = tuning.vector_floats;
+    const int tile_cols = tuning.gemm_tile_cols();
+    const int tile_rows = batched ? tuning.gemm_tile_rows : tuning.gemm_step_tile_rows;
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xv("xv"), xl("xl"), yb("yb"), tile("tile");
     Var x = g.x, y = g.y;
 
@@ -73,7 +66,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuGeometry
     if (!use.sum_is_output) g.sum.compute_root();
     Stage update = g.sum.update();
     update.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
-        .split(yo, yb, yo, gemm_row_block_tiles, TailStrategy::GuardWithIf)
+        .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf)
         .reorder(xi, yi, yo, xo, yb, g.blocks)
         .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
         .vectorize(xv)
@@ -81,7 +74,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuGeometry
     if (batched) {
         Var xc("xc"), work("work");
         Expr col_tiles = (use.cols + tile_cols - 1) / tile_cols;
-        update.split(xo, xc, xo, (col_tiles + gemm_column_chunks - 1) / gemm_column_chunks,
+        update.split(xo, xc, xo, (col_tiles + tuning.gemm_column_chunks - 1) / tuning.gemm_column_chunks,
                      TailStrategy::GuardWithIf);
         // Packing: a's panel (rows interleaved per register tile) and b's panels (one contiguous
         // panel per column tile, in parallel over the panels), each made at `at`.
@@ -148,15 +141,15 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuGeometry
 }
 
 // Element-wise stages over (unit j, batch row n): vectors along j, rows in parallel.
-inline void schedule_elementwise_cpu(Func f, Var j, Var n, const CpuGeometry &geo) {
-    const int vec = geo.vector_floats;
+inline void schedule_elementwise_cpu(Func f, Var j, Var n, const CpuTuning &tuning) {
+    const int vec = tuning.vector_floats;
     f.vectorize(j, vec, TailStrategy::GuardWithIf).parallel(n);
 }
 
 // A 3-D element-wise output (j, gate, n), e.g. the gate gradients: vectors along j, the four
 // gate blocks unrolled so the shared per-element work (dcs) is computed once.
-inline void schedule_gate_blocks_cpu(Func f, Var j, Var gate, Var n, const CpuGeometry &geo) {
-    const int vec = geo.vector_floats;
+inline void schedule_gate_blocks_cpu(Func f, Var j, Var gate, Var n, const CpuTuning &tuning) {
+    const int vec = tuning.vector_floats;
     f.reorder(gate, j, n)
         .bound(gate, 0, 4)
         .unroll(gate)
@@ -167,21 +160,22 @@ inline void schedule_gate_blocks_cpu(Func f, Var j, Var gate, Var n, const CpuGe
 // The gate gradients and one more per-element output of the same cell math (j, n), e.g. the
 // cell-state carry: both in one parallel loop over the rows, so a step forks once for them.
 inline void schedule_gate_blocks_and_cpu(Func gates, Func other, Var j, Var gate, Var n,
-                                         const CpuGeometry &geo) {
-    schedule_gate_blocks_cpu(gates, j, gate, n, geo);
-    schedule_elementwise_cpu(other, j, n, geo);
+                                         const CpuTuning &tuning) {
+    schedule_gate_blocks_cpu(gates, j, gate, n, tuning);
+    schedule_elementwise_cpu(other, j, n, tuning);
     other.compute_with(gates, n);
 }
 
 // A sum over (rows r) into a vector indexed by x: vectors along x, sequential over rows so the
-// result is deterministic; chunks of x in parallel. A chunk is 16 vectors (512 bytes of a row),
+// result is deterministic; chunks of x in parallel. A chunk is column_sum_vectors vectors (AVX2's
+// table: 16, 512 bytes of a row),
 // a stretch the prefetcher follows, where 4 vectors (a register tile) made most rows a cache and
 // TLB miss (perf, BlockLSTMGrad at 100,32,256 with peepholes: b_grad 2.2 -> 1.6 % of the time,
 // the peephole sums 1.6 -> 1.1 %).
 inline void schedule_column_sum_cpu(Func sum, Func out, Var x, const std::vector<RVar> &rows,
-                                    const CpuGeometry &geo) {
-    const int vec = geo.vector_floats;
-    const int chunk = vec * 16;
+                                    const CpuTuning &tuning) {
+    const int vec = tuning.vector_floats;
+    const int chunk = vec * tuning.column_sum_vectors;
     Var xo("xo"), xi("xi");
     sum.compute_root()
         .split(x, xo, xi, chunk, TailStrategy::GuardWithIf)
@@ -200,8 +194,8 @@ inline void schedule_column_sum_cpu(Func sum, Func out, Var x, const std::vector
 
 // A transpose out(x, y) = in(y, x): square tiles of one vector, so both sides are read and
 // written in whole vectors (Halide transposes the tile in registers); row blocks in parallel.
-inline void schedule_transpose_cpu(Func out, Var x, Var y, const CpuGeometry &geo) {  // staged: inlined
-    const int vec = geo.vector_floats;
+inline void schedule_transpose_cpu(Func out, Var x, Var y, const CpuTuning &tuning) {  // staged: inlined
+    const int vec = tuning.vector_floats;
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi");
     out.tile(x, y, xo, yo, xi, yi, vec, vec, TailStrategy::GuardWithIf)
         .vectorize(xi)
@@ -212,8 +206,8 @@ inline void schedule_transpose_cpu(Func out, Var x, Var y, const CpuGeometry &ge
 // Weight panels out(xi, k, xo) (generators/panels.cpp): panels in parallel; a transposed source
 // is read in square tiles of one vector, transposed in registers as in schedule_transpose_cpu.
 inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed,
-                                const CpuGeometry &geo) {
-    const int vec = geo.vector_floats;
+                                const CpuTuning &tuning) {
+    const int vec = tuning.vector_floats;
     out.bound(xi, 0, panels::kPanelCols).parallel(xo);
     if (transposed) {
         Var xii("xii"), ki("ki"), xio("xio"), ko("ko");

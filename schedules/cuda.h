@@ -8,7 +8,7 @@
 
 #include "Halide.h"
 #include "schedules/cpu.h"  // GemmFuncs, GemmUse
-#include "schedules/cuda_params.h"
+#include "schedules/tuning.h"
 
 namespace blocklstm::schedules {
 
@@ -18,9 +18,11 @@ using namespace Halide;
 // `part` holds the whole dot products of one thread's register tile, the operand panels are
 // inlined (read straight from global memory: the columns' operand coalesced across the warp, the
 // rows' operand broadcast), and `sum` adds them to its initial value.
-inline void schedule_gemm_cuda(GemmFuncs g, bool sum_is_output, const CudaGemmTile &tile) {
-    const int rx = tile.cols_per_thread, ry = tile.rows_per_thread;
-    const int tile_cols = 32 * rx, tile_rows = tile.thread_rows * ry;
+// A thread block is 32 threads along the columns, each rx adjacent columns (so a warp's loads of
+// a weight row are one coalesced segment), times thread_rows along the rows; the rows' operand is
+// the same for a whole warp (a broadcast load).
+inline void schedule_gemm_cuda(GemmFuncs g, bool sum_is_output, int rx, int ry, int thread_rows) {
+    const int tile_cols = 32 * rx, tile_rows = thread_rows * ry;
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xt("xt"), yt("yt"), xr("xr"), yr("yr");
     Var x = g.x, y = g.y;
 
@@ -46,23 +48,24 @@ inline void schedule_gemm_cuda(GemmFuncs g, bool sum_is_output, const CudaGemmTi
 }
 
 // Element-wise stages over (unit j, batch row n).
-inline void schedule_elementwise_cuda(Func f, Var j, Var n) {
+inline void schedule_elementwise_cuda(Func f, Var j, Var n, const CudaTuning &tuning) {
     Var jo("jo"), no("no"), ji("ji"), ni("ni");
-    f.gpu_tile(j, n, jo, no, ji, ni, cuda_elementwise_cols, cuda_elementwise_rows,
+    f.gpu_tile(j, n, jo, no, ji, ni, tuning.elementwise_cols, tuning.elementwise_rows,
                TailStrategy::GuardWithIf);
 }
 
 // A 3-D element-wise output (j, gate, n): the four gate blocks in one thread, so the shared
 // per-element work (dcs) is computed once.
-inline void schedule_gate_blocks_cuda(Func f, Var j, Var gate, Var n) {
+inline void schedule_gate_blocks_cuda(Func f, Var j, Var gate, Var n, const CudaTuning &tuning) {
     f.reorder(gate, j, n).bound(gate, 0, 4).unroll(gate);
-    schedule_elementwise_cuda(f, j, n);
+    schedule_elementwise_cuda(f, j, n, tuning);
 }
 
 // A sum over rows (one or two row variables) into a vector indexed by x. The rows are split into chunks
 // summed in parallel (rfactor), then the chunk sums are added in order: the result does not
 // depend on the launch, and a long sequence still fills the GPU.
-inline void schedule_column_sum_cuda(Func sum, Func out, Var x, const std::vector<RVar> &rows) {
+inline void schedule_column_sum_cuda(Func sum, Func out, Var x, const std::vector<RVar> &rows,
+                                     const CudaTuning &tuning) {
     Var xo("xo"), xi("xi"), chunk("chunk");
     RVar all_rows = rows.front(), chunk_of("chunk_of"), in_chunk("in_chunk");
     Stage update = sum.update();
@@ -70,7 +73,7 @@ inline void schedule_column_sum_cuda(Func sum, Func out, Var x, const std::vecto
         all_rows = RVar("all_rows");
         update.fuse(rows[0], rows[1], all_rows);
     }
-    Func partial = update.split(all_rows, chunk_of, in_chunk, cuda_sum_rows_per_chunk,
+    Func partial = update.split(all_rows, chunk_of, in_chunk, tuning.sum_rows_per_chunk,
                                 TailStrategy::GuardWithIf)
                        .rfactor(chunk_of, chunk);
     partial.compute_root().gpu_tile(x, chunk, xo, Var("co"), xi, Var("ci"), 32, 4,

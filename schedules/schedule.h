@@ -12,11 +12,15 @@
 
 namespace blocklstm::schedules {
 
-// What a schedule is fitted to: the Halide target compiled for and, on the CPU, the geometry of
-// its tiles (the target's own unless a generator names another, schedules/cpu_params.h).
+// What a schedule is fitted to: the Halide target compiled for and the tuning table's knobs for
+// it (schedules/tuning.h): the CPU's for a CPU target, the CUDA ones for a GPU target.
 struct Machine {
     Halide::Target target;
-    CpuGeometry cpu;
+    CpuTuning cpu;
+    CudaTuning cuda;
+    // Halide's autoscheduler schedules the kernel (`blocklstm tune --baseline autoschedulers`):
+    // the schedules below leave every Func as it is.
+    bool autoschedule = false;
     // The GPU schedules run as CUDA (the product) and as OpenCL (their twins in the tests, on
     // PoCL: the same loops on any CI machine).
     bool gpu() const {
@@ -24,9 +28,13 @@ struct Machine {
     }
 };
 
-// geometry: "" for the target's own, else a name of schedules::cpu_geometries.
-inline Machine machine(const Halide::Target &t, const std::string &geometry) {
-    return {t, geometry.empty() ? geometry_of(t) : cpu_geometry(geometry)};
+// `knobs` is a table's knob string ("name:value,...") and `table` its name, for messages.
+inline Machine machine(const Halide::Target &t, const std::string &table, const std::string &knobs,
+                       bool autoschedule = false) {
+    Machine m{t, {}, {}, autoschedule};
+    if (m.gpu()) m.cuda = parse_cuda_tuning(table, knobs);
+    else m.cpu = parse_cpu_tuning(table, knobs);
+    return m;
 }
 
 // How a matrix product's k and operands are blocked, which its algorithm is written for
@@ -42,47 +50,57 @@ struct GemmBlocking {
 
 inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m) {
     if (m.gpu()) return {};
-    if (shape == GemmShape::step) return {.k_block = gemm_step_k_block};
+    if (shape == GemmShape::step) return {.k_block = m.cpu.gemm_step_k_block};
     return {.k_block = m.cpu.gemm_k_block, .panel_rows = m.cpu.gemm_tile_rows,
             .panel_cols = m.cpu.gemm_tile_cols()};
 }
 
 inline void schedule_gemm(const GemmFuncs &g, const GemmUse &use, const Machine &m) {
+    if (m.autoschedule) return;
     if (!m.gpu()) return schedule_gemm_cpu(g, use, m.cpu);
-    schedule_gemm_cuda(g, use.sum_is_output,
-                       use.shape == GemmShape::batched ? cuda_batched_tile : cuda_step_tile);
+    const CudaTuning &c = m.cuda;
+    if (use.shape == GemmShape::batched)
+        return schedule_gemm_cuda(g, use.sum_is_output, c.batched_cols_per_thread,
+                                  c.batched_rows_per_thread, c.batched_thread_rows);
+    schedule_gemm_cuda(g, use.sum_is_output, c.step_cols_per_thread, c.step_rows_per_thread,
+                       c.step_thread_rows);
 }
 
 inline void schedule_elementwise(Halide::Func f, Halide::Var j, Halide::Var n, const Machine &m) {
+    if (m.autoschedule) return;
     if (!m.gpu()) return schedule_elementwise_cpu(f, j, n, m.cpu);
-    schedule_elementwise_cuda(f, j, n);
+    schedule_elementwise_cuda(f, j, n, m.cuda);
 }
 
 inline void schedule_gate_blocks(Halide::Func f, Halide::Var j, Halide::Var gate, Halide::Var n,
                                  const Machine &m) {
+    if (m.autoschedule) return;
     if (!m.gpu()) return schedule_gate_blocks_cpu(f, j, gate, n, m.cpu);
-    schedule_gate_blocks_cuda(f, j, gate, n);
+    schedule_gate_blocks_cuda(f, j, gate, n, m.cuda);
 }
 
 // gates as in schedule_gate_blocks and `other` (j, n) element-wise, in one loop over n on the CPU.
 inline void schedule_gate_blocks_and(Halide::Func gates, Halide::Func other, Halide::Var j,
                                      Halide::Var gate, Halide::Var n, const Machine &m) {
+    if (m.autoschedule) return;
     if (!m.gpu()) return schedule_gate_blocks_and_cpu(gates, other, j, gate, n, m.cpu);
-    schedule_gate_blocks_cuda(gates, j, gate, n);
-    schedule_elementwise_cuda(other, j, n);
+    schedule_gate_blocks_cuda(gates, j, gate, n, m.cuda);
+    schedule_elementwise_cuda(other, j, n, m.cuda);
 }
 
 // `sum` over `rows` into a vector indexed by x, and `out`(x), the output that rounds it: on the
 // GPU both run there (an output left to the host would read a device-only buffer).
 inline void schedule_column_sum(Halide::Func sum, Halide::Func out, Halide::Var x,
                                 const std::vector<Halide::RVar> &rows, const Machine &m) {
+    if (m.autoschedule) return;
     if (!m.gpu()) return schedule_column_sum_cpu(sum, out, x, rows, m.cpu);
-    schedule_column_sum_cuda(sum, out, x, rows);
+    schedule_column_sum_cuda(sum, out, x, rows, m.cuda);
 }
 
 // out(x, y) = staged(y, x), staged a copy of the input (a shared-memory tile on the GPU).
 inline void schedule_transpose(Halide::Func out, Halide::Func staged, Halide::Var x, Halide::Var y,
                                const Machine &m) {
+    if (m.autoschedule) return;
     if (!m.gpu()) return schedule_transpose_cpu(out, x, y, m.cpu);
     schedule_transpose_cuda(out, staged, x, y);
 }
@@ -91,6 +109,7 @@ inline void schedule_transpose(Halide::Func out, Halide::Func staged, Halide::Va
 inline void schedule_panels(Halide::Func out, Halide::Var xi, Halide::Var k, Halide::Var xo,
                             bool transposed, const Machine &m) {
     if (m.gpu()) throw std::invalid_argument("panels: the GPU products read the weights in place");
+    if (m.autoschedule) return;
     schedule_panels_cpu(out, xi, k, xo, transposed, m.cpu);
 }
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "reference.h"
-#include "schedules/cpu_geometry.h"
+#include "schedules/tuning.h"
 #include "schedules/panel_layout.h"
 #include "test_env.h"
 
@@ -212,8 +212,8 @@ inline std::vector<ShapeCase> named_shapes() {
 // Which products a kernel runs, for the tile-boundary shapes it is tested on.
 enum class Products { none, per_step, batched };
 
-// Shapes on the edges of the CPU schedules' tiles, derived from the parameters of every compiled
-// geometry (schedules/cpu_geometry.h) and the panel layout, so that they follow the schedules when
+// Shapes on the edges of the CPU schedules' tiles, derived from the knobs of every tuning table
+// compiled in (blocklstm::cpu_targets(), schedules/tuning.h) and the panel layout, so that they follow the schedules when
 // the numbers change: for each tile size u of a product, a dimension of u - 1, u, 2u and 2u + 1
 // (below, equal, a multiple, a multiple plus one), the other dimensions small. Per-step products
 // (B rows, 4H or H columns, K = H or 4H): the step tile's rows, the tile's columns, the panel and
@@ -247,12 +247,15 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
     auto units_and_inputs = [](Shape &s, int64_t v) { s.H = s.I = v; };
     auto inputs = [](Shape &s, int64_t v) { s.I = v; };  // K = I
     auto n = [](const char *what, int64_t size) { return what + std::to_string(size); };
-    for (const sch::CpuGeometry &g : sch::cpu_geometries) {
+    std::vector<sch::CpuTuning> tables;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets())
+        tables.push_back(sch::parse_cpu_tuning(t.tuning_table, t.tuning));
+    for (const sch::CpuTuning &g : tables) {
         if (products == Products::per_step) {
             add(n("step_tile_rows", g.gemm_step_tile_rows), g.gemm_step_tile_rows, batch);
             add(n("tile_cols", g.gemm_tile_cols()), g.gemm_tile_cols(), units);
         } else if (products == Products::batched) {
-            const int64_t row_block = int64_t{g.gemm_tile_rows} * sch::gemm_row_block_tiles;
+            const int64_t row_block = int64_t{g.gemm_tile_rows} * g.gemm_row_block_tiles;
             add(n("tile_rows", g.gemm_tile_rows), g.gemm_tile_rows, rows);
             add(n("row_block", row_block), row_block, rows);
             add(n("tile_cols", g.gemm_tile_cols()), g.gemm_tile_cols(), units_and_inputs);
@@ -264,7 +267,8 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
     if (products == Products::per_step) {
         add(n("panel", blocklstm::panels::kPanelCols), blocklstm::panels::kPanelCols, units);
         add(n("panel_group", blocklstm::panels::kPanelGroupCols), blocklstm::panels::kPanelGroupCols, units);
-        add(n("step_k_block", sch::gemm_step_k_block) + "_in_4H", sch::gemm_step_k_block / 4, units);
+        for (const sch::CpuTuning &g : tables)
+            add(n("step_k_block", g.gemm_step_k_block) + "_in_4H", g.gemm_step_k_block / 4, units);
     }
     return cases;
 }

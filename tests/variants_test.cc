@@ -294,12 +294,14 @@ TEST(CpuTargets, ListedWithWhatThisCpuRuns) {
     ASSERT_FALSE(ts.empty());
     std::set<std::string> names;
     for (const blocklstm::CpuTarget &t : ts) {
-        std::cout << "[ cpu      ] " << t.name << " (" << t.halide_target << ", geometry " << t.geometry
+        std::cout << "[ cpu      ] " << t.name << " (" << t.halide_target << ", table " << t.tuning_table
                   << (t.check_only ? ", check target" : "") << "): "
                   << (t.runs_here ? "runs here" : "cannot run here, this CPU lacks " + t.missing) << std::endl;
         EXPECT_TRUE(names.insert(t.name).second) << "duplicate name " << t.name;
         EXPECT_EQ(t.runs_here, t.missing.empty()) << t.name;
-        EXPECT_TRUE(t.geometry == "sse41" || t.geometry == "avx2" || t.geometry == "avx512") << t.geometry;
+        // Every table compiled in keeps the tables' rules (schedules/tuning.h).
+        EXPECT_NO_THROW(blocklstm::schedules::parse_cpu_tuning(t.tuning_table, t.tuning)) << t.name;
+        EXPECT_FALSE(t.tuned_on.empty()) << t.name;
         EXPECT_EQ(t.check_only, contains(t.name, "@")) << t.name;
     }
 }

@@ -13,9 +13,13 @@
 #include <cstdlib>
 #include <exception>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
+#include <filesystem>
+#include <unistd.h>
+#include <cstring>
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -69,6 +73,21 @@ constexpr CommandHelp kCommands[] = {
     {"list", "blocklstm list [--kernels]\n",
      "  list           The op variants this build runs (op x backend x dtype x peephole), the CPU\n"
      "                 targets and the one in use, and CUDA's state; --kernels also every kernel.\n"},
+    {"tune",
+     "blocklstm tune [--minutes M] [--shapes 'T,B,I,H;...'] [--families F,...] [--threads N]\n"
+     "                      [--out FILE] [--log FILE] [--from FILE] [--target T] [--fresh]\n"
+     "                      [--baseline autoschedulers]\n",
+     "  tune           Fit the CPU schedules' tuning table to this machine: JIT-compiles the\n"
+     "                 kernels with candidate tile sizes, checks each against the current kernel,\n"
+     "                 times them on the shapes (default: the benchmark's four), searches for\n"
+     "                 --minutes (default 5), and writes the best table to --out (default\n"
+     "                 ./<table>.json, e.g. x86-64-avx2.json) with every candidate in --log\n"
+     "                 (default <out>.csv; run again with the same log to resume; Ctrl-C stops\n"
+     "                 and keeps the best so far). Build with the table:\n"
+     "                 cmake -B build -DBLOCKLSTM_TUNING=$PWD/x86-64-avx2.json. --baseline\n"
+     "                 autoschedulers times Halide's autoschedulers (Adams2019, Li2018,\n"
+     "                 Mullapudi2016) on the same kernels instead. Runs the blocklstm-tune\n"
+     "                 program beside this one (it links libHalide; docs/tuning.md).\n"},
     {"demo", "blocklstm demo [--steps N] [--seed S] [--device auto|cpu|cuda] [--threads N]\n",
      "  demo           Train a small peephole LSTM (BlockLSTM + BlockLSTMGrad, Adam) on noisy\n"
      "                 sums of sines, then check one BlockLSTMGrad against the float64 reference.\n"
@@ -298,12 +317,16 @@ void list_kernels(bool kernel_rows) {
     }
     // The CPU targets every CPU kernel was compiled for, and which one runs.
     std::printf("\nCPU targets (best first; check targets: an instruction set with another target's\n"
-                "tile geometry, for the tests):\n");
+                "tuning table, for the tests):\n");
+    std::map<std::string, std::string> tables;  // the tuning tables compiled in, and where they were tuned
     for (const CpuTarget &t : cpu_targets()) {
-        fmt::print("  {:<22} {:<30} geometry {:<7} {}{}{}\n", t.name, t.halide_target, t.geometry,
+        fmt::print("  {:<22} {:<30} table {:<14} {}{}{}\n", t.name, t.halide_target, t.tuning_table,
                    t.runs_here ? "runs here" : "this CPU lacks " + t.missing, t.check_only ? ", check target" : "",
                    t.name == in_use ? "  <- in use" : "");
+        tables[t.tuning_table] = t.tuned_on;
     }
+    std::printf("Tuning tables (blocklstm tune writes them; docs/tuning.md):\n");
+    for (const auto &[table, tuned_on] : tables) fmt::print("  {:<14} {}\n", table, tuned_on);
     std::printf("CPU target in use: %s (%s)\n", in_use.c_str(),
                 cpu_target_pinned() ? "pinned" : "automatic; pin with BLOCKLSTM_CPU_TARGET");
     if (cuda_built()) {
@@ -352,6 +375,21 @@ void print_version() {
                blocklstm::cuda_built() ? "built" : "not built");
 }
 
+// `blocklstm tune`: the tuner is a program of its own (blocklstm-tune, beside this one), so that
+// only it links libHalide.
+int run_tuner(int argc, char **argv) {
+    std::error_code error;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", error);
+    const std::filesystem::path tuner = self.parent_path() / "blocklstm-tune";
+    std::vector<char *> args{const_cast<char *>("blocklstm tune")};
+    for (int k = 2; k < argc; ++k) args.push_back(argv[k]);
+    args.push_back(nullptr);
+    ::execv(tuner.c_str(), args.data());
+    std::fprintf(stderr, "blocklstm: tune: cannot run %s (%s); it is built with the tool (CMake: BLOCKLSTM_BUILD_TOOLS)\n",
+                 tuner.c_str(), std::strerror(errno));
+    return 2;
+}
+
 }  // namespace blocklstm::cli
 
 int main(int argc, char **argv) {
@@ -372,6 +410,7 @@ int main(int argc, char **argv) {
         print_help(is_command(command) ? command : "");
         return 0;
     }
+    if (command == "tune") return run_tuner(argc, argv);
     try {
         return parse_and_run(argc, argv, command);
     } catch (const UsageError &e) {  // one line, and where the help is

@@ -18,7 +18,7 @@ namespace detail {
 namespace {
 
 struct CpuTargetSpec {
-    const char *name, *halide_target, *geometry;
+    const char *name, *halide_target, *tuning_table, *tuning, *tuned_on;
     bool check_only;
     std::vector<std::pair<int, const char *>> features;  // Halide feature bit, name
 };
@@ -36,7 +36,8 @@ const std::vector<CpuTarget> &compiled() {
         std::vector<CpuTarget> out;
         for (const CpuTargetSpec &s : specs) {
             CpuTarget t;
-            t.name = s.name, t.halide_target = s.halide_target, t.geometry = s.geometry;
+            t.name = s.name, t.halide_target = s.halide_target;
+            t.tuning_table = s.tuning_table, t.tuning = s.tuning, t.tuned_on = s.tuned_on;
             t.check_only = s.check_only;
             std::vector<int> all;
             for (const auto &[bit, name] : s.features) {

@@ -11,8 +11,9 @@
 
 namespace blocklstm::detail {
 
-// Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: weight_grads_in_chunks),
-// one k block of its product in the AVX2 geometry (schedules/cpu_params.h: gemm_k_block).
+// Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: weight_grads_in_chunks):
+// one k block of its product in the AVX2 table (schedules/tuned/x86-64-avx2.json: gemm_k_block);
+// chunks of 1024 were slower (docs/tuning.md).
 constexpr int64_t kWeightGradChunkRows = 512;
 
 // Elements of a [depth, cols] operand in packed panels: the panel count every CPU geometry may

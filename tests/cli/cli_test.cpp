@@ -1003,8 +1003,11 @@ TEST(CpuTarget, ListShowsEveryTargetAndThePin) {
         EXPECT_NE(r.out.find("CPU target in use: " + t.name + " (pinned)"), std::string::npos) << r.out;
         for (const blocklstm::CpuTarget &u : blocklstm::cpu_targets())
             EXPECT_TRUE(std::regex_search(  // names and targets hold no regex metacharacters
-                r.out, std::regex("\n  " + u.name + " +" + u.halide_target + " +geometry " + u.geometry)))
+                r.out, std::regex("\n  " + u.name + " +" + u.halide_target + " +table " + u.tuning_table)))
                 << u.name << "\n" << r.out;
+        // And where each table compiled in was tuned.
+        for (const blocklstm::CpuTarget &u : blocklstm::cpu_targets())
+            EXPECT_NE(r.out.find(u.tuning_table + " " ), std::string::npos) << r.out;
     }
 }
 

@@ -262,9 +262,11 @@ BLOCKLSTM_API std::vector<KernelInfo> kernels();
 struct CpuTarget {
     std::string name;           // what a pin names, e.g. "avx2-fma-f16c", "avx2-fma-f16c@avx512"
     std::string halide_target;  // e.g. "x86-64-linux-avx2-fma-f16c"
-    std::string geometry;       // the schedules' tile geometry: "sse41", "avx2" or "avx512"
+    std::string tuning_table;   // the schedules' tuning table: "x86-64-avx2", ...
+    std::string tuning;         // its knobs, "name:value,..." (docs/tuning.md)
+    std::string tuned_on;       // where and how the table was tuned, or "(not measured) ..."
     bool check_only = false;    // a test build's check target: its instruction set with another
-                                // target's geometry; never chosen automatically
+                                // target's table; never chosen automatically
     bool runs_here = false;     // this CPU has every feature it needs
     std::string missing;        // the features this CPU lacks, ' '-separated ("" if runs_here)
 };

@@ -1,0 +1,199 @@
+// The knobs of the schedules, as plain numbers free of Halide. Their values come from one tuning
+// table per target (schedules/tuned/<table>.json, written by `blocklstm tune`): CMake reads the
+// table a kernel is built for and hands its knobs to the generator as one generator param
+// (`tuning=name:value,...`); the generators' schedules read them from there (schedules/schedule.h:
+// Machine), the tests derive their tile-boundary shapes from the tables compiled in, and the
+// tuner writes new values in the same form. The rules below bound what a table may say; a table
+// that breaks one is rejected when a kernel is generated from it, naming the table and the rule.
+#pragma once
+
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "schedules/panel_layout.h"
+
+namespace blocklstm::schedules {
+
+// The CPU schedules (schedules/cpu.h).
+struct CpuTuning {
+    std::string table;  // e.g. "x86-64-avx2": the table the values came from, for messages
+    // Floats per vector: 4 (SSE4.1), 8 (AVX2), 16 (AVX-512).
+    int vector_floats = 0;
+    // A batched product's register tile: rows x vectors accumulators, plus one vector of B per
+    // column vector and one broadcast, must fit the vector registers (16 below AVX-512, 32 with it).
+    int gemm_tile_rows = 0;
+    int gemm_tile_vectors = 0;  // the tile's columns, in vectors (per-step products too)
+    // A per-step product's tile rows: the batch B, usually a multiple of 4 and often small.
+    int gemm_step_tile_rows = 0;
+    // Steps of k per block of a batched product: its B panel (tile columns x k block) is meant
+    // to stay in L1.
+    int gemm_k_block = 0;
+    // Steps of k per block of a per-step product (each block is one parallel loop).
+    int gemm_step_k_block = 0;
+    // Register tiles per row block (the rows a packed B panel is reused for), and column chunks:
+    // a batched product's work items are row blocks x column chunks (its parallel grain).
+    int gemm_row_block_tiles = 0;
+    int gemm_column_chunks = 0;
+    // A column sum's parallel chunk, in vectors of one row: a stretch the prefetcher follows.
+    int column_sum_vectors = 0;
+
+    int gemm_tile_cols() const { return vector_floats * gemm_tile_vectors; }
+    // Vector registers of the instruction set whose vectors these are.
+    int registers() const { return vector_floats >= 16 ? 32 : 16; }
+};
+
+// The CUDA schedules (schedules/cuda.h). A product's thread block is warps along the columns
+// (32 threads, each `cols_per_thread` adjacent columns) times `thread_rows` along the rows; a
+// thread keeps cols_per_thread x rows_per_thread accumulators in registers for all of k.
+struct CudaTuning {
+    std::string table;
+    int batched_cols_per_thread = 0, batched_rows_per_thread = 0, batched_thread_rows = 0;
+    int step_cols_per_thread = 0, step_rows_per_thread = 0, step_thread_rows = 0;
+    // Element-wise kernels: units x rows per thread block.
+    int elementwise_cols = 0, elementwise_rows = 0;
+    // Column sums: rows summed per chunk (one thread each, in parallel), then the chunks in order.
+    int sum_rows_per_chunk = 0;
+};
+
+// A knob: its name in the tables, where it lives and the range a table may give it.
+template <typename Tuning>
+struct Knob {
+    const char *name;
+    int Tuning::*field;
+    int min, max;
+};
+
+inline const std::vector<Knob<CpuTuning>> &cpu_knobs() {
+    static const std::vector<Knob<CpuTuning>> knobs{
+        {"vector_floats", &CpuTuning::vector_floats, 4, 16},
+        {"gemm_tile_rows", &CpuTuning::gemm_tile_rows, 1, 32},
+        {"gemm_tile_vectors", &CpuTuning::gemm_tile_vectors, 1, 8},
+        {"gemm_step_tile_rows", &CpuTuning::gemm_step_tile_rows, 1, 32},
+        {"gemm_k_block", &CpuTuning::gemm_k_block, 16, 8192},
+        {"gemm_step_k_block", &CpuTuning::gemm_step_k_block, 16, 8192},
+        {"gemm_row_block_tiles", &CpuTuning::gemm_row_block_tiles, 1, 256},
+        {"gemm_column_chunks", &CpuTuning::gemm_column_chunks, 1, 64},
+        {"column_sum_vectors", &CpuTuning::column_sum_vectors, 1, 256},
+    };
+    return knobs;
+}
+
+inline const std::vector<Knob<CudaTuning>> &cuda_knobs() {
+    static const std::vector<Knob<CudaTuning>> knobs{
+        {"batched_cols_per_thread", &CudaTuning::batched_cols_per_thread, 1, 16},
+        {"batched_rows_per_thread", &CudaTuning::batched_rows_per_thread, 1, 16},
+        {"batched_thread_rows", &CudaTuning::batched_thread_rows, 1, 32},
+        {"step_cols_per_thread", &CudaTuning::step_cols_per_thread, 1, 16},
+        {"step_rows_per_thread", &CudaTuning::step_rows_per_thread, 1, 16},
+        {"step_thread_rows", &CudaTuning::step_thread_rows, 1, 32},
+        {"elementwise_cols", &CudaTuning::elementwise_cols, 1, 1024},
+        {"elementwise_rows", &CudaTuning::elementwise_rows, 1, 1024},
+        {"sum_rows_per_chunk", &CudaTuning::sum_rows_per_chunk, 1, 65536},
+    };
+    return knobs;
+}
+
+inline std::string tuning_error(const std::string &table, const std::string &what) {
+    return "tuning table " + (table.empty() ? std::string("(unnamed)") : table) + ": " + what;
+}
+
+// The rules a CPU table must keep; "" when it does, else what it breaks.
+inline std::string cpu_rule_broken(const CpuTuning &t) {
+    if (t.vector_floats != 4 && t.vector_floats != 8 && t.vector_floats != 16)
+        return "vector_floats " + std::to_string(t.vector_floats) + " is not 4, 8 or 16";
+    // The geometry rule (schedules/panel_layout.h): a register tile lies inside one panel group,
+    // so no tile reads a weight panel the runtime did not allocate.
+    if (panels::kPanelGroupCols % t.gemm_tile_cols() != 0)
+        return "register tiles of gemm_tile_vectors " + std::to_string(t.gemm_tile_vectors) + " x " +
+               std::to_string(t.vector_floats) + " = " + std::to_string(t.gemm_tile_cols()) +
+               " columns do not divide a panel group of " + std::to_string(panels::kPanelGroupCols) +
+               " columns";
+    // The accumulators, a vector of B per column vector and a broadcast live in registers.
+    for (const auto &[name, rows] : {std::pair<const char *, int>{"gemm_tile_rows", t.gemm_tile_rows},
+                                     {"gemm_step_tile_rows", t.gemm_step_tile_rows}}) {
+        const int live = rows * t.gemm_tile_vectors + t.gemm_tile_vectors + 1;
+        if (live > t.registers())
+            return std::string(name) + " " + std::to_string(rows) + " x gemm_tile_vectors " +
+                   std::to_string(t.gemm_tile_vectors) + " accumulators need " + std::to_string(live) +
+                   " vector registers, more than the " + std::to_string(t.registers()) + " there are";
+    }
+    return "";
+}
+
+inline std::string cuda_rule_broken(const CudaTuning &t) {
+    auto check_tile = [](const char *which, int cols, int rows, int thread_rows) -> std::string {
+        if (32 * thread_rows > 1024)
+            return std::string(which) + "_thread_rows " + std::to_string(thread_rows) +
+                   " makes thread blocks of more than 1024 threads";
+        if (cols * rows > 64)
+            return std::string(which) + " tiles of " + std::to_string(cols) + " x " + std::to_string(rows) +
+                   " accumulators per thread exceed 64 registers";
+        return "";
+    };
+    std::string broken = check_tile("batched", t.batched_cols_per_thread, t.batched_rows_per_thread,
+                                    t.batched_thread_rows);
+    if (broken.empty())
+        broken = check_tile("step", t.step_cols_per_thread, t.step_rows_per_thread, t.step_thread_rows);
+    if (broken.empty() && t.elementwise_cols * t.elementwise_rows > 1024)
+        broken = "elementwise_cols x elementwise_rows is more than 1024 threads per block";
+    return broken;
+}
+
+// "name:value,name:value,...": every knob of the list, in its order.
+template <typename Tuning>
+std::string knob_string(const Tuning &t, const std::vector<Knob<Tuning>> &knobs) {
+    std::string s;
+    for (const Knob<Tuning> &k : knobs) s += (s.empty() ? "" : ",") + std::string(k.name) + ":" + std::to_string(t.*k.field);
+    return s;
+}
+inline std::string knob_string(const CpuTuning &t) { return knob_string(t, cpu_knobs()); }
+inline std::string knob_string(const CudaTuning &t) { return knob_string(t, cuda_knobs()); }
+
+// Parses a knob string: every knob exactly once, each an integer inside its range, then the
+// rules; throws std::invalid_argument naming the table and what is wrong.
+template <typename Tuning>
+Tuning parse_knobs(const std::string &table, const std::string &text,
+                   const std::vector<Knob<Tuning>> &knobs, std::string (*rule_broken)(const Tuning &)) {
+    Tuning t;
+    t.table = table;
+    std::vector<bool> seen(knobs.size(), false);
+    size_t at = 0;
+    while (at < text.size()) {
+        size_t end = text.find(',', at);
+        if (end == std::string::npos) end = text.size();
+        const std::string item = text.substr(at, end - at);
+        at = end + 1;
+        const size_t colon = item.find(':');
+        const std::string name = item.substr(0, colon);
+        size_t k = 0;
+        while (k < knobs.size() && name != knobs[k].name) ++k;
+        if (colon == std::string::npos || k == knobs.size())
+            throw std::invalid_argument(tuning_error(table, "unknown knob '" + name + "'"));
+        if (seen[k]) throw std::invalid_argument(tuning_error(table, "knob " + name + " given twice"));
+        const std::string value = item.substr(colon + 1);
+        char *value_end = nullptr;
+        const long v = std::strtol(value.c_str(), &value_end, 10);
+        if (value.empty() || *value_end != '\0' || v < knobs[k].min || v > knobs[k].max)
+            throw std::invalid_argument(tuning_error(table, "knob " + name + " is '" + value + "', expected an integer in [" +
+                                                                std::to_string(knobs[k].min) + ", " +
+                                                                std::to_string(knobs[k].max) + "]"));
+        t.*knobs[k].field = static_cast<int>(v);
+        seen[k] = true;
+    }
+    for (size_t k = 0; k < knobs.size(); ++k)
+        if (!seen[k]) throw std::invalid_argument(tuning_error(table, std::string("knob ") + knobs[k].name + " is missing"));
+    if (const std::string broken = rule_broken(t); !broken.empty())
+        throw std::invalid_argument(tuning_error(table, broken));
+    return t;
+}
+
+inline CpuTuning parse_cpu_tuning(const std::string &table, const std::string &text) {
+    return parse_knobs(table, text, cpu_knobs(), cpu_rule_broken);
+}
+inline CudaTuning parse_cuda_tuning(const std::string &table, const std::string &text) {
+    return parse_knobs(table, text, cuda_knobs(), cuda_rule_broken);
+}
+
+}  // namespace blocklstm::schedules

@@ -1,0 +1,38 @@
+# `blocklstm tune` end to end, small: a few seconds of search on one family and one small shape
+# must write a table that the tables' reader accepts (the one the build uses), log every candidate,
+# and resume from its log when run again.
+#   cmake -DCLI=<blocklstm> -DSOURCE=<source root> -DWORK=<dir> -P check_tune_tool.cmake
+cmake_minimum_required(VERSION 3.25)
+set(PROJECT_SOURCE_DIR "${SOURCE}")
+include("${SOURCE}/cmake/BlocklstmTuning.cmake")
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+set(args tune --minutes 0.2 --shapes 4,8,16,16 --families gemm_nn --threads 1 --out "${WORK}/table.json")
+
+execute_process(COMMAND "${CLI}" ${args} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if (NOT code EQUAL 0)
+    message(FATAL_ERROR "blocklstm tune failed (${code}):\n${out}\n${err}")
+endif ()
+blocklstm_read_tuning("${WORK}/table.json" t)
+message(STATUS "ok: wrote table ${t_TABLE}: ${t_KNOBS} (${t_TUNED_ON})")
+if (NOT t_TUNED_ON MATCHES "blocklstm tune --minutes 0.2")
+    message(FATAL_ERROR "the table does not say how it was tuned: ${t_TUNED_ON}")
+endif ()
+file(STRINGS "${WORK}/table.json.csv" log)
+list(LENGTH log lines)
+if (lines LESS 3 OR NOT out MATCHES "gemm_nn +4,8,16,16 +[0-9.]+ +[0-9.]+ +[0-9.]+x")
+    message(FATAL_ERROR "expected a log of candidates and a per-family report:\n${out}")
+endif ()
+message(STATUS "ok: ${lines} log lines and a per-family report")
+
+execute_process(COMMAND "${CLI}" ${args} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if (NOT code EQUAL 0 OR NOT out MATCHES "Resuming: [0-9]+ measurements")
+    message(FATAL_ERROR "a second run did not resume from the log (${code}):\n${out}\n${err}")
+endif ()
+message(STATUS "ok: resumed from the log")
+
+execute_process(COMMAND "${CLI}" tune --shapes 1,2,3 RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if (code EQUAL 0 OR NOT err MATCHES "--shapes: '1,2,3' is not T,B,I,H")
+    message(FATAL_ERROR "a malformed --shapes was not refused clearly (${code}):\n${out}\n${err}")
+endif ()
+message(STATUS "ok: a malformed shape is refused")

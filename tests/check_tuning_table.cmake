@@ -1,0 +1,77 @@
+# A kernel built from a small tuning table: its lowered statement follows the table. The generator
+# program runs as the build runs it (cmake/BlocklstmTuning.cmake reads the table) on gemm form=nn
+# for AVX2, once with the checked-in table and once with a small table of other tile sizes; the
+# statements must show each table's register tile (the accumulator allocation, columns x rows)
+# and k block (the block count, (K + k_block - 1) / k_block). A table that breaks the tables'
+# rules (a tile wider than a panel group) must be refused, naming the table and the rule.
+#   cmake -DGENERATOR=<blocklstm_generators> -DSOURCE=<source root> -DWORK=<dir> -P check_tuning_table.cmake
+cmake_minimum_required(VERSION 3.25)
+set(PROJECT_SOURCE_DIR "${SOURCE}")
+include("${SOURCE}/cmake/BlocklstmTuning.cmake")
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+
+function(generate table_file name out_stmt out_code out_error)
+    blocklstm_read_tuning("${table_file}" t)
+    execute_process(COMMAND "${GENERATOR}" -g gemm -f ${name} -n ${name} -e stmt -o "${WORK}"
+                            target=x86-64-linux-avx2-fma-f16c-no_runtime form=nn dtype=float32
+                            "tuning_table=${t_TABLE}" "tuning=${t_KNOBS}"
+                    RESULT_VARIABLE code ERROR_VARIABLE error OUTPUT_QUIET)
+    set(stmt "")
+    if (code EQUAL 0)
+        file(READ "${WORK}/${name}.stmt" stmt)
+    endif ()
+    set(${out_stmt} "${stmt}" PARENT_SCOPE)
+    set(${out_code} "${code}" PARENT_SCOPE)
+    set(${out_error} "${error}" PARENT_SCOPE)
+endfunction()
+
+function(expect stmt what pattern)
+    if (NOT stmt MATCHES "${pattern}")
+        message(FATAL_ERROR "${what}: the lowered statement has no '${pattern}'")
+    endif ()
+    message(STATUS "ok: ${what}")
+endfunction()
+
+function(write_table file tile_rows tile_vectors k_block)
+    file(WRITE "${file}" "{
+  \"table\": \"x86-64-avx2\",
+  \"measured\": false,
+  \"tuned_on\": \"a test table\",
+  \"knobs\": {
+    \"vector_floats\": 8, \"gemm_tile_rows\": ${tile_rows}, \"gemm_tile_vectors\": ${tile_vectors},
+    \"gemm_step_tile_rows\": 4, \"gemm_k_block\": ${k_block}, \"gemm_step_k_block\": 2048,
+    \"gemm_row_block_tiles\": 16, \"gemm_column_chunks\": 2, \"column_sum_vectors\": 16
+  }
+}
+")
+endfunction()
+
+# The checked-in AVX2 table: 6 rows x 2 vectors of 8 floats, k blocks of 512.
+generate("${SOURCE}/schedules/tuned/x86-64-avx2.json" checked_in stmt code error)
+if (NOT code EQUAL 0)
+    message(FATAL_ERROR "the checked-in AVX2 table did not generate: ${error}")
+endif ()
+expect("${stmt}" "checked-in table: 16 x 6 accumulators" "allocate c_part[^ ]*\\[float32 \\* 16 \\* 6 \\* 1\\]")
+expect("${stmt}" "checked-in table: k blocks of 512" "\\+ 511\\)/512")
+
+# A small table: 4 rows x 2 vectors, k blocks of 128.
+write_table("${WORK}/small.json" 4 2 128)
+generate("${WORK}/small.json" small stmt code error)
+if (NOT code EQUAL 0)
+    message(FATAL_ERROR "the small table did not generate: ${error}")
+endif ()
+expect("${stmt}" "small table: 16 x 4 accumulators" "allocate c_part[^ ]*\\[float32 \\* 16 \\* 4 \\* 1\\]")
+expect("${stmt}" "small table: k blocks of 128" "\\+ 127\\)/128")
+if (stmt MATCHES "\\+ 511\\)/512")
+    message(FATAL_ERROR "small table: the statement still blocks k by 512")
+endif ()
+
+# A table that breaks the geometry rule: 5 vectors of 8 = 40 columns do not divide a panel group.
+write_table("${WORK}/broken.json" 2 5 128)
+generate("${WORK}/broken.json" broken stmt code error)
+if (code EQUAL 0)
+    message(FATAL_ERROR "a table with 40-column tiles was accepted")
+endif ()
+expect("${error}" "a broken table is refused, naming the table and the rule"
+       "tuning table x86-64-avx2: register tiles of gemm_tile_vectors 5 x 8 = 40 columns do not divide a panel group of 32 columns")

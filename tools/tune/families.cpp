@@ -1,0 +1,163 @@
+#include "tools/tune/families.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "schedules/panel_layout.h"
+
+namespace blocklstm::tune {
+
+using Halide::Buffer;
+
+std::string LstmShape::text() const {
+    return std::to_string(T) + "," + std::to_string(B) + "," + std::to_string(I) + "," + std::to_string(H);
+}
+
+namespace {
+
+// A float32 buffer of the given extents (innermost first), uniform in [lo, hi).
+Buffer<> random(std::mt19937 &rng, std::vector<int> extents, float lo = -1.0f, float hi = 1.0f) {
+    Buffer<float> b(extents);
+    std::uniform_real_distribution<float> u(lo, hi);
+    b.for_each_value([&](float &v) { v = u(rng); });
+    return b;
+}
+
+Buffer<> empty_like(std::vector<int> extents) { return Buffer<float>(extents); }
+
+// Packed weight panels of a [depth, cols] operand (generators/panels.cpp): panel_count(cols)
+// panels of kPanelCols columns, zero past the last column as the runtime packs them.
+Buffer<> random_panels(std::mt19937 &rng, int cols, int depth) {
+    Buffer<float> b(panels::kPanelCols, depth, panels::panel_count(cols));
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    b.for_each_element([&](int xi, int k, int xo) {
+        b(xi, k, xo) = xo * panels::kPanelCols + xi < cols ? u(rng) : 0.0f;
+    });
+    return b;
+}
+
+// Rows of dgates per chunk of the CPU's float32 w_grad (runtime/src/products.h).
+constexpr int kWeightGradChunkRows = 512;
+
+int weight_grad_chunks(const LstmShape &s) {
+    const int rows = s.T * s.B;
+    return (rows + kWeightGradChunkRows - 1) / kWeightGradChunkRows;
+}
+
+const std::vector<std::string> batched_knobs{"vector_floats",        "gemm_tile_rows",
+                                             "gemm_tile_vectors",    "gemm_k_block",
+                                             "gemm_row_block_tiles", "gemm_column_chunks"};
+const std::vector<std::string> step_knobs{"vector_floats", "gemm_tile_vectors", "gemm_step_tile_rows",
+                                          "gemm_step_k_block", "gemm_row_block_tiles"};
+
+auto never = [](const LstmShape &) { return 0; };
+
+}  // namespace
+
+std::vector<Family> cpu_families() {
+    std::vector<Family> f;
+    // The input projection xw = x . W_x + b, once per BlockLSTM.
+    f.push_back({"gemm_nn_bias", "gemm", {{"form", "nn_bias"}, {"dtype", "float32"}}, batched_knobs,
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     Call c;
+                     c.buffers["a"] = random(rng, {s.I, s.T * s.B});
+                     c.buffers["b"] = random(rng, {4 * s.H, s.I});
+                     c.buffers["bias"] = random(rng, {4 * s.H});
+                     c.buffers["c"] = empty_like({4 * s.H, s.T * s.B});
+                     return c;
+                 },
+                 [](const LstmShape &) { return 1; }, never, never});
+    // One forward step, T per BlockLSTM.
+    f.push_back({"seq_fwd_step", "seq_fwd_step", {{"dtype", "float32"}, {"weights", "panels"}}, step_knobs,
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     Call c;
+                     c.buffers["xw"] = random(rng, {4 * s.H, s.B});
+                     c.buffers["h_prev"] = random(rng, {s.H, s.B});
+                     c.buffers["w_h"] = random_panels(rng, 4 * s.H, s.H);
+                     c.buffers["cs_prev"] = random(rng, {s.H, s.B});
+                     for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
+                     c.scalars["forget_bias"] = 1.0f;
+                     c.scalars["cell_clip"] = 3.0f;
+                     for (int k = 0; k < 7; ++k) c.buffers["lstm." + std::to_string(k)] = empty_like({s.H, s.B});
+                     c.buffers["gates"] = empty_like({4 * s.H, s.B});
+                     return c;
+                 },
+                 [](const LstmShape &s) { return s.T; }, never, never});
+    // One backward step, T per BlockLSTMGrad.
+    f.push_back({"seq_bwd_step", "seq_bwd_step", {{"dtype", "float32"}, {"weights", "panels"}}, step_knobs,
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     Call c;
+                     c.buffers["dgates_next"] = random(rng, {4 * s.H, s.B});
+                     c.buffers["w_h_t"] = random_panels(rng, s.H, 4 * s.H);
+                     for (const char *p : {"h_grad", "cs_grad", "dcs_carry", "cs_prev", "ci", "co"})
+                         c.buffers[p] = random(rng, {s.H, s.B});
+                     for (const char *p : {"i", "f", "o"}) c.buffers[p] = random(rng, {s.H, s.B}, 0.0f, 1.0f);
+                     for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
+                     c.buffers["dgates"] = empty_like({s.H, 4, s.B});
+                     c.buffers["dcs_carry_out"] = empty_like({s.H, s.B});
+                     c.buffers["dh"] = empty_like({s.H, s.B});
+                     return c;
+                 },
+                 never, [](const LstmShape &s) { return s.T; }, [](const LstmShape &s) { return s.T; }});
+    // x_grad = dgates . W_x^T, once per BlockLSTMGrad.
+    f.push_back({"gemm_nn", "gemm", {{"form", "nn"}, {"dtype", "float32"}}, batched_knobs,
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     Call c;
+                     c.buffers["a"] = random(rng, {4 * s.H, s.T * s.B});
+                     c.buffers["b"] = random(rng, {s.I, 4 * s.H});
+                     c.buffers["c"] = empty_like({s.I, s.T * s.B});
+                     return c;
+                 },
+                 never, [](const LstmShape &) { return 1; }, [](const LstmShape &) { return 1; }});
+    // w_grad's x product over one chunk of dgates (and b_grad's extra row); the h product has
+    // the same shape where I = H, so a BlockLSTMGrad runs two per chunk.
+    f.push_back({"gemm_tn_panels", "gemm", {{"form", "tn"}, {"dtype", "float32"}, {"weights", "panels"}},
+                 batched_knobs,
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     const int n = std::min(s.T * s.B, kWeightGradChunkRows);
+                     Call c;
+                     c.buffers["a"] = random(rng, {s.I, n});
+                     c.buffers["b"] = random_panels(rng, 4 * s.H, n);
+                     c.buffers["c_in"] = random(rng, {4 * s.H, s.I + 1});
+                     c.scalars["accumulate"] = 1.0f;
+                     c.buffers["c"] = empty_like({4 * s.H, s.I + 1});
+                     return c;
+                 },
+                 never, [](const LstmShape &s) { return 2 * weight_grad_chunks(s); },
+                 [](const LstmShape &s) { return 2 * weight_grad_chunks(s); }});
+    // The peephole sums after the backward loop, once per BlockLSTMGrad with peepholes (b_grad
+    // is w_grad's extra row on the CPU, so it is empty here as the runtime passes it).
+    f.push_back({"seq_bwd_reduce", "seq_bwd_reduce",
+                 {{"dtype", "float32"}, {"use_peephole", "true"}, {"layout", "icfo"}},
+                 {"vector_floats", "column_sum_vectors"},
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     Call c;
+                     c.buffers["dgates"] = random(rng, {4 * s.H, s.T * s.B});
+                     c.buffers["cs"] = random(rng, {s.H, s.B, s.T});
+                     c.buffers["cs_prev"] = random(rng, {s.H, s.B});
+                     c.buffers["dcs_carry"] = random(rng, {s.H, s.B});
+                     c.buffers["b_grad"] = empty_like({0});
+                     c.buffers["cs_prev_grad"] = empty_like({s.H, s.B});
+                     for (int k = 0; k < 3; ++k) c.buffers["peephole_grads." + std::to_string(k)] = empty_like({s.H});
+                     return c;
+                 },
+                 never, never, [](const LstmShape &) { return 1; }});
+    return f;
+}
+
+std::vector<Family> select_families(const std::vector<Family> &all, const std::vector<std::string> &only) {
+    if (only.empty()) return all;
+    std::vector<Family> out;
+    for (const std::string &name : only) {
+        auto it = std::find_if(all.begin(), all.end(), [&](const Family &f) { return f.name == name; });
+        if (it == all.end()) {
+            std::string names;
+            for (const Family &f : all) names += (names.empty() ? "" : ", ") + f.name;
+            throw std::invalid_argument("--families: unknown family '" + name + "' (expected: " + names + ")");
+        }
+        out.push_back(*it);
+    }
+    return out;
+}
+
+}  // namespace blocklstm::tune

@@ -1,0 +1,652 @@
+// blocklstm-tune (run as `blocklstm tune`): fits the CPU schedules' tuning table to this machine.
+// It JIT-compiles the generators of generators/ through libHalide with candidate knob values
+// (schedules/tuning.h), checks every candidate's outputs against the current table's kernel on
+// the same random inputs, times the kernel families (tools/tune/families.h) on the shapes given,
+// and searches the knobs: a coarse grid over the register tile, then coordinate descent around
+// the best, until the time budget is spent. Every candidate is logged to CSV; a run given the
+// same log resumes where it stopped. The best table so far is written after every improvement.
+// With --baseline autoschedulers it times Halide's own autoschedulers on the same algorithms
+// instead. Only this tool links libHalide; the library and apps do not.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <ctime>
+#include <dlfcn.h>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include "Halide.h"
+#include "schedules/tuning.h"
+#include "tools/tune/families.h"
+
+// The tuning tables this build was made with: {name, knob string, tuned on} (CMake).
+#include "tuning_tables.inc"
+
+namespace blocklstm::tune {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using schedules::CpuTuning;
+
+std::atomic<bool> interrupted{false};
+
+struct Options {
+    std::string shapes = "100,64,512,512;200,16,256,256;100,32,256,256;50,8,128,128";
+    double minutes = 5;
+    std::vector<std::string> families;
+    std::string target = "host";
+    std::string from, out, log;
+    int threads = 0;
+    std::string baseline;
+    bool fresh = false;
+    unsigned seed = 1;
+};
+
+std::vector<LstmShape> parse_shapes(const std::string &text) {
+    std::vector<LstmShape> shapes;
+    std::stringstream in(text);
+    std::string item;
+    while (std::getline(in, item, ';')) {
+        if (item.empty()) continue;
+        LstmShape s{};
+        char c1 = 0, c2 = 0, c3 = 0;
+        std::stringstream one(item);
+        if (!(one >> s.T >> c1 >> s.B >> c2 >> s.I >> c3 >> s.H) || c1 != ',' || c2 != ',' || c3 != ',' ||
+            !one.eof() || s.T < 1 || s.B < 1 || s.I < 1 || s.H < 1)
+            throw std::invalid_argument("--shapes: '" + item + "' is not T,B,I,H (four positive integers)");
+        shapes.push_back(s);
+    }
+    if (shapes.empty()) throw std::invalid_argument("--shapes: no shape given (expected 'T,B,I,H;...')");
+    return shapes;
+}
+
+// The table a CPU target's kernels are built with: by its vector width, as CMake chooses it
+// (cmake/BlocklstmTuning.cmake).
+std::string table_of(const Halide::Target &t) {
+    switch (t.natural_vector_size<float>()) {
+    case 16: return "x86-64-avx512";
+    case 8: return "x86-64-avx2";
+    default: return "x86-64-sse41";
+    }
+}
+
+struct BuiltTable {
+    const char *name, *knobs, *tuned_on;
+};
+
+// The knobs of a table file (its "knobs" object of integers) and its name.
+CpuTuning read_table_file(const std::string &path) {
+    std::ifstream in(path);
+    if (!in) throw std::invalid_argument("--from: cannot read '" + path + "'");
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string json = text.str();
+    std::smatch m;
+    std::string table;
+    if (std::regex_search(json, m, std::regex("\"table\"\\s*:\\s*\"([^\"]+)\""))) table = m[1];
+    if (!std::regex_search(json, m, std::regex("\"knobs\"\\s*:\\s*\\{([^}]*)\\}")))
+        throw std::invalid_argument("--from: '" + path + "' has no \"knobs\" object");
+    const std::string body = m[1];
+    std::string knobs;
+    const std::regex pair("\"(\\w+)\"\\s*:\\s*(-?\\d+)");
+    for (auto it = std::sregex_iterator(body.begin(), body.end(), pair); it != std::sregex_iterator(); ++it)
+        knobs += (knobs.empty() ? "" : ",") + (*it)[1].str() + ":" + (*it)[2].str();
+    return schedules::parse_cpu_tuning(table, knobs);
+}
+
+std::string cpu_model() {
+    std::ifstream in("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(in, line)) {
+        if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+    }
+    return "unknown CPU";
+}
+
+std::string today() {
+    const std::time_t now = std::time(nullptr);
+    char buf[16];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d", std::localtime(&now));
+    return buf;
+}
+
+// The knobs a family reads, as a string: the key of its compiled kernels and timings.
+std::string relevant(const Family &f, const CpuTuning &t) {
+    std::string s;
+    for (const auto &k : schedules::cpu_knobs()) {
+        if (std::find(f.knobs.begin(), f.knobs.end(), k.name) == f.knobs.end()) continue;
+        s += (s.empty() ? "" : ",") + std::string(k.name) + ":" + std::to_string(t.*k.field);
+    }
+    return s;
+}
+
+// One family compiled with one set of knobs (or one autoscheduler).
+struct Compiled {
+    Halide::Internal::AbstractGeneratorPtr generator;
+    Halide::Pipeline pipeline;
+    std::vector<std::string> outputs;  // output buffer names in the pipeline's order
+};
+
+// The buffers of one call in the generator's order: inputs bound to its Parameters, outputs
+// (a Tuple output's buffers named <output>.<k>) returned as a Realization's buffers.
+std::vector<Halide::Buffer<>> bind(Compiled &c, Call &call) {
+    std::vector<Halide::Buffer<>> outs;
+    for (const auto &info : c.generator->arginfos()) {
+        if (info.dir == Halide::Internal::ArgInfoDirection::Input) {
+            Halide::Parameter p = c.generator->input_parameter(info.name).at(0);
+            if (info.kind == Halide::Internal::ArgInfoKind::Buffer) p.set_buffer(call.buffers.at(info.name));
+            else p.set_scalar<float>(call.scalars.at(info.name));
+        } else {
+            if (info.types.size() == 1) outs.push_back(call.buffers.at(info.name));
+            else
+                for (size_t k = 0; k < info.types.size(); ++k)
+                    outs.push_back(call.buffers.at(info.name + "." + std::to_string(k)));
+        }
+    }
+    return outs;
+}
+
+class Tuner {
+public:
+    Tuner(Options o, Halide::Target target, std::vector<Family> families, std::vector<LstmShape> shapes,
+          CpuTuning base)
+        : o_(std::move(o)), target_(target), families_(std::move(families)), shapes_(std::move(shapes)),
+          base_(std::move(base)) {}
+
+    int run_search();
+    int run_autoscheduler_baselines();
+
+private:
+    struct Key {
+        std::string family, shape, knobs;
+        bool operator<(const Key &k) const {
+            return std::tie(family, shape, knobs) < std::tie(k.family, k.shape, k.knobs);
+        }
+    };
+    struct Result {
+        bool ok = false;
+        double ms = 0;
+        std::string why;  // a failed candidate: what went wrong
+    };
+
+    Compiled compile(const Family &f, const std::string &table, const std::string &knobs,
+                     const std::string &autoscheduler = "");
+    Call &call(const Family &f, const LstmShape &s);
+    Result measure(Compiled &c, const Family &f, const LstmShape &s, bool check);
+    Result family_time(const Family &f, const LstmShape &s, const CpuTuning &t);
+    std::optional<double> cost(const CpuTuning &t, const std::string &label);
+    double op_ms(const CpuTuning &t, const LstmShape &s, int which);
+    void load_log();
+    void log(const Key &k, const Result &r);
+    void write_table(const CpuTuning &t, int tried) const;
+    void report(const CpuTuning &best) ;
+    bool out_of_time() const { return interrupted || Clock::now() >= deadline_; }
+    double minutes_left() const {
+        return std::max(0.0, std::chrono::duration<double>(deadline_ - Clock::now()).count() / 60);
+    }
+
+    Options o_;
+    Halide::Target target_;
+    std::vector<Family> families_;
+    std::vector<LstmShape> shapes_;
+    CpuTuning base_;
+    Clock::time_point deadline_;
+    std::map<Key, Result> results_;                    // every measurement, also from the log
+    std::map<std::string, Compiled> kernels_;          // family + knobs -> compiled
+    std::map<std::string, Call> calls_;                // family + shape -> inputs
+    std::map<std::string, std::vector<Halide::Buffer<>>> expected_;  // the base table's outputs
+    std::ofstream log_;
+    double best_cost_ = 1.0;
+    int tried_ = 0;
+};
+
+Compiled Tuner::compile(const Family &f, const std::string &table, const std::string &knobs,
+                        const std::string &autoscheduler) {
+    Halide::GeneratorContext context(target_, Halide::AutoschedulerParams(autoscheduler));
+    Compiled c;
+    c.generator = Halide::Internal::GeneratorRegistry::create(f.generator, context);
+    if (!c.generator) throw std::runtime_error("no generator '" + f.generator + "' in this tool");
+    Halide::GeneratorParamsMap params = f.params;
+    params["tuning_table"] = table;
+    params["tuning"] = knobs;
+    c.generator->set_generatorparam_values(params);
+    c.pipeline = c.generator->build_pipeline();
+    for (const auto &info : c.generator->arginfos()) {
+        if (info.dir != Halide::Internal::ArgInfoDirection::Output) continue;
+        if (info.types.size() == 1) c.outputs.push_back(info.name);
+        else
+            for (size_t k = 0; k < info.types.size(); ++k) c.outputs.push_back(info.name + "." + std::to_string(k));
+    }
+    return c;
+}
+
+Call &Tuner::call(const Family &f, const LstmShape &s) {
+    const std::string key = f.name + "@" + s.text();
+    auto it = calls_.find(key);
+    if (it != calls_.end()) return it->second;
+    std::mt19937 rng(o_.seed);
+    return calls_.emplace(key, f.make(s, rng)).first->second;
+}
+
+// Runs the kernel once (compared with the base table's outputs when `check`), then times it:
+// the best of at least 5 runs and 0.2 s (a small step kernel runs thousands of times: the best of
+// 50 runs of identical kernels came out 20 % apart).
+Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, bool check) {
+    Call &inputs = call(f, s);
+    std::vector<Halide::Buffer<>> outs = bind(c, inputs);
+    Halide::Realization r(outs);
+    c.pipeline.realize(r, target_);
+    const std::string key = f.name + "@" + s.text();
+    if (!check) {
+        std::vector<Halide::Buffer<>> copies;
+        for (const auto &b : outs) copies.push_back(b.copy());
+        expected_[key] = std::move(copies);
+    } else {
+        const auto &want = expected_.at(key);
+        for (size_t k = 0; k < outs.size(); ++k) {
+            Halide::Buffer<float> got(outs[k]), ref(want[k]);
+            double worst = 0, scale = 1;
+            ref.for_each_value([&](float v) { scale = std::max(scale, double(std::fabs(v))); });
+            bool finite = true;
+            got.for_each_element([&](const int *pos) {
+                const double g = got(pos), e = ref(pos);
+                if (!std::isfinite(g)) finite = false;
+                worst = std::max(worst, std::fabs(g - e));
+            });
+            // Only the order of a sum changes between schedules: float32 rounding, ~1e-6 of the
+            // largest value for K = 2048; a wrong tile or bound is off by O(1).
+            if (!finite || worst > 1e-4 * scale)
+                return {false, 0, fmt::format("wrong output {} (max error {:.3g}, largest value {:.3g})",
+                                              c.outputs[k], worst, scale)};
+        }
+    }
+    double best = 1e30, total = 0;
+    for (int rep = 0; rep < 100000 && (rep < 5 || total < 0.2); ++rep) {
+        const auto t0 = Clock::now();
+        c.pipeline.realize(r, target_);
+        const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
+        best = std::min(best, sec);
+        total += sec;
+    }
+    return {true, best * 1e3, ""};
+}
+
+Tuner::Result Tuner::family_time(const Family &f, const LstmShape &s, const CpuTuning &t) {
+    const Key key{f.name, s.text(), relevant(f, t)};
+    const std::string at = f.name + "@" + s.text();
+    // The base table's run gives the outputs every candidate is checked against, so it runs in
+    // every process, also when the log has its time.
+    const bool is_base = key.knobs == relevant(f, base_);
+    if (!is_base && !expected_.count(at)) {
+        const Result base = family_time(f, s, base_);
+        if (!base.ok) return base;
+    }
+    if (auto it = results_.find(key); it != results_.end() && (!is_base || expected_.count(at))) return it->second;
+    Result r;
+    try {
+        const std::string kernel = f.name + "|" + key.knobs;
+        auto it = kernels_.find(kernel);
+        if (it == kernels_.end()) it = kernels_.emplace(kernel, compile(f, t.table, knob_string(t))).first;
+        r = measure(it->second, f, s, !is_base);
+    } catch (const Halide::Error &e) {
+        r = {false, 0, std::string("Halide: ") + e.what()};
+    } catch (const std::exception &e) {
+        r = {false, 0, e.what()};
+    }
+    results_[key] = r;
+    log(key, r);
+    return r;
+}
+
+// calls x time of every family at shape s: which 0 = BlockLSTM, 1 = BlockLSTMGrad, 2 = with
+// peepholes (its peephole-only kernels added).
+double Tuner::op_ms(const CpuTuning &t, const LstmShape &s, int which) {
+    double ms = 0;
+    for (const Family &f : families_) {
+        const int n = which == 0 ? f.forward_calls(s) : which == 1 ? f.grad_calls(s) : f.grad_peephole_calls(s);
+        if (n == 0) continue;
+        const Key key{f.name, s.text(), relevant(f, t)};
+        ms += n * results_.at(key).ms;
+    }
+    return ms;
+}
+
+// The geometric mean over the shapes of (BlockLSTM + BlockLSTMGrad + its peephole kernels)
+// estimated from the kernels, relative to the base table; nullopt if any kernel failed.
+std::optional<double> Tuner::cost(const CpuTuning &t, const std::string &label) {
+    if (const std::string broken = schedules::cpu_rule_broken(t); !broken.empty()) return std::nullopt;
+    ++tried_;
+    for (const Family &f : families_) {
+        for (const LstmShape &s : shapes_) {
+            if (interrupted) return std::nullopt;
+            const Result r = family_time(f, s, t);
+            if (!r.ok) {
+                fmt::print("  {:<44} discarded: {} at {} ({})\n", label, f.name, s.text(), r.why);
+                return std::nullopt;
+            }
+        }
+    }
+    double log_sum = 0;
+    for (const LstmShape &s : shapes_) {
+        const double ours = op_ms(t, s, 0) + op_ms(t, s, 1) + op_ms(t, s, 2);
+        const double base = op_ms(base_, s, 0) + op_ms(base_, s, 1) + op_ms(base_, s, 2);
+        log_sum += std::log(ours / base);
+    }
+    const double c = std::exp(log_sum / shapes_.size());
+    fmt::print("  [{:>3}] {:<44} {:.3f}x the base time   best {:.3f}x   {:.1f} min left\n", tried_, label, c,
+               std::min(c, best_cost_), minutes_left());
+    std::fflush(stdout);
+    return c;
+}
+
+void Tuner::load_log() {
+    if (o_.fresh) return;
+    std::ifstream in(o_.log);
+    std::string line;
+    int loaded = 0;
+    while (std::getline(in, line)) {
+        // family,shape,knobs,status,ms,why: the shape and knobs are quoted (they hold commas)
+        std::smatch m;
+        if (!std::regex_match(line, m, std::regex("([a-z_0-9]+),\"([0-9,]+)\",\"([a-z_0-9:,]+)\",(ok|failed),([0-9.eE+-]+),(.*)")))
+            continue;
+        Result r{m[4] == "ok", std::stod(m[5]), m[4] == "ok" ? "" : m[6].str()};
+        results_[{m[1], m[2], m[3]}] = r;
+        ++loaded;
+    }
+    if (loaded) fmt::print("Resuming: {} measurements from {}\n", loaded, o_.log);
+}
+
+void Tuner::log(const Key &k, const Result &r) {
+    if (!log_.is_open()) {
+        const bool existed = std::filesystem::exists(o_.log) && !o_.fresh;
+        log_.open(o_.log, existed ? std::ios::app : std::ios::trunc);
+        if (!existed) log_ << "family,shape,knobs,status,ms,why\n";
+    }
+    std::string why = r.why;
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    log_ << k.family << ",\"" << k.shape << "\",\"" << k.knobs << "\"," << (r.ok ? "ok" : "failed") << ","
+         << fmt::format("{:.6g}", r.ms) << "," << why << "\n";
+    log_.flush();
+}
+
+void Tuner::write_table(const CpuTuning &t, int tried) const {
+    std::ostringstream j;
+    j << "{\n  \"table\": \"" << t.table << "\",\n  \"measured\": true,\n";
+    j << "  \"tuned_on\": \"" << cpu_model() << ", " << std::thread::hardware_concurrency() << " logical CPUs ("
+      << target_.to_string() << "), " << (o_.threads ? std::to_string(o_.threads) : std::string("all")) << " threads: blocklstm tune --minutes "
+      << o_.minutes << " --shapes '" << o_.shapes << "', " << tried << " candidates\",\n";
+    j << "  \"date\": \"" << today() << "\",\n  \"knobs\": {\n";
+    const auto &knobs = schedules::cpu_knobs();
+    for (size_t k = 0; k < knobs.size(); ++k)
+        j << "    \"" << knobs[k].name << "\": " << t.*knobs[k].field << (k + 1 < knobs.size() ? ",\n" : "\n");
+    j << "  }\n}\n";
+    const std::string tmp = o_.out + ".tmp";
+    std::ofstream(tmp) << j.str();
+    std::filesystem::rename(tmp, o_.out);
+}
+
+void Tuner::report(const CpuTuning &best) {
+    fmt::print("\nPer family, the tuned table against the base one (best of >= 5 runs, ms):\n");
+    fmt::print("  {:<16} {:<16} {:>10} {:>10} {:>8}\n", "family", "T,B,I,H", "base", "tuned", "speedup");
+    for (const Family &f : families_) {
+        for (const LstmShape &s : shapes_) {
+            const double b = results_.at({f.name, s.text(), relevant(f, base_)}).ms;
+            const double t = results_.at({f.name, s.text(), relevant(f, best)}).ms;
+            fmt::print("  {:<16} {:<16} {:>10.3f} {:>10.3f} {:>7.3f}x\n", f.name, s.text(), b, t, b / t);
+        }
+    }
+    fmt::print("\nEnd to end, estimated as the sum of the kernels each op runs (calls x time):\n");
+    fmt::print("  {:<16} {:<26} {:<26} {:<26}\n", "T,B,I,H", "BlockLSTM", "BlockLSTMGrad",
+               "BlockLSTMGrad peephole");
+    for (const LstmShape &s : shapes_) {
+        std::string cols;
+        for (int which = 0; which < 3; ++which) {
+            const double b = op_ms(base_, s, which), t = op_ms(best, s, which);
+            cols += fmt::format("{:<26}", b > 0 ? fmt::format("{:.2f} -> {:.2f} ms {:.3f}x", b, t, b / t) : "-");
+        }
+        fmt::print("  {:<16} {}\n", s.text(), cols);
+    }
+}
+
+// Candidate values of each knob the search moves (vector_floats is the target's).
+std::vector<int> candidates(const std::string &knob) {
+    if (knob == "gemm_tile_rows" || knob == "gemm_step_tile_rows")
+        return {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
+    if (knob == "gemm_tile_vectors") return {1, 2, 4};
+    if (knob == "gemm_k_block") return {128, 192, 256, 384, 512, 768, 1024};
+    if (knob == "gemm_step_k_block") return {256, 512, 1024, 2048, 4096};
+    if (knob == "gemm_row_block_tiles") return {4, 8, 16, 32};
+    if (knob == "gemm_column_chunks") return {1, 2, 4};
+    if (knob == "column_sum_vectors") return {4, 8, 16, 32};
+    return {};
+}
+
+int Tuner::run_search() {
+    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.minutes * 60));
+    load_log();
+    fmt::print("Tuning table {} for {} on {} ({} threads), shapes {}, {} min\n", base_.table, target_.to_string(),
+               cpu_model(), o_.threads ? std::to_string(o_.threads) : std::string("all"), o_.shapes, o_.minutes);
+    fmt::print("Base: {}\n", knob_string(base_));
+    fmt::print("Log: {}   table: {}\n\n", o_.log, o_.out);
+    CpuTuning best = base_;
+    if (!cost(base_, "base")) {
+        std::cerr << "blocklstm tune: the base table's kernels did not run (above); nothing to tune from\n";
+        return 1;
+    }
+    best_cost_ = 1.0;
+    auto consider = [&](CpuTuning t, const std::string &label) {
+        if (out_of_time()) return false;
+        const std::optional<double> c = cost(t, label);
+        // A move must beat the best by more than the timing noise (1 %).
+        if (c && *c < best_cost_ * 0.99) {
+            best_cost_ = *c;
+            best = t;
+            write_table(best, tried_);
+            return true;
+        }
+        return false;
+    };
+    // 1. A coarse grid over the register tiles: each width with the most rows the registers hold
+    // and two fewer.
+    for (int vectors : candidates("gemm_tile_vectors")) {
+        for (int fewer : {0, 2}) {
+            CpuTuning t = best;
+            t.gemm_tile_vectors = vectors;
+            const int rows = (t.registers() - vectors - 1) / vectors - fewer;
+            if (rows < 1) continue;
+            t.gemm_tile_rows = rows;
+            t.gemm_step_tile_rows = std::min(rows, base_.gemm_step_tile_rows);
+            if (knob_string(t) == knob_string(best)) continue;
+            consider(t, fmt::format("tile {} x {} vectors", rows, vectors));
+        }
+    }
+    // 2. Coordinate descent: each knob's neighbouring values around the best, one knob at a time,
+    // following a direction while it gains; passes until one changes nothing.
+    const std::vector<std::string> order{"gemm_k_block", "gemm_step_tile_rows", "gemm_tile_rows",
+                                         "gemm_row_block_tiles", "gemm_column_chunks", "gemm_step_k_block",
+                                         "column_sum_vectors"};
+    for (bool moved = true; moved && !out_of_time();) {
+        moved = false;
+        for (const std::string &name : order) {
+            const auto &knobs = schedules::cpu_knobs();
+            const auto knob = *std::find_if(knobs.begin(), knobs.end(), [&](const auto &k) { return k.name == name; });
+            const std::vector<int> values = candidates(name);
+            for (int step : {+1, -1}) {
+                while (!out_of_time()) {
+                    const int now = best.*knob.field;
+                    auto at = std::lower_bound(values.begin(), values.end(), now);
+                    const long next = (at - values.begin()) + (at != values.end() && *at == now ? step : (step > 0 ? 0 : -1));
+                    if (next < 0 || next >= long(values.size())) break;
+                    CpuTuning t = best;
+                    t.*knob.field = values[next];
+                    if (!consider(t, fmt::format("{} {} -> {}", name, now, values[next]))) break;
+                    moved = true;
+                }
+            }
+        }
+    }
+    if (interrupted) fmt::print("\nInterrupted: the best table so far is kept; run again with --log {} to resume.\n", o_.log);
+    else if (Clock::now() >= deadline_) fmt::print("\nTime budget spent ({} min).\n", o_.minutes);
+    else fmt::print("\nConverged: no single knob improves the best table.\n");
+    write_table(best, tried_);
+    fmt::print("Tuned: {}\n", knob_string(best));
+    report(best);
+    fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels).\n"
+               "Build with it: cmake -B build -DBLOCKLSTM_TUNING={} && cmake --build build\n",
+               o_.out, best_cost_, std::filesystem::absolute(o_.out).string());
+    return 0;
+}
+
+// The directory of libHalide.so, where the halide wheel keeps its autoscheduler plugins.
+std::string halide_library_dir() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void *>(&Halide::load_plugin), &info) == 0 || !info.dli_fname) return "";
+    return std::filesystem::path(info.dli_fname).parent_path().string();
+}
+
+int Tuner::run_autoscheduler_baselines() {
+    const bool gpu = target_.has_gpu_feature();
+    const std::vector<std::string> names = gpu ? std::vector<std::string>{"Anderson2021"}
+                                               : std::vector<std::string>{"Adams2019", "Li2018", "Mullapudi2016"};
+    const std::string dir = halide_library_dir();
+    for (const std::string &n : names) {
+        std::string lower = n;
+        std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+        Halide::load_plugin(dir + "/libautoschedule_" + lower + ".so");
+    }
+    fmt::print("Halide's autoschedulers against the hand schedule with table {} ({}), ms, best of >= 5 runs:\n",
+               base_.table, target_.to_string());
+    fmt::print("  {:<16} {:<16} {:>10}", "family", "T,B,I,H", "ours");
+    for (const auto &n : names) fmt::print(" {:>14}", n);
+    fmt::print("\n");
+    for (const Family &f : families_) {
+        for (const LstmShape &s : shapes_) {
+            const Result ours = family_time(f, s, base_);
+            fmt::print("  {:<16} {:<16} {:>10}", f.name, s.text(), ours.ok ? fmt::format("{:.3f}", ours.ms) : "failed");
+            for (const std::string &n : names) {
+                Result r;
+                try {
+                    Compiled c = compile(f, base_.table, knob_string(base_), n);
+                    // Estimates: the extents of this shape's buffers and the scalars' values.
+                    Call &inputs = call(f, s);
+                    for (const auto &info : c.generator->arginfos()) {
+                        if (info.dir == Halide::Internal::ArgInfoDirection::Input) {
+                            Halide::Parameter p = c.generator->input_parameter(info.name).at(0);
+                            if (info.kind != Halide::Internal::ArgInfoKind::Buffer) {
+                                p.set_estimate(Halide::Expr(inputs.scalars.at(info.name)));
+                                continue;
+                            }
+                            const Halide::Buffer<> &b = inputs.buffers.at(info.name);
+                            for (int d = 0; d < b.dimensions(); ++d) {
+                                p.set_min_constraint_estimate(d, 0);
+                                p.set_extent_constraint_estimate(d, b.dim(d).extent());
+                            }
+                        } else {
+                            const std::string first = info.types.size() == 1 ? info.name : info.name + ".0";
+                            const Halide::Buffer<> &b = inputs.buffers.at(first);
+                            Halide::Region region;
+                            for (int d = 0; d < b.dimensions(); ++d) region.push_back({0, b.dim(d).extent()});
+                            c.generator->output_func(info.name).at(0).set_estimates(region);
+                        }
+                    }
+                    Halide::AutoschedulerParams params(n);
+                    if (n != "Li2018") params.extra["parallelism"] = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
+                    c.pipeline.apply_autoscheduler(target_, params);
+                    r = measure(c, f, s, true);
+                } catch (const Halide::Error &e) {
+                    r = {false, 0, e.what()};
+                } catch (const std::exception &e) {
+                    r = {false, 0, e.what()};
+                }
+                std::string why = r.why.substr(0, r.why.find('\n'));
+                log({f.name, s.text(), "autoscheduler:" + n}, r);
+                fmt::print(" {:>14}", r.ok ? fmt::format("{:.3f} {:.2f}x", r.ms, ours.ms / r.ms) : "failed");
+                if (!r.ok) fmt::print("\n      {}: {}\n", n, why.substr(0, 160));
+                std::fflush(stdout);
+            }
+            fmt::print("\n");
+        }
+    }
+    fmt::print("(NxX: our time / the autoscheduler's; above 1 the autoscheduler is faster. Log: {})\n", o_.log);
+    return 0;
+}
+
+}  // namespace
+}  // namespace blocklstm::tune
+
+int main(int argc, char **argv) {
+    using namespace blocklstm::tune;
+    Options o;
+    CLI::App app("blocklstm tune: fit the CPU schedules' tuning table to this machine (docs/tuning.md)");
+    app.add_option("--shapes", o.shapes, "LSTM shapes 'T,B,I,H;...' to time the kernels on");
+    app.add_option("--minutes", o.minutes, "time budget of the search")->check(CLI::Range(0.0, 100000.0));
+    app.add_option("--families", o.families, "kernel families to tune (default: all)")->delimiter(',');
+    app.add_option("--target", o.target, "Halide target to tune for (default: host)");
+    app.add_option("--from", o.from, "table to start from (default: the one this build used for the target)");
+    app.add_option("--out", o.out, "table to write (default: ./<table>.json)");
+    app.add_option("--log", o.log, "CSV log of every candidate, read back to resume (default: <out>.csv)");
+    app.add_option("--threads", o.threads, "threads of the kernels (default: all)")->check(CLI::Range(1, 1024));
+    app.add_option("--baseline", o.baseline, "'autoschedulers': time Halide's autoschedulers instead of tuning")
+        ->check(CLI::IsMember({"autoschedulers"}));
+    app.add_flag("--fresh", o.fresh, "ignore an existing log (start over)");
+    app.add_option("--seed", o.seed, "seed of the random inputs");
+    std::string device = "cpu";
+    app.add_option("--device", device, "cpu (the GPU schedules are not tuned by this tool yet)")
+        ->check(CLI::IsMember({"cpu", "cuda"}));
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError &e) {
+        return app.exit(e);
+    }
+    try {
+        if (device == "cuda")
+            throw std::invalid_argument("--device cuda: this tool tunes the CPU tables only; the CUDA table "
+                                        "(schedules/tuned/cuda.json) is edited by hand until a GPU tuning run exists");
+        if (o.threads > 0) setenv("HL_NUM_THREADS", std::to_string(o.threads).c_str(), 1);
+        const Halide::Target target = o.target == "host" ? Halide::get_host_target() : Halide::Target(o.target);
+        if (target.has_gpu_feature()) throw std::invalid_argument("--target: a CPU target is expected, got " + o.target);
+        const std::vector<LstmShape> shapes = parse_shapes(o.shapes);
+        const std::vector<Family> families = select_families(cpu_families(), o.families);
+        const std::string table = table_of(target);
+        CpuTuning base;
+        if (!o.from.empty()) {
+            base = read_table_file(o.from);
+            if (base.table != table)
+                throw std::invalid_argument("--from: the table is " + base.table + ", target " + target.to_string() +
+                                            " uses " + table);
+        } else {
+            const BuiltTable tables[] = {BLOCKLSTM_BUILT_TUNING_TABLES};
+            const BuiltTable *found = nullptr;
+            for (const BuiltTable &t : tables)
+                if (table == t.name) found = &t;
+            if (!found) throw std::invalid_argument("this build has no tuning table " + table + " (give --from FILE)");
+            base = blocklstm::schedules::parse_cpu_tuning(found->name, found->knobs);
+        }
+        if (o.out.empty()) o.out = table + ".json";
+        if (o.log.empty()) o.log = o.out + ".csv";
+        std::signal(SIGINT, [](int) { interrupted = true; });
+        Tuner tuner(o, target, families, shapes, base);
+        return o.baseline.empty() ? tuner.run_search() : tuner.run_autoscheduler_baselines();
+    } catch (const Halide::Error &e) {
+        std::cerr << "blocklstm tune: " << e.what() << "\n";
+        return 1;
+    } catch (const std::exception &e) {
+        std::cerr << "blocklstm tune: " << e.what() << "\n";
+        return 2;
+    }
+}
