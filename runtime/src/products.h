@@ -7,14 +7,10 @@
 
 #include "runtime/src/exec.h"
 #include "runtime/src/validate.h"
+#include "runtime/src/weight_grad_chunks.h"
 #include "schedules/panel_layout.h"
 
 namespace blocklstm::detail {
-
-// Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: weight_grads_in_chunks):
-// one k block of its product in the AVX2 table (schedules/tuned/x86-64-avx2.json: gemm_k_block);
-// chunks of 1024 were slower (docs/tuning.md).
-constexpr int64_t kWeightGradChunkRows = 512;
 
 // Elements of a [depth, cols] operand in packed panels: the panel count every CPU geometry may
 // read (schedules/panel_layout.h), which the kernels check.

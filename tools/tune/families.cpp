@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "runtime/src/weight_grad_chunks.h"
 #include "schedules/panel_layout.h"
 
 namespace blocklstm::tune {
@@ -25,6 +26,14 @@ Buffer<> random(std::mt19937 &rng, std::vector<int> extents, float lo = -1.0f, f
 
 Buffer<> empty_like(std::vector<int> extents) { return Buffer<float>(extents); }
 
+// An output of no elements with a host pointer, as the runtime passes one: Halide takes a call
+// whose output has no host pointer for a bounds query and computes nothing.
+Buffer<> no_elements() {
+    Buffer<float> one(1);
+    one.crop(0, 0, 0);
+    return one;
+}
+
 // Packed weight panels of a [depth, cols] operand (generators/panels.cpp): panel_count(cols)
 // panels of kPanelCols columns, zero past the last column as the runtime packs them.
 Buffer<> random_panels(std::mt19937 &rng, int cols, int depth) {
@@ -36,12 +45,11 @@ Buffer<> random_panels(std::mt19937 &rng, int cols, int depth) {
     return b;
 }
 
-// Rows of dgates per chunk of the CPU's float32 w_grad (runtime/src/products.h).
-constexpr int kWeightGradChunkRows = 512;
+constexpr int kChunkRows = int(detail::kWeightGradChunkRows);
 
 int weight_grad_chunks(const LstmShape &s) {
     const int rows = s.T * s.B;
-    return (rows + kWeightGradChunkRows - 1) / kWeightGradChunkRows;
+    return (rows + kChunkRows - 1) / kChunkRows;
 }
 
 const std::vector<std::string> batched_knobs{"vector_floats",        "gemm_tile_rows",
@@ -114,7 +122,7 @@ std::vector<Family> cpu_families() {
     f.push_back({"gemm_tn_panels", "gemm", {{"form", "tn"}, {"dtype", "float32"}, {"weights", "panels"}},
                  batched_knobs,
                  [](const LstmShape &s, std::mt19937 &rng) {
-                     const int n = std::min(s.T * s.B, kWeightGradChunkRows);
+                     const int n = std::min(s.T * s.B, kChunkRows);
                      Call c;
                      c.buffers["a"] = random(rng, {s.I, n});
                      c.buffers["b"] = random_panels(rng, 4 * s.H, n);
@@ -136,7 +144,7 @@ std::vector<Family> cpu_families() {
                      c.buffers["cs"] = random(rng, {s.H, s.B, s.T});
                      c.buffers["cs_prev"] = random(rng, {s.H, s.B});
                      c.buffers["dcs_carry"] = random(rng, {s.H, s.B});
-                     c.buffers["b_grad"] = empty_like({0});
+                     c.buffers["b_grad"] = no_elements();
                      c.buffers["cs_prev_grad"] = empty_like({s.H, s.B});
                      for (int k = 0; k < 3; ++k) c.buffers["peephole_grads." + std::to_string(k)] = empty_like({s.H});
                      return c;
