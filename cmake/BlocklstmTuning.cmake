@@ -34,9 +34,10 @@ function(blocklstm_read_tuning file prefix)
     if (NOT measured)
         set(tuned_on "(not measured) ${tuned_on}")
     endif ()
-    # '|' separates the CPU target table's fields, ';' CMake's list items
+    # '|' separates the CPU target table's fields, ';' CMake's list items (the tuner's --shapes
+    # takes spaces as well)
     string(REPLACE "|" "/" tuned_on "${tuned_on}")
-    string(REPLACE ";" "," tuned_on "${tuned_on}")
+    string(REPLACE ";" " " tuned_on "${tuned_on}")
     set(${prefix}_TABLE "${table}" PARENT_SCOPE)
     set(${prefix}_KNOBS "${knobs}" PARENT_SCOPE)
     set(${prefix}_TUNED_ON "${tuned_on}" PARENT_SCOPE)

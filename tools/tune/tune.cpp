@@ -58,11 +58,14 @@ struct Options {
 };
 
 std::vector<LstmShape> parse_shapes(const std::string &text) {
+    // Shapes are separated by ';' or spaces (`blocklstm list` shows a table's command with spaces:
+    // ';' separates CMake's list items).
     std::vector<LstmShape> shapes;
-    std::stringstream in(text);
+    std::string spaced = text;
+    std::replace(spaced.begin(), spaced.end(), ';', ' ');
+    std::stringstream in(spaced);
     std::string item;
-    while (std::getline(in, item, ';')) {
-        if (item.empty()) continue;
+    while (in >> item) {
         LstmShape s{};
         char c1 = 0, c2 = 0, c3 = 0;
         std::stringstream one(item);
@@ -528,8 +531,9 @@ int Tuner::run_search() {
     write_table(best, tried_);
     fmt::print("Tuned: {}\n", knob_string(best));
     report(best);
-    fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels).\n"
-               "Build with it: cmake -B build -DBLOCKLSTM_TUNING={} && cmake --build build\n",
+    fmt::print("\nWrote {0}: {1:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels).\n"
+               "Confirm it on the real ops (builds with it, times both builds): tools/tune/confirm.sh {2}\n"
+               "Build with it: cmake -B build -DBLOCKLSTM_TUNING={2} && cmake --build build\n",
                o_.out, best_cost_, std::filesystem::absolute(o_.out).string());
     return 0;
 }
