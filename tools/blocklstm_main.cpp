@@ -75,13 +75,16 @@ constexpr CommandHelp kCommands[] = {
      "                 targets and the one in use, and CUDA's state; --kernels also every kernel.\n"},
     {"tune",
      "blocklstm tune [--minutes M] [--shapes 'T,B,I,H;...'] [--families F,...] [--threads N]\n"
-     "                      [--out FILE] [--log FILE] [--from FILE] [--target T] [--fresh]\n"
-     "                      [--baseline autoschedulers]\n",
-     "  tune           Fit the CPU schedules' tuning table to this machine: JIT-compiles the\n"
+     "                      [--device cpu|cuda|opencl] [--out FILE] [--log FILE] [--from FILE]\n"
+     "                      [--target T] [--fresh] [--baseline autoschedulers]\n",
+     "  tune           Fit a tuning table to this machine, the CPU's (--device cpu, the default)\n"
+     "                 or the CUDA one on its NVIDIA GPU (--device cuda; --device opencl runs\n"
+     "                 the GPU schedules on an OpenCL device such as PoCL, to check the tuner,\n"
+     "                 and marks the table not measured): JIT-compiles the\n"
      "                 kernels with candidate tile sizes, checks each against the current kernel,\n"
      "                 times them on the shapes (default: the benchmark's four), searches for\n"
      "                 --minutes (default 5), and writes the best table to --out (default\n"
-     "                 ./<table>.json, e.g. x86-64-avx2.json) with every candidate in --log\n"
+     "                 ./<table>.json, e.g. x86-64-avx2.json or cuda.json) with every candidate in --log\n"
      "                 (default <out>.csv; run again with the same log to resume; Ctrl-C stops\n"
      "                 and keeps the best so far). Build with the table:\n"
      "                 cmake -B build -DBLOCKLSTM_TUNING=$PWD/x86-64-avx2.json. --baseline\n"

@@ -4,11 +4,17 @@
 #   tools/gpu_check.sh run [--quick] there: the GPU tests, then the cuDNN benchmark
 #                                    (tools/peers/gpu_bench.py); logs and tables go to $OUT
 #                                    (or gpu-carry/results)
-# A device call: carry ["gpu-carry"], command "tools/gpu_check.sh run".
+#   tools/gpu_check.sh pack-tune     here: the tuner and its libHalide (xz, about 50 MB) into
+#                                    gpu-carry-tune/ (too large to go with gpu-carry/)
+#   tools/gpu_check.sh tune [ARGS]   there: `blocklstm tune --device cuda` on the GPU (default
+#                                    --minutes 10), the table and its log to $OUT
+# A device call: carry ["gpu-carry"], command "tools/gpu_check.sh run"; for tuning, carry
+# ["gpu-carry-tune"], command "tools/gpu_check.sh tune".
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 carry=$root/gpu-carry
+tune_carry=$root/gpu-carry-tune
 build=${BLOCKLSTM_BUILD_DIR:-$root/build}
 
 case "${1:-}" in
@@ -47,8 +53,34 @@ run)
     python3 tools/peers/gpu_bench.py --blocklstm "$carry/bin/blocklstm" --out "$out" "$@" || status=1
     exit $status
     ;;
+pack-tune)
+    rm -rf "$tune_carry" && mkdir -p "$tune_carry/lib" "$tune_carry/bin"
+    cp "$build/tools/blocklstm-tune" "$tune_carry/bin/"
+    # The libraries a bare machine may lack: libHalide (JIT, with LLVM's PTX back end) and fmt.
+    for lib in libHalide.so libfmt.so; do
+        path=$(ldd "$build/tools/blocklstm-tune" | awk -v l="$lib" '$1 ~ "^"l {print $3}')
+        [ -n "$path" ] || { echo "gpu_check: blocklstm-tune does not link $lib" >&2; exit 1; }
+        if [ "$lib" = libHalide.so ]; then xz -T0 -6 -c "$path" >"$tune_carry/lib/$(basename "$path").xz"
+        else cp -L "$path" "$tune_carry/lib/$(ldd "$build/tools/blocklstm-tune" | awk -v l="$lib" '$1 ~ "^"l {print $1}')"; fi
+    done
+    du -sh "$tune_carry"
+    ;;
+tune)
+    out=${OUT:-$tune_carry/results}
+    mkdir -p "$out"
+    lib=$(mktemp -d)
+    for f in "$tune_carry"/lib/*; do
+        case "$f" in *.xz) xz -dc "$f" >"$lib/$(basename "$f" .xz)" ;; *) cp "$f" "$lib/" ;; esac
+    done
+    nvidia-smi -L
+    shift
+    # The tuner's defaults first, so that ARGS (e.g. --minutes 20, --families ...) override them.
+    LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-} "$tune_carry/bin/blocklstm-tune" --device cuda --minutes 10 \
+        --out "$out/cuda.json" --log "$out/cuda.json.csv" "$@" 2>&1 | tee "$out/tune.log"
+    exit "${PIPESTATUS[0]}"
+    ;;
 *)
-    echo "usage: tools/gpu_check.sh pack | run [--quick]" >&2
+    echo "usage: tools/gpu_check.sh pack | run [--quick] | pack-tune | tune [blocklstm tune options]" >&2
     exit 2
     ;;
 esac

@@ -1,6 +1,7 @@
 #include "tools/tune/families.h"
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 
 #include "runtime/src/weight_grad_chunks.h"
@@ -153,9 +154,106 @@ std::vector<Family> cpu_families() {
     return f;
 }
 
+std::vector<Family> gpu_families() {
+    const std::vector<std::string> batched{"batched_cols_per_thread", "batched_rows_per_thread",
+                                           "batched_thread_rows"};
+    const std::vector<std::string> step{"step_cols_per_thread", "step_rows_per_thread", "step_thread_rows",
+                                        "elementwise_cols", "elementwise_rows"};
+    const std::vector<std::string> sums{"sum_rows_per_chunk", "elementwise_cols", "elementwise_rows"};
+    auto one = [](const LstmShape &) { return 1; };
+    auto steps = [](const LstmShape &s) { return s.T; };
+    std::vector<Family> f;
+    // The per-step products with their gate math: the recurrence, T launches per op.
+    f.push_back({"seq_fwd_step", "seq_fwd_step", {{"dtype", "float32"}, {"weights", "matrix"}}, step,
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     Call c;
+                     c.buffers["xw"] = random(rng, {4 * s.H, s.B});
+                     c.buffers["h_prev"] = random(rng, {s.H, s.B});
+                     c.buffers["w_h"] = random(rng, {4 * s.H, s.H});  // W_h [H, 4H]
+                     c.buffers["cs_prev"] = random(rng, {s.H, s.B});
+                     for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
+                     c.scalars["forget_bias"] = 1.0f;
+                     c.scalars["cell_clip"] = 3.0f;
+                     for (int k = 0; k < 7; ++k) c.buffers["lstm." + std::to_string(k)] = empty_like({s.H, s.B});
+                     c.buffers["gates"] = empty_like({4 * s.H, s.B});
+                     return c;
+                 },
+                 steps, never, never});
+    f.push_back({"seq_bwd_step", "seq_bwd_step", {{"dtype", "float32"}, {"weights", "matrix"}}, step,
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     Call c;
+                     c.buffers["dgates_next"] = random(rng, {4 * s.H, s.B});
+                     c.buffers["w_h_t"] = random(rng, {s.H, 4 * s.H});  // W_h^T [4H, H]
+                     for (const char *p : {"h_grad", "cs_grad", "dcs_carry", "cs_prev", "ci", "co"})
+                         c.buffers[p] = random(rng, {s.H, s.B});
+                     for (const char *p : {"i", "f", "o"}) c.buffers[p] = random(rng, {s.H, s.B}, 0.0f, 1.0f);
+                     for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
+                     c.buffers["dgates"] = empty_like({s.H, 4, s.B});
+                     c.buffers["dcs_carry_out"] = empty_like({s.H, s.B});
+                     c.buffers["dh"] = empty_like({s.H, s.B});
+                     return c;
+                 },
+                 never, steps, steps});
+    // After the recurrence: b_grad and cs_prev_grad, and with peepholes their three sums.
+    for (const bool peephole : {false, true}) {
+        f.push_back({peephole ? "seq_bwd_reduce_peephole" : "seq_bwd_reduce", "seq_bwd_reduce",
+                     {{"dtype", "float32"}, {"use_peephole", peephole ? "true" : "false"}, {"layout", "icfo"}},
+                     sums,
+                     [peephole](const LstmShape &s, std::mt19937 &rng) {
+                         Call c;
+                         c.buffers["dgates"] = random(rng, {4 * s.H, s.T * s.B});
+                         c.buffers["cs"] = random(rng, {s.H, s.B, s.T});
+                         c.buffers["cs_prev"] = random(rng, {s.H, s.B});
+                         c.buffers["dcs_carry"] = random(rng, {s.H, s.B});
+                         c.buffers["b_grad"] = empty_like({4 * s.H});
+                         c.buffers["cs_prev_grad"] = empty_like({s.H, s.B});
+                         if (peephole)
+                             for (int k = 0; k < 3; ++k)
+                                 c.buffers["peephole_grads." + std::to_string(k)] = empty_like({s.H});
+                         return c;
+                     },
+                     never, peephole ? never : one, peephole ? one : never});
+    }
+    // The batched products, which cuBLAS does where it loads (so not tuned unless asked for with
+    // --families): the input projection, x_grad, and w_grad's two products (x and h_prev_seq;
+    // I = H at the default shapes). h_prev_grad's product of B rows is left out.
+    f.push_back({"gemm_nn_bias", "gemm", {{"form", "nn_bias"}, {"dtype", "float32"}}, batched,
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     Call c;
+                     c.buffers["a"] = random(rng, {s.I, s.T * s.B});
+                     c.buffers["b"] = random(rng, {4 * s.H, s.I});
+                     c.buffers["bias"] = random(rng, {4 * s.H});
+                     c.buffers["c"] = empty_like({4 * s.H, s.T * s.B});
+                     return c;
+                 },
+                 one, never, never, false});
+    f.push_back({"gemm_nn", "gemm", {{"form", "nn"}, {"dtype", "float32"}}, batched,
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     Call c;
+                     c.buffers["a"] = random(rng, {4 * s.H, s.T * s.B});
+                     c.buffers["b"] = random(rng, {s.I, 4 * s.H});
+                     c.buffers["c"] = empty_like({s.I, s.T * s.B});
+                     return c;
+                 },
+                 never, one, one, false});
+    f.push_back({"gemm_tn", "gemm", {{"form", "tn"}, {"dtype", "float32"}}, batched,
+                 [](const LstmShape &s, std::mt19937 &rng) {
+                     Call c;
+                     c.buffers["a"] = random(rng, {s.I, s.T * s.B});
+                     c.buffers["b"] = random(rng, {4 * s.H, s.T * s.B});
+                     c.buffers["c"] = empty_like({4 * s.H, s.I});
+                     return c;
+                 },
+                 never, [](const LstmShape &) { return 2; }, [](const LstmShape &) { return 2; }, false});
+    return f;
+}
+
 std::vector<Family> select_families(const std::vector<Family> &all, const std::vector<std::string> &only) {
-    if (only.empty()) return all;
     std::vector<Family> out;
+    if (only.empty()) {
+        std::copy_if(all.begin(), all.end(), std::back_inserter(out), [](const Family &f) { return f.by_default; });
+        return out;
+    }
     for (const std::string &name : only) {
         auto it = std::find_if(all.begin(), all.end(), [&](const Family &f) { return f.name == name; });
         if (it == all.end()) {

@@ -35,12 +35,18 @@ struct Family {
     std::function<Call(const LstmShape &, std::mt19937 &)> make;
     // Calls per BlockLSTM and per BlockLSTMGrad (peephole off / on) at a shape.
     std::function<int(const LstmShape &)> forward_calls, grad_calls, grad_peephole_calls;
+    bool by_default = true;  // tuned when --families is not given
 };
 
 // The CPU families (float32): the products and the steps, and the peephole reduction.
 std::vector<Family> cpu_families();
 
-// The families whose names are in `only` (all when it is empty); an unknown name throws.
+// The GPU families (float32, the CUDA kernels' schedules): the steps and the reductions by
+// default; the batched products, which cuBLAS does where it loads, when asked for.
+std::vector<Family> gpu_families();
+
+// The families whose names are in `only` (those tuned by default when it is empty); an unknown
+// name throws.
 std::vector<Family> select_families(const std::vector<Family> &all, const std::vector<std::string> &only);
 
 }  // namespace blocklstm::tune

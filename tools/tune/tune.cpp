@@ -1,8 +1,8 @@
-// blocklstm-tune (run as `blocklstm tune`): fits the CPU schedules' tuning table to this machine.
-// It JIT-compiles the generators of generators/ through libHalide with candidate knob values
+// blocklstm-tune (run as `blocklstm tune`): fits a tuning table to this machine, the CPU's or
+// (--device cuda) the GPU schedules' on its NVIDIA GPU. It JIT-compiles the generators of generators/ through libHalide with candidate knob values
 // (schedules/tuning.h), checks every candidate's outputs against the current table's kernel on
 // the same random inputs, times the kernel families (tools/tune/families.h) on the shapes given,
-// and searches the knobs: a coarse grid over the register tile, then coordinate descent around
+// and searches the knobs: a coarse grid over the register (or GPU thread) tile, then coordinate descent around
 // the best, until the time budget is spent. Every candidate is logged to CSV; a run given the
 // same log resumes where it stopped. The best table so far is written after every improvement.
 // With --baseline autoschedulers it times Halide's own autoschedulers on the same algorithms
@@ -41,7 +41,51 @@ namespace blocklstm::tune {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using schedules::CpuTuning;
+
+// A tuning table being tuned: its name and every knob's value, in the order of its device's knob
+// list (schedules/tuning.h: cpu_knobs or cuda_knobs).
+struct Table {
+    std::string table;
+    bool gpu = false;
+    std::vector<std::pair<std::string, int>> knobs;
+
+    int get(const std::string &name) const {
+        for (const auto &[k, v] : knobs)
+            if (k == name) return v;
+        throw std::logic_error("no knob " + name + " in table " + table);
+    }
+    void set(const std::string &name, int value) {
+        for (auto &[k, v] : knobs)
+            if (k == name) v = value;
+    }
+};
+
+std::string knob_string(const Table &t) {
+    std::string s;
+    for (const auto &[k, v] : t.knobs) s += (s.empty() ? "" : ",") + k + ":" + std::to_string(v);
+    return s;
+}
+
+// A knob string checked against the knobs' ranges and the rules of the device: the generators'
+// own parser, so the tuner never tries what the build would refuse (it throws, saying why).
+template <typename Tuning>
+Table to_table(const Tuning &t, const std::vector<schedules::Knob<Tuning>> &list, bool gpu) {
+    Table out{t.table, gpu, {}};
+    for (const auto &k : list) out.knobs.emplace_back(k.name, t.*k.field);
+    return out;
+}
+Table parse_table(bool gpu, const std::string &table, const std::string &knobs) {
+    if (gpu) return to_table(schedules::parse_cuda_tuning(table, knobs), schedules::cuda_knobs(), true);
+    return to_table(schedules::parse_cpu_tuning(table, knobs), schedules::cpu_knobs(), false);
+}
+std::string rule_broken(const Table &t) {
+    try {
+        parse_table(t.gpu, t.table, knob_string(t));
+        return "";
+    } catch (const std::invalid_argument &e) {
+        return e.what();
+    }
+}
 
 std::atomic<bool> interrupted{false};
 
@@ -55,6 +99,7 @@ struct Options {
     std::string baseline;
     bool fresh = false;
     unsigned seed = 1;
+    std::string device = "cpu";  // cpu | cuda | opencl (the GPU schedules on an OpenCL device)
 };
 
 std::vector<LstmShape> parse_shapes(const std::string &text) {
@@ -93,7 +138,7 @@ struct BuiltTable {
 };
 
 // The knobs of a table file (its "knobs" object of integers) and its name.
-CpuTuning read_table_file(const std::string &path) {
+Table read_table_file(const std::string &path, bool gpu) {
     std::ifstream in(path);
     if (!in) throw std::invalid_argument("--from: cannot read '" + path + "'");
     std::stringstream text;
@@ -109,7 +154,7 @@ CpuTuning read_table_file(const std::string &path) {
     const std::regex pair("\"(\\w+)\"\\s*:\\s*(-?\\d+)");
     for (auto it = std::sregex_iterator(body.begin(), body.end(), pair); it != std::sregex_iterator(); ++it)
         knobs += (knobs.empty() ? "" : ",") + (*it)[1].str() + ":" + (*it)[2].str();
-    return schedules::parse_cpu_tuning(table, knobs);
+    return parse_table(gpu, table, knobs);
 }
 
 std::string cpu_model() {
@@ -129,13 +174,57 @@ std::string today() {
 }
 
 // The knobs a family reads, as a string: the key of its compiled kernels and timings.
-std::string relevant(const Family &f, const CpuTuning &t) {
+std::string relevant(const Family &f, const Table &t) {
     std::string s;
-    for (const auto &k : schedules::cpu_knobs()) {
-        if (std::find(f.knobs.begin(), f.knobs.end(), k.name) == f.knobs.end()) continue;
-        s += (s.empty() ? "" : ",") + std::string(k.name) + ":" + std::to_string(t.*k.field);
+    for (const auto &[k, v] : t.knobs) {
+        if (std::find(f.knobs.begin(), f.knobs.end(), k) == f.knobs.end()) continue;
+        s += (s.empty() ? "" : ",") + k + ":" + std::to_string(v);
     }
     return s;
+}
+
+// Why the GPU of --device cannot run kernels here ("" when it can). Halide's JIT aborts the
+// process when it finds no driver, so the tool asks the driver itself first.
+std::string gpu_missing(const std::string &device) {
+    const bool cuda = device == "cuda";
+    const char *library = cuda ? "libcuda.so.1" : "libOpenCL.so.1";
+    void *lib = dlopen(library, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return std::string("no ") + library + " (" + dlerror() + ")";
+    int count = 0;
+    std::string why;
+    if (cuda) {
+        using Init = int (*)(unsigned);
+        using Count = int (*)(int *);
+        auto init = reinterpret_cast<Init>(dlsym(lib, "cuInit"));
+        auto get_count = reinterpret_cast<Count>(dlsym(lib, "cuDeviceGetCount"));
+        if (!init || !get_count) why = "libcuda.so.1 lacks cuInit or cuDeviceGetCount";
+        else if (const int e = init(0); e != 0) why = "cuInit failed with CUDA error " + std::to_string(e);
+        else if (const int e2 = get_count(&count); e2 != 0) why = "cuDeviceGetCount failed with CUDA error " + std::to_string(e2);
+    } else {
+        using Platforms = int (*)(unsigned, void **, unsigned *);
+        auto platforms = reinterpret_cast<Platforms>(dlsym(lib, "clGetPlatformIDs"));
+        unsigned n = 0;
+        if (!platforms) why = "libOpenCL.so.1 lacks clGetPlatformIDs";
+        else if (const int e = platforms(0, nullptr, &n); e != 0) why = "clGetPlatformIDs failed with OpenCL error " + std::to_string(e);
+        count = int(n);
+    }
+    dlclose(lib);
+    if (why.empty() && count == 0) why = cuda ? "no CUDA device" : "no OpenCL platform (PoCL: Debian's pocl-opencl-icd)";
+    return why;
+}
+
+// What the kernels ran on, for the table's tuned_on: the CPU, or the GPU nvidia-smi names.
+std::string device_name(const Halide::Target &t) {
+    if (t.has_feature(Halide::Target::OpenCL)) return "OpenCL on " + cpu_model() + " (not a GPU: a check of the tuner)";
+    if (!t.has_feature(Halide::Target::CUDA)) return cpu_model();
+    std::string name;
+    if (FILE *p = popen("nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null", "r")) {
+        char line[256];
+        if (std::fgets(line, sizeof line, p)) name = line;
+        pclose(p);
+    }
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    return name.empty() ? "an NVIDIA GPU (nvidia-smi gave no name)" : name;
 }
 
 // One family compiled with one set of knobs (or one autoscheduler).
@@ -167,7 +256,7 @@ std::vector<Halide::Buffer<>> bind(Compiled &c, Call &call) {
 class Tuner {
 public:
     Tuner(Options o, Halide::Target target, std::vector<Family> families, std::vector<LstmShape> shapes,
-          CpuTuning base)
+          Table base)
         : o_(std::move(o)), target_(target), families_(std::move(families)), shapes_(std::move(shapes)),
           base_(std::move(base)) {}
 
@@ -191,13 +280,14 @@ private:
                      const std::string &autoscheduler = "");
     Call &call(const Family &f, const LstmShape &s);
     Result measure(Compiled &c, const Family &f, const LstmShape &s, bool check);
-    Result family_time(const Family &f, const LstmShape &s, const CpuTuning &t);
-    std::optional<double> cost(const CpuTuning &t, const std::string &label);
-    double op_ms(const CpuTuning &t, const LstmShape &s, int which);
+    Result family_time(const Family &f, const LstmShape &s, const Table &t);
+    std::optional<double> cost(const Table &t, const std::string &label);
+    double op_ms(const Table &t, const LstmShape &s, int which);
     void load_log();
     void log(const Key &k, const Result &r);
-    void write_table(const CpuTuning &t, int tried) const;
-    void report(const CpuTuning &best) ;
+    void write_table(const Table &t, int tried) const;
+    void report(const Table &best);
+    std::vector<std::pair<Table, std::string>> grid(const Table &best) const;
     // A candidate is kept when it beats the best by more than the timing noise (1 %); the base
     // (cost 1) is the first best.
     bool improves(double c) const { return c < best_cost_ * 0.99; }
@@ -210,7 +300,7 @@ private:
     Halide::Target target_;
     std::vector<Family> families_;
     std::vector<LstmShape> shapes_;
-    CpuTuning base_;
+    Table base_;
     Clock::time_point deadline_;
     std::map<Key, Result> results_;                    // every measurement, also from the log
     std::map<std::string, Compiled> kernels_;          // family + knobs -> compiled
@@ -254,14 +344,28 @@ Call &Tuner::call(const Family &f, const LstmShape &s) {
 // 50 runs of identical kernels came out 20 % apart).
 Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, bool check) {
     Call &inputs = call(f, s);
+    const bool gpu = target_.has_gpu_feature();
+    // On a GPU the buffers go to the device on their first call and stay there: only the
+    // outputs come back, to be checked, and a time ends when the device is done.
+    if (gpu)
+        for (auto &[name, b] : inputs.buffers)
+            if (!b.has_device_allocation()) b.set_host_dirty(true);
     std::vector<Halide::Buffer<>> outs = bind(c, inputs);
     Halide::Realization r(outs);
     // The base run starts from NaN outputs, so an output the kernel leaves unwritten (a call
     // Halide took for a bounds query) is caught here rather than timed as a kernel doing nothing.
     if (!check)
-        for (auto &b : outs)
-            if (b.data()) Halide::Buffer<float>(b).fill(std::numeric_limits<float>::quiet_NaN());
+        for (auto &b : outs) {
+            if (!b.data()) continue;
+            Halide::Buffer<float>(b).fill(std::numeric_limits<float>::quiet_NaN());
+            if (gpu) {
+                b.set_host_dirty(true);
+                b.copy_to_device(Halide::DeviceAPI::Default_GPU, target_);
+            }
+        }
     c.pipeline.realize(r, target_);
+    if (gpu)
+        for (auto &b : outs) b.copy_to_host();
     const std::string key = f.name + "@" + s.text();
     if (!check) {
         std::vector<Halide::Buffer<>> copies;
@@ -298,6 +402,7 @@ Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, b
     for (int rep = 0; rep < 100000 && (rep < 5 || total < 0.2); ++rep) {
         const auto t0 = Clock::now();
         c.pipeline.realize(r, target_);
+        if (gpu) outs[0].device_sync();
         const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
         best = std::min(best, sec);
         total += sec;
@@ -305,7 +410,7 @@ Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, b
     return {true, best * 1e3, ""};
 }
 
-Tuner::Result Tuner::family_time(const Family &f, const LstmShape &s, const CpuTuning &t) {
+Tuner::Result Tuner::family_time(const Family &f, const LstmShape &s, const Table &t) {
     const Key key{f.name, s.text(), relevant(f, t)};
     const std::string at = f.name + "@" + s.text();
     // The base table's run gives the outputs every candidate is checked against, so it runs in
@@ -334,7 +439,7 @@ Tuner::Result Tuner::family_time(const Family &f, const LstmShape &s, const CpuT
 
 // calls x time of every family at shape s: which 0 = BlockLSTM, 1 = BlockLSTMGrad, 2 = with
 // peepholes (its peephole-only kernels added).
-double Tuner::op_ms(const CpuTuning &t, const LstmShape &s, int which) {
+double Tuner::op_ms(const Table &t, const LstmShape &s, int which) {
     double ms = 0;
     for (const Family &f : families_) {
         const int n = which == 0 ? f.forward_calls(s) : which == 1 ? f.grad_calls(s) : f.grad_peephole_calls(s);
@@ -347,8 +452,8 @@ double Tuner::op_ms(const CpuTuning &t, const LstmShape &s, int which) {
 
 // The geometric mean over the shapes of (BlockLSTM + BlockLSTMGrad + its peephole kernels)
 // estimated from the kernels, relative to the base table; nullopt if any kernel failed.
-std::optional<double> Tuner::cost(const CpuTuning &t, const std::string &label) {
-    if (const std::string broken = schedules::cpu_rule_broken(t); !broken.empty()) return std::nullopt;
+std::optional<double> Tuner::cost(const Table &t, const std::string &label) {
+    if (const std::string broken = rule_broken(t); !broken.empty()) return std::nullopt;
     ++tried_;
     for (const Family &f : families_) {
         for (const LstmShape &s : shapes_) {
@@ -403,30 +508,34 @@ void Tuner::log(const Key &k, const Result &r) {
     log_.flush();
 }
 
-void Tuner::write_table(const CpuTuning &t, int tried) const {
+void Tuner::write_table(const Table &t, int tried) const {
+    // Kernels timed on PoCL say nothing about a GPU: such a table is marked not measured.
+    const bool measured = !target_.has_feature(Halide::Target::OpenCL);
     std::ostringstream j;
-    j << "{\n  \"table\": \"" << t.table << "\",\n  \"measured\": true,\n";
-    j << "  \"tuned_on\": \"" << cpu_model() << ", " << std::thread::hardware_concurrency() << " logical CPUs ("
-      << target_.to_string() << "), " << (o_.threads ? std::to_string(o_.threads) : std::string("all")) << " threads: blocklstm tune --minutes "
-      << o_.minutes << " --shapes '" << o_.shapes << "', " << tried << " candidates\",\n";
+    j << "{\n  \"table\": \"" << t.table << "\",\n  \"measured\": " << (measured ? "true" : "false") << ",\n";
+    j << "  \"tuned_on\": \"" << device_name(target_);
+    if (!t.gpu) j << ", " << std::thread::hardware_concurrency() << " logical CPUs";
+    j << " (" << target_.to_string() << ")";
+    if (!t.gpu) j << ", " << (o_.threads ? std::to_string(o_.threads) : std::string("all")) << " threads";
+    j << ": blocklstm tune " << (t.gpu ? "--device " + o_.device + " " : std::string()) << "--minutes " << o_.minutes
+      << " --shapes '" << o_.shapes << "', " << tried << " candidates\",\n";
     j << "  \"date\": \"" << today() << "\",\n  \"knobs\": {\n";
-    const auto &knobs = schedules::cpu_knobs();
-    for (size_t k = 0; k < knobs.size(); ++k)
-        j << "    \"" << knobs[k].name << "\": " << t.*knobs[k].field << (k + 1 < knobs.size() ? ",\n" : "\n");
+    for (size_t k = 0; k < t.knobs.size(); ++k)
+        j << "    \"" << t.knobs[k].first << "\": " << t.knobs[k].second << (k + 1 < t.knobs.size() ? ",\n" : "\n");
     j << "  }\n}\n";
     const std::string tmp = o_.out + ".tmp";
     std::ofstream(tmp) << j.str();
     std::filesystem::rename(tmp, o_.out);
 }
 
-void Tuner::report(const CpuTuning &best) {
+void Tuner::report(const Table &best) {
     fmt::print("\nPer family, the tuned table against the base one (best of >= 5 runs, ms):\n");
-    fmt::print("  {:<16} {:<16} {:>10} {:>10} {:>8}\n", "family", "T,B,I,H", "base", "tuned", "speedup");
+    fmt::print("  {:<24} {:<16} {:>10} {:>10} {:>8}\n", "family", "T,B,I,H", "base", "tuned", "speedup");
     for (const Family &f : families_) {
         for (const LstmShape &s : shapes_) {
             const double b = results_.at({f.name, s.text(), relevant(f, base_)}).ms;
             const double t = results_.at({f.name, s.text(), relevant(f, best)}).ms;
-            fmt::print("  {:<16} {:<16} {:>10.3f} {:>10.3f} {:>7.3f}x\n", f.name, s.text(), b, t, b / t);
+            fmt::print("  {:<24} {:<16} {:>10.3f} {:>10.3f} {:>7.3f}x\n", f.name, s.text(), b, t, b / t);
         }
     }
     fmt::print("\nEnd to end, estimated as the sum of the kernels each op runs (calls x time):\n");
@@ -452,23 +561,85 @@ std::vector<int> candidates(const std::string &knob) {
     if (knob == "gemm_row_block_tiles") return {4, 8, 16, 32};
     if (knob == "gemm_column_chunks") return {1, 2, 4};
     if (knob == "column_sum_vectors") return {4, 8, 16, 32};
+    if (knob == "batched_cols_per_thread" || knob == "step_cols_per_thread") return {1, 2, 4, 8};
+    if (knob == "batched_rows_per_thread" || knob == "step_rows_per_thread") return {1, 2, 4, 8, 16};
+    if (knob == "batched_thread_rows" || knob == "step_thread_rows") return {1, 2, 4, 8, 16, 32};
+    if (knob == "elementwise_cols") return {32, 64, 128, 256};
+    if (knob == "elementwise_rows") return {1, 2, 4, 8};
+    if (knob == "sum_rows_per_chunk") return {16, 32, 64, 128, 256, 512};
     return {};
+}
+
+// The order of coordinate descent: the knobs that move the most time first.
+const std::vector<std::string> &descent_order(bool gpu) {
+    static const std::vector<std::string> cpu{"gemm_k_block", "gemm_step_tile_rows", "gemm_tile_rows",
+                                              "gemm_row_block_tiles", "gemm_column_chunks", "gemm_step_k_block",
+                                              "column_sum_vectors"};
+    static const std::vector<std::string> gpu_order{"step_rows_per_thread", "step_cols_per_thread", "step_thread_rows",
+                                                    "elementwise_cols", "elementwise_rows", "sum_rows_per_chunk",
+                                                    "batched_rows_per_thread", "batched_cols_per_thread",
+                                                    "batched_thread_rows"};
+    return gpu ? gpu_order : cpu;
+}
+
+// The first, coarse stage of the search: on the CPU each register-tile width with the most rows
+// the registers hold and two fewer; on the GPU the products' thread tiles (accumulators per
+// thread, columns x rows), the step's and, when a batched family is tuned, the batched one's.
+std::vector<std::pair<Table, std::string>> Tuner::grid(const Table &best) const {
+    auto read = [&](const std::string &knob) {
+        return std::any_of(families_.begin(), families_.end(), [&](const Family &f) {
+            return std::find(f.knobs.begin(), f.knobs.end(), knob) != f.knobs.end();
+        });
+    };
+    std::vector<std::pair<Table, std::string>> out;
+    auto add = [&](const Table &t, const std::string &label) {
+        if (knob_string(t) != knob_string(best)) out.emplace_back(t, label);
+    };
+    if (!best.gpu) {
+        if (!read("gemm_tile_vectors")) return out;
+        const int registers = best.get("vector_floats") >= 16 ? 32 : 16;
+        for (int vectors : candidates("gemm_tile_vectors")) {
+            for (int fewer : {0, 2}) {
+                const int rows = (registers - vectors - 1) / vectors - fewer;
+                if (rows < 1) continue;
+                Table t = best;
+                t.set("gemm_tile_vectors", vectors);
+                t.set("gemm_tile_rows", rows);
+                t.set("gemm_step_tile_rows", std::min(rows, base_.get("gemm_step_tile_rows")));
+                add(t, fmt::format("tile {} x {} vectors", rows, vectors));
+            }
+        }
+        return out;
+    }
+    for (const std::string which : {"step", "batched"}) {
+        if (!read(which + "_cols_per_thread")) continue;
+        for (int cols : {1, 2, 4})
+            for (int rows : {1, 2, 4, 8}) {
+                Table t = best;
+                t.set(which + "_cols_per_thread", cols);
+                t.set(which + "_rows_per_thread", rows);
+                add(t, fmt::format("{} thread tile {} x {}", which, cols, rows));
+            }
+    }
+    return out;
 }
 
 int Tuner::run_search() {
     deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.minutes * 60));
     load_log();
-    fmt::print("Tuning table {} for {} on {} ({} threads), shapes {}, {} min\n", base_.table, target_.to_string(),
-               cpu_model(), o_.threads ? std::to_string(o_.threads) : std::string("all"), o_.shapes, o_.minutes);
+    fmt::print("Tuning table {} for {} on {}{}, shapes {}, {} min\n", base_.table, target_.to_string(),
+               device_name(target_),
+               base_.gpu ? "" : fmt::format(" ({} threads)", o_.threads ? std::to_string(o_.threads) : std::string("all")),
+               o_.shapes, o_.minutes);
     fmt::print("Base: {}\n", knob_string(base_));
     fmt::print("Log: {}   table: {}\n\n", o_.log, o_.out);
-    CpuTuning best = base_;
+    Table best = base_;
     if (!cost(base_, "base")) {
         std::cerr << "blocklstm tune: the base table's kernels did not run (above); nothing to tune from\n";
         return 1;
     }
     best_cost_ = 1.0;
-    auto consider = [&](CpuTuning t, const std::string &label) {
+    auto consider = [&](const Table &t, const std::string &label) {
         if (out_of_time()) return false;
         const std::optional<double> c = cost(t, label);
         if (c && improves(*c)) {
@@ -485,40 +656,23 @@ int Tuner::run_search() {
             return std::find(f.knobs.begin(), f.knobs.end(), knob) != f.knobs.end();
         });
     };
-    // 1. A coarse grid over the register tiles: each width with the most rows the registers hold
-    // and two fewer.
-    for (int vectors : read("gemm_tile_vectors") ? candidates("gemm_tile_vectors") : std::vector<int>{}) {
-        for (int fewer : {0, 2}) {
-            CpuTuning t = best;
-            t.gemm_tile_vectors = vectors;
-            const int rows = (t.registers() - vectors - 1) / vectors - fewer;
-            if (rows < 1) continue;
-            t.gemm_tile_rows = rows;
-            t.gemm_step_tile_rows = std::min(rows, base_.gemm_step_tile_rows);
-            if (knob_string(t) == knob_string(best)) continue;
-            consider(t, fmt::format("tile {} x {} vectors", rows, vectors));
-        }
-    }
+    // 1. A coarse grid (Tuner::grid), each candidate against the best so far.
+    for (const auto &[t, label] : grid(best)) consider(t, label);
     // 2. Coordinate descent: each knob's neighbouring values around the best, one knob at a time,
     // following a direction while it gains; passes until one changes nothing.
-    const std::vector<std::string> order{"gemm_k_block", "gemm_step_tile_rows", "gemm_tile_rows",
-                                         "gemm_row_block_tiles", "gemm_column_chunks", "gemm_step_k_block",
-                                         "column_sum_vectors"};
     for (bool moved = true; moved && !out_of_time();) {
         moved = false;
-        for (const std::string &name : order) {
+        for (const std::string &name : descent_order(best.gpu)) {
             if (!read(name)) continue;
-            const auto &knobs = schedules::cpu_knobs();
-            const auto knob = *std::find_if(knobs.begin(), knobs.end(), [&](const auto &k) { return k.name == name; });
             const std::vector<int> values = candidates(name);
             for (int step : {+1, -1}) {
                 while (!out_of_time()) {
-                    const int now = best.*knob.field;
+                    const int now = best.get(name);
                     auto at = std::lower_bound(values.begin(), values.end(), now);
                     const long next = (at - values.begin()) + (at != values.end() && *at == now ? step : (step > 0 ? 0 : -1));
                     if (next < 0 || next >= long(values.size())) break;
-                    CpuTuning t = best;
-                    t.*knob.field = values[next];
+                    Table t = best;
+                    t.set(name, values[next]);
                     if (!consider(t, fmt::format("{} {} -> {}", name, now, values[next]))) break;
                     moved = true;
                 }
@@ -531,10 +685,11 @@ int Tuner::run_search() {
     write_table(best, tried_);
     fmt::print("Tuned: {}\n", knob_string(best));
     report(best);
-    fmt::print("\nWrote {0}: {1:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels).\n"
-               "Confirm it on the real ops (builds with it, times both builds): tools/tune/confirm.sh {2}\n"
-               "Build with it: cmake -B build -DBLOCKLSTM_TUNING={2} && cmake --build build\n",
-               o_.out, best_cost_, std::filesystem::absolute(o_.out).string());
+    const std::string file = std::filesystem::absolute(o_.out).string();
+    fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels).\n",
+               o_.out, best_cost_);
+    if (!best.gpu) fmt::print("Confirm it on the real ops (builds with it, times both builds): tools/tune/confirm.sh {}\n", file);
+    fmt::print("Build with it: cmake -B build -DBLOCKLSTM_TUNING={0} && cmake --build build\n", file);
     return 0;
 }
 
@@ -618,11 +773,13 @@ int Tuner::run_autoscheduler_baselines() {
 int main(int argc, char **argv) {
     using namespace blocklstm::tune;
     Options o;
-    CLI::App app("blocklstm tune: fit the CPU schedules' tuning table to this machine (docs/tuning.md)");
+    CLI::App app("blocklstm tune: fit the schedules' tuning table to this machine's CPU or GPU (docs/tuning.md)");
     app.add_option("--shapes", o.shapes, "LSTM shapes 'T,B,I,H;...' to time the kernels on");
     app.add_option("--minutes", o.minutes, "time budget of the search")->check(CLI::Range(0.0, 100000.0));
-    app.add_option("--families", o.families, "kernel families to tune (default: all)")->delimiter(',');
-    app.add_option("--target", o.target, "Halide target to tune for (default: host)");
+    app.add_option("--families", o.families, "kernel families to tune (default: all but, on a GPU, the batched "
+                                             "products cuBLAS does)")->delimiter(',');
+    app.add_option("--target", o.target, "Halide target to tune for (default: host; with --device cuda "
+                                         "host-cuda-cuda_capability_80, as the CUDA kernels are built)");
     app.add_option("--from", o.from, "table to start from (default: the one this build used for the target)");
     app.add_option("--out", o.out, "table to write (default: ./<table>.json)");
     app.add_option("--log", o.log, "CSV log of every candidate, read back to resume (default: <out>.csv)");
@@ -631,27 +788,35 @@ int main(int argc, char **argv) {
         ->check(CLI::IsMember({"autoschedulers"}));
     app.add_flag("--fresh", o.fresh, "ignore an existing log (start over)");
     app.add_option("--seed", o.seed, "seed of the random inputs");
-    std::string device = "cpu";
-    app.add_option("--device", device, "cpu (the GPU schedules are not tuned by this tool yet)")
-        ->check(CLI::IsMember({"cpu", "cuda"}));
+    app.add_option("--device", o.device, "cpu, cuda (the CUDA table, on this machine's NVIDIA GPU), or opencl (the "
+                                         "GPU schedules on an OpenCL device such as PoCL: a check of the tuner, "
+                                         "not a tuning)")
+        ->check(CLI::IsMember({"cpu", "cuda", "opencl"}));
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {
         return app.exit(e);
     }
     try {
-        if (device == "cuda")
-            throw std::invalid_argument("--device cuda: this tool tunes the CPU tables only; the CUDA table "
-                                        "(schedules/tuned/cuda.json) is edited by hand until a GPU tuning run exists");
         if (o.threads > 0) setenv("HL_NUM_THREADS", std::to_string(o.threads).c_str(), 1);
-        const Halide::Target target = o.target == "host" ? Halide::get_host_target() : Halide::Target(o.target);
-        if (target.has_gpu_feature()) throw std::invalid_argument("--target: a CPU target is expected, got " + o.target);
+        const bool gpu = o.device != "cpu";
+        std::string target_text = o.target;
+        if (target_text == "host" && o.device == "cuda") target_text = "host-cuda-cuda_capability_80";
+        if (target_text == "host" && o.device == "opencl") target_text = "host-opencl";
+        const Halide::Target target = target_text == "host" ? Halide::get_host_target() : Halide::Target(target_text);
+        const bool target_gpu = target.has_feature(Halide::Target::CUDA) || target.has_feature(Halide::Target::OpenCL);
+        if (target_gpu != gpu)
+            throw std::invalid_argument("--target: " + target.to_string() + (gpu ? " is not a CUDA or OpenCL target, as --device " + o.device + " needs" : " is a GPU target: give --device cuda or opencl"));
         const std::vector<LstmShape> shapes = parse_shapes(o.shapes);
-        const std::vector<Family> families = select_families(cpu_families(), o.families);
-        const std::string table = table_of(target);
-        CpuTuning base;
+        if (gpu)
+            if (const std::string why = gpu_missing(o.device); !why.empty())
+                throw std::invalid_argument("--device " + o.device + ": cannot run kernels here: " + why);
+        const std::vector<Family> families = select_families(gpu ? gpu_families() : cpu_families(), o.families);
+        // The GPU schedules (CUDA, and their OpenCL twins) read one table.
+        const std::string table = gpu ? "cuda" : table_of(target);
+        Table base;
         if (!o.from.empty()) {
-            base = read_table_file(o.from);
+            base = read_table_file(o.from, gpu);
             if (base.table != table)
                 throw std::invalid_argument("--from: the table is " + base.table + ", target " + target.to_string() +
                                             " uses " + table);
@@ -661,7 +826,7 @@ int main(int argc, char **argv) {
             for (const BuiltTable &t : tables)
                 if (table == t.name) found = &t;
             if (!found) throw std::invalid_argument("this build has no tuning table " + table + " (give --from FILE)");
-            base = blocklstm::schedules::parse_cpu_tuning(found->name, found->knobs);
+            base = parse_table(gpu, found->name, found->knobs);
         }
         if (o.out.empty()) o.out = table + ".json";
         if (o.log.empty()) o.log = o.out + ".csv";
