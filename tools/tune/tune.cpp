@@ -702,6 +702,9 @@ std::string halide_library_dir() {
 
 int Tuner::run_autoscheduler_baselines() {
     const bool gpu = target_.has_gpu_feature();
+    if (gpu && !target_.has_feature(Halide::Target::CUDA))
+        throw std::invalid_argument("--baseline autoschedulers: Halide's GPU autoscheduler (Anderson2021) "
+                                    "schedules for CUDA only; give --device cuda");
     const std::vector<std::string> names = gpu ? std::vector<std::string>{"Anderson2021"}
                                                : std::vector<std::string>{"Adams2019", "Li2018", "Mullapudi2016"};
     const std::string dir = halide_library_dir();
@@ -754,10 +757,12 @@ int Tuner::run_autoscheduler_baselines() {
                 } catch (const std::exception &e) {
                     r = {false, 0, e.what()};
                 }
-                std::string why = r.why.substr(0, r.why.find('\n'));
+                std::string why = r.why;  // Halide's errors run over lines: one line, its start
+                std::replace(why.begin(), why.end(), '\n', ' ');
+                if (why.find_first_not_of("Error: ") == std::string::npos) why += "(Halide gave no message)";
                 log({f.name, s.text(), "autoscheduler:" + n}, r);
                 fmt::print(" {:>14}", r.ok ? fmt::format("{:.3f} {:.2f}x", r.ms, ours.ms / r.ms) : "failed");
-                if (!r.ok) fmt::print("\n      {}: {}\n", n, why.substr(0, 160));
+                if (!r.ok) fmt::print("\n      {}: {}\n", n, why.substr(0, 300));
                 std::fflush(stdout);
             }
             fmt::print("\n");
