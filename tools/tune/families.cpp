@@ -1,6 +1,7 @@
 #include "tools/tune/families.h"
 
 #include <algorithm>
+#include <functional>
 #include <iterator>
 #include <stdexcept>
 
@@ -60,64 +61,90 @@ const std::vector<std::string> step_knobs{"vector_floats", "gemm_tile_vectors", 
                                           "gemm_step_k_block", "gemm_row_block_tiles"};
 
 auto never = [](const LstmShape &) { return 0; };
+auto once = [](const LstmShape &) { return 1; };
+auto per_step = [](const LstmShape &s) { return s.T; };
+
+// The buffers of each generator's call at a shape, as the runtime passes them
+// (runtime/src/ops_sequence.cpp). The per-step products read W_h in packed panels on the CPU and
+// as a matrix on the GPU.
+
+// xw = x . W_x + b (the input projection).
+Call input_projection(const LstmShape &s, std::mt19937 &rng) {
+    Call c;
+    c.buffers["a"] = random(rng, {s.I, s.T * s.B});
+    c.buffers["b"] = random(rng, {4 * s.H, s.I});
+    c.buffers["bias"] = random(rng, {4 * s.H});
+    c.buffers["c"] = empty_like({4 * s.H, s.T * s.B});
+    return c;
+}
+
+// x_grad = dgates . W_x^T.
+Call input_grad(const LstmShape &s, std::mt19937 &rng) {
+    Call c;
+    c.buffers["a"] = random(rng, {4 * s.H, s.T * s.B});
+    c.buffers["b"] = random(rng, {s.I, 4 * s.H});
+    c.buffers["c"] = empty_like({s.I, s.T * s.B});
+    return c;
+}
+
+Call forward_step(const LstmShape &s, std::mt19937 &rng, bool panels) {
+    Call c;
+    c.buffers["xw"] = random(rng, {4 * s.H, s.B});
+    c.buffers["h_prev"] = random(rng, {s.H, s.B});
+    c.buffers["w_h"] = panels ? random_panels(rng, 4 * s.H, s.H) : random(rng, {4 * s.H, s.H});  // W_h [H, 4H]
+    c.buffers["cs_prev"] = random(rng, {s.H, s.B});
+    for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
+    c.scalars["forget_bias"] = 1.0f;
+    c.scalars["cell_clip"] = 3.0f;
+    for (int k = 0; k < 7; ++k) c.buffers["lstm." + std::to_string(k)] = empty_like({s.H, s.B});
+    c.buffers["gates"] = empty_like({4 * s.H, s.B});
+    return c;
+}
+
+Call backward_step(const LstmShape &s, std::mt19937 &rng, bool panels) {
+    Call c;
+    c.buffers["dgates_next"] = random(rng, {4 * s.H, s.B});
+    c.buffers["w_h_t"] = panels ? random_panels(rng, s.H, 4 * s.H) : random(rng, {s.H, 4 * s.H});  // W_h^T [4H, H]
+    for (const char *p : {"h_grad", "cs_grad", "dcs_carry", "cs_prev", "ci", "co"}) c.buffers[p] = random(rng, {s.H, s.B});
+    for (const char *p : {"i", "f", "o"}) c.buffers[p] = random(rng, {s.H, s.B}, 0.0f, 1.0f);
+    for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
+    c.buffers["dgates"] = empty_like({s.H, 4, s.B});
+    c.buffers["dcs_carry_out"] = empty_like({s.H, s.B});
+    c.buffers["dh"] = empty_like({s.H, s.B});
+    return c;
+}
+
+// The reductions after the backward loop. On the CPU b_grad is w_grad's extra row, so the
+// runtime passes it empty (with a host pointer).
+Call reductions(const LstmShape &s, std::mt19937 &rng, bool peephole, bool b_grad_elsewhere) {
+    Call c;
+    c.buffers["dgates"] = random(rng, {4 * s.H, s.T * s.B});
+    c.buffers["cs"] = random(rng, {s.H, s.B, s.T});
+    c.buffers["cs_prev"] = random(rng, {s.H, s.B});
+    c.buffers["dcs_carry"] = random(rng, {s.H, s.B});
+    c.buffers["b_grad"] = b_grad_elsewhere ? no_elements() : empty_like({4 * s.H});
+    c.buffers["cs_prev_grad"] = empty_like({s.H, s.B});
+    if (peephole)
+        for (int k = 0; k < 3; ++k) c.buffers["peephole_grads." + std::to_string(k)] = empty_like({s.H});
+    return c;
+}
 
 }  // namespace
 
 std::vector<Family> cpu_families() {
+    using namespace std::placeholders;
     std::vector<Family> f;
-    // The input projection xw = x . W_x + b, once per BlockLSTM.
+    // The input projection, once per BlockLSTM.
     f.push_back({"gemm_nn_bias", "gemm", {{"form", "nn_bias"}, {"dtype", "float32"}}, batched_knobs,
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     Call c;
-                     c.buffers["a"] = random(rng, {s.I, s.T * s.B});
-                     c.buffers["b"] = random(rng, {4 * s.H, s.I});
-                     c.buffers["bias"] = random(rng, {4 * s.H});
-                     c.buffers["c"] = empty_like({4 * s.H, s.T * s.B});
-                     return c;
-                 },
-                 [](const LstmShape &) { return 1; }, never, never});
-    // One forward step, T per BlockLSTM.
+                 input_projection, once, never, never});
+    // One forward step, T per BlockLSTM; one backward step, T per BlockLSTMGrad.
     f.push_back({"seq_fwd_step", "seq_fwd_step", {{"dtype", "float32"}, {"weights", "panels"}}, step_knobs,
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     Call c;
-                     c.buffers["xw"] = random(rng, {4 * s.H, s.B});
-                     c.buffers["h_prev"] = random(rng, {s.H, s.B});
-                     c.buffers["w_h"] = random_panels(rng, 4 * s.H, s.H);
-                     c.buffers["cs_prev"] = random(rng, {s.H, s.B});
-                     for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
-                     c.scalars["forget_bias"] = 1.0f;
-                     c.scalars["cell_clip"] = 3.0f;
-                     for (int k = 0; k < 7; ++k) c.buffers["lstm." + std::to_string(k)] = empty_like({s.H, s.B});
-                     c.buffers["gates"] = empty_like({4 * s.H, s.B});
-                     return c;
-                 },
-                 [](const LstmShape &s) { return s.T; }, never, never});
-    // One backward step, T per BlockLSTMGrad.
+                 std::bind(forward_step, _1, _2, true), per_step, never, never});
     f.push_back({"seq_bwd_step", "seq_bwd_step", {{"dtype", "float32"}, {"weights", "panels"}}, step_knobs,
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     Call c;
-                     c.buffers["dgates_next"] = random(rng, {4 * s.H, s.B});
-                     c.buffers["w_h_t"] = random_panels(rng, s.H, 4 * s.H);
-                     for (const char *p : {"h_grad", "cs_grad", "dcs_carry", "cs_prev", "ci", "co"})
-                         c.buffers[p] = random(rng, {s.H, s.B});
-                     for (const char *p : {"i", "f", "o"}) c.buffers[p] = random(rng, {s.H, s.B}, 0.0f, 1.0f);
-                     for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
-                     c.buffers["dgates"] = empty_like({s.H, 4, s.B});
-                     c.buffers["dcs_carry_out"] = empty_like({s.H, s.B});
-                     c.buffers["dh"] = empty_like({s.H, s.B});
-                     return c;
-                 },
-                 never, [](const LstmShape &s) { return s.T; }, [](const LstmShape &s) { return s.T; }});
-    // x_grad = dgates . W_x^T, once per BlockLSTMGrad.
-    f.push_back({"gemm_nn", "gemm", {{"form", "nn"}, {"dtype", "float32"}}, batched_knobs,
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     Call c;
-                     c.buffers["a"] = random(rng, {4 * s.H, s.T * s.B});
-                     c.buffers["b"] = random(rng, {s.I, 4 * s.H});
-                     c.buffers["c"] = empty_like({s.I, s.T * s.B});
-                     return c;
-                 },
-                 never, [](const LstmShape &) { return 1; }, [](const LstmShape &) { return 1; }});
+                 std::bind(backward_step, _1, _2, true), never, per_step, per_step});
+    // x_grad, once per BlockLSTMGrad.
+    f.push_back({"gemm_nn", "gemm", {{"form", "nn"}, {"dtype", "float32"}}, batched_knobs, input_grad, never,
+                 once, once});
     // w_grad's x product over one chunk of dgates (and b_grad's extra row); the h product has
     // the same shape where I = H, so a BlockLSTMGrad runs two per chunk.
     f.push_back({"gemm_tn_panels", "gemm", {{"form", "tn"}, {"dtype", "float32"}, {"weights", "panels"}},
@@ -134,108 +161,40 @@ std::vector<Family> cpu_families() {
                  },
                  never, [](const LstmShape &s) { return 2 * weight_grad_chunks(s); },
                  [](const LstmShape &s) { return 2 * weight_grad_chunks(s); }});
-    // The peephole sums after the backward loop, once per BlockLSTMGrad with peepholes (b_grad
-    // is w_grad's extra row on the CPU, so it is empty here as the runtime passes it).
+    // The peephole sums after the backward loop, once per BlockLSTMGrad with peepholes.
     f.push_back({"seq_bwd_reduce", "seq_bwd_reduce",
                  {{"dtype", "float32"}, {"use_peephole", "true"}, {"layout", "icfo"}},
-                 {"vector_floats", "column_sum_vectors"},
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     Call c;
-                     c.buffers["dgates"] = random(rng, {4 * s.H, s.T * s.B});
-                     c.buffers["cs"] = random(rng, {s.H, s.B, s.T});
-                     c.buffers["cs_prev"] = random(rng, {s.H, s.B});
-                     c.buffers["dcs_carry"] = random(rng, {s.H, s.B});
-                     c.buffers["b_grad"] = no_elements();
-                     c.buffers["cs_prev_grad"] = empty_like({s.H, s.B});
-                     for (int k = 0; k < 3; ++k) c.buffers["peephole_grads." + std::to_string(k)] = empty_like({s.H});
-                     return c;
-                 },
-                 never, never, [](const LstmShape &) { return 1; }});
+                 {"vector_floats", "column_sum_vectors"}, std::bind(reductions, _1, _2, true, true), never, never,
+                 once});
     return f;
 }
 
 std::vector<Family> gpu_families() {
+    using namespace std::placeholders;
     const std::vector<std::string> batched{"batched_cols_per_thread", "batched_rows_per_thread",
                                            "batched_thread_rows"};
     const std::vector<std::string> step{"step_cols_per_thread", "step_rows_per_thread", "step_thread_rows",
                                         "elementwise_cols", "elementwise_rows"};
     const std::vector<std::string> sums{"sum_rows_per_chunk", "elementwise_cols", "elementwise_rows"};
-    auto one = [](const LstmShape &) { return 1; };
-    auto steps = [](const LstmShape &s) { return s.T; };
     std::vector<Family> f;
     // The per-step products with their gate math: the recurrence, T launches per op.
     f.push_back({"seq_fwd_step", "seq_fwd_step", {{"dtype", "float32"}, {"weights", "matrix"}}, step,
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     Call c;
-                     c.buffers["xw"] = random(rng, {4 * s.H, s.B});
-                     c.buffers["h_prev"] = random(rng, {s.H, s.B});
-                     c.buffers["w_h"] = random(rng, {4 * s.H, s.H});  // W_h [H, 4H]
-                     c.buffers["cs_prev"] = random(rng, {s.H, s.B});
-                     for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
-                     c.scalars["forget_bias"] = 1.0f;
-                     c.scalars["cell_clip"] = 3.0f;
-                     for (int k = 0; k < 7; ++k) c.buffers["lstm." + std::to_string(k)] = empty_like({s.H, s.B});
-                     c.buffers["gates"] = empty_like({4 * s.H, s.B});
-                     return c;
-                 },
-                 steps, never, never});
+                 std::bind(forward_step, _1, _2, false), per_step, never, never});
     f.push_back({"seq_bwd_step", "seq_bwd_step", {{"dtype", "float32"}, {"weights", "matrix"}}, step,
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     Call c;
-                     c.buffers["dgates_next"] = random(rng, {4 * s.H, s.B});
-                     c.buffers["w_h_t"] = random(rng, {s.H, 4 * s.H});  // W_h^T [4H, H]
-                     for (const char *p : {"h_grad", "cs_grad", "dcs_carry", "cs_prev", "ci", "co"})
-                         c.buffers[p] = random(rng, {s.H, s.B});
-                     for (const char *p : {"i", "f", "o"}) c.buffers[p] = random(rng, {s.H, s.B}, 0.0f, 1.0f);
-                     for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
-                     c.buffers["dgates"] = empty_like({s.H, 4, s.B});
-                     c.buffers["dcs_carry_out"] = empty_like({s.H, s.B});
-                     c.buffers["dh"] = empty_like({s.H, s.B});
-                     return c;
-                 },
-                 never, steps, steps});
+                 std::bind(backward_step, _1, _2, false), never, per_step, per_step});
     // After the recurrence: b_grad and cs_prev_grad, and with peepholes their three sums.
-    for (const bool peephole : {false, true}) {
-        f.push_back({peephole ? "seq_bwd_reduce_peephole" : "seq_bwd_reduce", "seq_bwd_reduce",
-                     {{"dtype", "float32"}, {"use_peephole", peephole ? "true" : "false"}, {"layout", "icfo"}},
-                     sums,
-                     [peephole](const LstmShape &s, std::mt19937 &rng) {
-                         Call c;
-                         c.buffers["dgates"] = random(rng, {4 * s.H, s.T * s.B});
-                         c.buffers["cs"] = random(rng, {s.H, s.B, s.T});
-                         c.buffers["cs_prev"] = random(rng, {s.H, s.B});
-                         c.buffers["dcs_carry"] = random(rng, {s.H, s.B});
-                         c.buffers["b_grad"] = empty_like({4 * s.H});
-                         c.buffers["cs_prev_grad"] = empty_like({s.H, s.B});
-                         if (peephole)
-                             for (int k = 0; k < 3; ++k)
-                                 c.buffers["peephole_grads." + std::to_string(k)] = empty_like({s.H});
-                         return c;
-                     },
-                     never, peephole ? never : one, peephole ? one : never});
-    }
+    f.push_back({"seq_bwd_reduce", "seq_bwd_reduce", {{"dtype", "float32"}}, sums,
+                 std::bind(reductions, _1, _2, false, false), never, once, never});
+    f.push_back({"seq_bwd_reduce_peephole", "seq_bwd_reduce",
+                 {{"dtype", "float32"}, {"use_peephole", "true"}, {"layout", "icfo"}}, sums,
+                 std::bind(reductions, _1, _2, true, false), never, never, once});
     // The batched products, which cuBLAS does where it loads (so not tuned unless asked for with
     // --families): the input projection, x_grad, and w_grad's two products (x and h_prev_seq;
     // I = H at the default shapes). h_prev_grad's product of B rows is left out.
-    f.push_back({"gemm_nn_bias", "gemm", {{"form", "nn_bias"}, {"dtype", "float32"}}, batched,
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     Call c;
-                     c.buffers["a"] = random(rng, {s.I, s.T * s.B});
-                     c.buffers["b"] = random(rng, {4 * s.H, s.I});
-                     c.buffers["bias"] = random(rng, {4 * s.H});
-                     c.buffers["c"] = empty_like({4 * s.H, s.T * s.B});
-                     return c;
-                 },
-                 one, never, never, false});
-    f.push_back({"gemm_nn", "gemm", {{"form", "nn"}, {"dtype", "float32"}}, batched,
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     Call c;
-                     c.buffers["a"] = random(rng, {4 * s.H, s.T * s.B});
-                     c.buffers["b"] = random(rng, {s.I, 4 * s.H});
-                     c.buffers["c"] = empty_like({s.I, s.T * s.B});
-                     return c;
-                 },
-                 never, one, one, false});
+    f.push_back({"gemm_nn_bias", "gemm", {{"form", "nn_bias"}, {"dtype", "float32"}}, batched, input_projection,
+                 once, never, never, false});
+    f.push_back({"gemm_nn", "gemm", {{"form", "nn"}, {"dtype", "float32"}}, batched, input_grad, never, once, once,
+                 false});
     f.push_back({"gemm_tn", "gemm", {{"form", "tn"}, {"dtype", "float32"}}, batched,
                  [](const LstmShape &s, std::mt19937 &rng) {
                      Call c;
