@@ -836,8 +836,14 @@ int main(int argc, char **argv) {
         if (o.out.empty()) o.out = table + ".json";
         if (o.log.empty()) o.log = o.out + ".csv";
         std::signal(SIGINT, [](int) { interrupted = true; });
-        Tuner tuner(o, target, families, shapes, base);
-        return o.baseline.empty() ? tuner.run_search() : tuner.run_autoscheduler_baselines();
+        int status = 0;
+        {
+            Tuner tuner(o, target, families, shapes, base);  // its buffers free their device memory
+            status = o.baseline.empty() ? tuner.run_search() : tuner.run_autoscheduler_baselines();
+        }
+        // The JIT runtimes hold the GPU context and the compiled GPU programs until released.
+        Halide::Internal::JITSharedRuntime::release_all();
+        return status;
     } catch (const Halide::Error &e) {
         std::cerr << "blocklstm tune: " << e.what() << "\n";
         return 1;
