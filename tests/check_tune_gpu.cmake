@@ -27,6 +27,15 @@ if (NOT t_TABLE STREQUAL "cuda" OR NOT t_KNOBS MATCHES "step_cols_per_thread:[0-
 endif ()
 message(STATUS "ok: wrote table ${t_TABLE}: ${t_KNOBS} (${t_TUNED_ON})")
 
+# A log holds one target's times: a CPU run refuses to resume the OpenCL run's log.
+execute_process(COMMAND "${CLI}" tune --minutes 0 --shapes 3,4,8,8 --families seq_fwd_step
+                        --out "${WORK}/cpu.json" --log "${WORK}/cuda.json.csv"
+                RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if (code EQUAL 0 OR NOT err MATCHES "holds times for .*opencl")
+    message(FATAL_ERROR "a log of another target was not refused (${code}):\n${out}\n${err}")
+endif ()
+message(STATUS "ok: another target's log is refused")
+
 # A batched product (cuBLAS's where it loads) is tuned only when asked for.
 execute_process(COMMAND "${CLI}" tune --device opencl --minutes 0 --families gemm_tn --shapes 2,4,8,8
                         --out "${WORK}/gemm.json" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)

@@ -7,7 +7,8 @@
 #   tools/gpu_check.sh pack-tune     here: the tuner and its libHalide (xz, about 50 MB) into
 #                                    gpu-carry-tune/ (too large to go with gpu-carry/)
 #   tools/gpu_check.sh tune [ARGS]   there: `blocklstm tune --device cuda` on the GPU (default
-#                                    --minutes 10), the table and its log to $OUT
+#                                    --minutes 7, inside the device's 10-minute call; ARGS
+#                                    override it), the table and its log to $OUT
 # A device call: carry ["gpu-carry"], command "tools/gpu_check.sh run"; for tuning, carry
 # ["gpu-carry-tune"], command "tools/gpu_check.sh tune".
 set -uo pipefail
@@ -54,12 +55,13 @@ run)
     exit $status
     ;;
 pack-tune)
+    set -e
     rm -rf "$tune_carry" && mkdir -p "$tune_carry/lib" "$tune_carry/bin"
     cp "$build/tools/blocklstm-tune" "$tune_carry/bin/"
     # The libraries a bare machine may lack: libHalide (JIT, with LLVM's PTX back end) and fmt.
     for lib in libHalide.so libfmt.so; do
         path=$(ldd "$build/tools/blocklstm-tune" | awk -v l="$lib" '$1 ~ "^"l {print $3}')
-        [ -n "$path" ] || { echo "gpu_check: blocklstm-tune does not link $lib" >&2; exit 1; }
+        [ -f "$path" ] || { echo "gpu_check: blocklstm-tune's $lib not found (ldd: '$path')" >&2; exit 1; }
         if [ "$lib" = libHalide.so ]; then xz -T0 -6 -c "$path" >"$tune_carry/lib/$(basename "$path").xz"
         else cp -L "$path" "$tune_carry/lib/$(ldd "$build/tools/blocklstm-tune" | awk -v l="$lib" '$1 ~ "^"l {print $1}')"; fi
     done
@@ -75,7 +77,7 @@ tune)
     nvidia-smi -L
     shift
     # The tuner's defaults first, so that ARGS (e.g. --minutes 20, --families ...) override them.
-    LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-} "$tune_carry/bin/blocklstm-tune" --device cuda --minutes 10 \
+    LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-} "$tune_carry/bin/blocklstm-tune" --device cuda --minutes 7 \
         --out "$out/cuda.json" --log "$out/cuda.json.csv" "$@" 2>&1 | tee "$out/tune.log"
     exit "${PIPESTATUS[0]}"
     ;;

@@ -14,6 +14,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 usage() { sed -n '7,8p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
+[ -f "$1" ] || { echo "confirm.sh: TABLE: no such file: $1" >&2; exit 2; }
 table_file=$(realpath "$1")
 shift
 shapes="100,64,512,512;200,16,256,256;100,32,256,256;50,8,128,128"
@@ -22,6 +23,7 @@ threads=$(nproc)
 build=$root/build
 tuned_build=$root/build-tuned
 while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || { echo "confirm.sh: $1 needs a value" >&2; usage; }
     case "$1" in
     --shapes) shapes=$2 ;;
     --rounds) rounds=$2 ;;
@@ -33,7 +35,6 @@ while [ $# -gt 0 ]; do
     shift 2
 done
 [[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "confirm.sh: --rounds: expected a positive integer, got '$rounds'" >&2; exit 2; }
-[ -f "$table_file" ] || { echo "confirm.sh: TABLE: no such file: $table_file" >&2; exit 2; }
 [ -x "$build/tools/blocklstm" ] || { echo "confirm.sh: --build: no built tool at $build/tools/blocklstm" >&2; exit 2; }
 
 python=$root/.venv/bin/python
@@ -54,7 +55,8 @@ if [ ! -f "$tuned_build/CMakeCache.txt" ]; then
         -DCMAKE_PREFIX_PATH="$prefix" -DBLOCKLSTM_CPU_TARGETS="$target" -DBLOCKLSTM_CUDA=OFF \
         -DBLOCKLSTM_OPENCL_CHECK=OFF -DBLOCKLSTM_BUILD_TESTS=OFF -DBLOCKLSTM_TUNING="$table_file" >/dev/null
 else
-    PATH=$root/.venv/bin:$PATH cmake "$tuned_build" -DBLOCKLSTM_TUNING="$table_file" >/dev/null
+    PATH=$root/.venv/bin:$PATH cmake "$tuned_build" -DBLOCKLSTM_TUNING="$table_file" \
+        -DBLOCKLSTM_CPU_TARGETS="$target" >/dev/null
 fi
 echo "confirm.sh: building $tuned_build with $table_file"
 if ! PATH=$root/.venv/bin:$PATH cmake --build "$tuned_build" --target blocklstm_cli >"$tuned_build/confirm-build.log" 2>&1; then
@@ -63,21 +65,26 @@ if ! PATH=$root/.venv/bin:$PATH cmake --build "$tuned_build" --target blocklstm_
     exit 1
 fi
 
+bench_log=$tuned_build/confirm-bench.log
 best_ms() {  # best_ms BIN OP ARGS...: the fastest call of one `blocklstm bench`
-    "$1" bench "${@:2}" --threads "$threads" --cpu-target "$target" 2>/dev/null | awk '/^  min /{print $2}'
+    "$1" bench "${@:2}" --threads "$threads" --cpu-target "$target" 2>"$bench_log" | awk '/^  min /{print $2}'
 }
 echo "Tuned ($tuned_build) against current ($build), $target, $threads threads, best of $rounds alternations, ms:"
 printf '  %-24s %-16s %10s %10s %8s\n' op "T,B,I,H" current tuned ratio
-IFS=';' read -r -a shape_list <<<"$shapes"
+read -r -a shape_list <<<"${shapes//;/ }"  # separated by ';' or spaces, as `blocklstm tune` takes them
 for op in BlockLSTM BlockLSTMGrad "BlockLSTMGrad --use-peephole"; do
     for shape in "${shape_list[@]}"; do
         IFS=',' read -r T B I H <<<"$shape"
         args=($op --time "$T" --batch "$B" --input "$I" --cell "$H")
         cur=inf tun=inf
         for _ in $(seq "$rounds"); do
-            c=$(best_ms "$build/tools/blocklstm" "${args[@]}")
-            t=$(best_ms "$tuned_build/tools/blocklstm" "${args[@]}")
-            [ -n "$c" ] && [ -n "$t" ] || { echo "confirm.sh: blocklstm bench ${args[*]} failed" >&2; exit 1; }
+            c=$(best_ms "$build/tools/blocklstm" "${args[@]}") || c=
+            [ -n "$c" ] && t=$(best_ms "$tuned_build/tools/blocklstm" "${args[@]}") || t=
+            if [ -z "$c" ] || [ -z "$t" ]; then
+                cat "$bench_log" >&2
+                echo "confirm.sh: blocklstm bench ${args[*]} failed" >&2
+                exit 1
+            fi
             read -r cur tun <<<"$("$python" -c 'import sys; a = sys.argv[1:]; print(min(float(a[0]), float(a[2])), min(float(a[1]), float(a[3])))' "$cur" "$tun" "$c" "$t")"
         done
         "$python" -c 'import sys; o, s, c, t = sys.argv[1:]; print("  %-24s %-16s %10.3f %10.3f %7.3fx" % (o, s, float(c), float(t), float(t) / float(c)))' \

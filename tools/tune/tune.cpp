@@ -208,7 +208,8 @@ std::string gpu_missing(const std::string &device) {
         else if (const int e = platforms(0, nullptr, &n); e != 0) why = "clGetPlatformIDs failed with OpenCL error " + std::to_string(e);
         count = int(n);
     }
-    dlclose(lib);
+    // The handle stays open: a driver initialised here may have started threads in it, and
+    // Halide's JIT opens the same library next.
     if (why.empty() && count == 0) why = cuda ? "no CUDA device" : "no OpenCL platform (PoCL: Debian's pocl-opencl-icd)";
     return why;
 }
@@ -352,20 +353,24 @@ Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, b
             if (!b.has_device_allocation()) b.set_host_dirty(true);
     std::vector<Halide::Buffer<>> outs = bind(c, inputs);
     Halide::Realization r(outs);
-    // The base run starts from NaN outputs, so an output the kernel leaves unwritten (a call
-    // Halide took for a bounds query) is caught here rather than timed as a kernel doing nothing.
-    if (!check)
-        for (auto &b : outs) {
-            if (!b.data()) continue;
-            Halide::Buffer<float>(b).fill(std::numeric_limits<float>::quiet_NaN());
-            if (gpu) {
-                b.set_host_dirty(true);
-                b.copy_to_device(Halide::DeviceAPI::Default_GPU, target_);
-            }
+    // Every kernel's first run starts from NaN outputs, so an output it leaves unwritten (a call
+    // Halide took for a bounds query, a tile that misses an edge) is caught rather than passing
+    // on the values an earlier kernel left there.
+    for (auto &b : outs) {
+        if (!b.data()) continue;
+        if (gpu) b.set_device_dirty(false);  // the last timing's values: overwritten here
+        Halide::Buffer<float>(b).fill(std::numeric_limits<float>::quiet_NaN());
+        if (gpu) {
+            b.set_host_dirty(true);
+            if (b.copy_to_device(Halide::DeviceAPI::Default_GPU, target_) != 0)
+                return {false, 0, "copying an output to the device failed"};
         }
+    }
     c.pipeline.realize(r, target_);
     if (gpu)
-        for (auto &b : outs) b.copy_to_host();
+        for (size_t k = 0; k < outs.size(); ++k)
+            if (outs[k].data() && outs[k].copy_to_host() != 0)
+                return {false, 0, fmt::format("copying output {} from the device failed", c.outputs[k])};
     const std::string key = f.name + "@" + s.text();
     if (!check) {
         std::vector<Halide::Buffer<>> copies;
@@ -402,7 +407,7 @@ Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, b
     for (int rep = 0; rep < 100000 && (rep < 5 || total < 0.2); ++rep) {
         const auto t0 = Clock::now();
         c.pipeline.realize(r, target_);
-        if (gpu) outs[0].device_sync();
+        if (gpu && outs[0].device_sync() != 0) return {false, 0, "the device failed while timing"};
         const double sec = std::chrono::duration<double>(Clock::now() - t0).count();
         best = std::min(best, sec);
         total += sec;
@@ -484,6 +489,10 @@ void Tuner::load_log() {
     std::string line;
     int loaded = 0;
     while (std::getline(in, line)) {
+        // Times from another target (a CUDA run resuming an OpenCL check's log) mean nothing here.
+        if (line.rfind("# target=", 0) == 0 && line.substr(9) != target_.to_string())
+            throw std::invalid_argument("--log: " + o_.log + " holds times for " + line.substr(9) + ", not " +
+                                        target_.to_string() + " (give another --log, or --fresh)");
         // family,shape,knobs,status,ms,why: the shape and knobs are quoted (they hold commas)
         std::smatch m;
         if (!std::regex_match(line, m, std::regex("([a-z_0-9]+),\"([0-9,]+)\",\"([a-z_0-9:,]+)\",(ok|failed),([0-9.eE+-]+),(.*)")))
@@ -499,7 +508,7 @@ void Tuner::log(const Key &k, const Result &r) {
     if (!log_.is_open()) {
         const bool existed = std::filesystem::exists(o_.log) && !o_.fresh;
         log_.open(o_.log, existed ? std::ios::app : std::ios::trunc);
-        if (!existed) log_ << "family,shape,knobs,status,ms,why\n";
+        if (!existed) log_ << "# target=" << target_.to_string() << "\nfamily,shape,knobs,status,ms,why\n";
     }
     std::string why = r.why;
     std::replace(why.begin(), why.end(), '\n', ' ');
@@ -592,9 +601,7 @@ std::vector<std::pair<Table, std::string>> Tuner::grid(const Table &best) const 
         });
     };
     std::vector<std::pair<Table, std::string>> out;
-    auto add = [&](const Table &t, const std::string &label) {
-        if (knob_string(t) != knob_string(best)) out.emplace_back(t, label);
-    };
+    auto add = [&](const Table &t, const std::string &label) { out.emplace_back(t, label); };
     if (!best.gpu) {
         if (!read("gemm_tile_vectors")) return out;
         const int registers = best.get("vector_floats") >= 16 ? 32 : 16;
@@ -656,8 +663,12 @@ int Tuner::run_search() {
             return std::find(f.knobs.begin(), f.knobs.end(), knob) != f.knobs.end();
         });
     };
-    // 1. A coarse grid (Tuner::grid), each candidate against the best so far.
-    for (const auto &[t, label] : grid(best)) consider(t, label);
+    // 1. A coarse grid (Tuner::grid), each candidate made from the best so far (a move kept
+    // earlier stays in the later candidates).
+    for (size_t i = 0; i < grid(best).size() && !out_of_time(); ++i) {
+        const auto [t, label] = grid(best)[i];
+        if (knob_string(t) != knob_string(best)) consider(t, label);
+    }
     // 2. Coordinate descent: each knob's neighbouring values around the best, one knob at a time,
     // following a direction while it gains; passes until one changes nothing.
     for (bool moved = true; moved && !out_of_time();) {
@@ -689,7 +700,8 @@ int Tuner::run_search() {
     fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels).\n",
                o_.out, best_cost_);
     if (!best.gpu) fmt::print("Confirm it on the real ops (builds with it, times both builds): tools/tune/confirm.sh {}\n", file);
-    fmt::print("Build with it: cmake -B build -DBLOCKLSTM_TUNING={0} && cmake --build build\n", file);
+    if (!target_.has_feature(Halide::Target::OpenCL))  // an OpenCL check's table is not for building
+        fmt::print("Build with it: cmake -B build -DBLOCKLSTM_TUNING={0} && cmake --build build\n", file);
     return 0;
 }
 
@@ -797,6 +809,10 @@ int main(int argc, char **argv) {
                                          "GPU schedules on an OpenCL device such as PoCL: a check of the tuner, "
                                          "not a tuning)")
         ->check(CLI::IsMember({"cpu", "cuda", "opencl"}));
+    // A later value of an option replaces an earlier one (tools/gpu_check.sh puts its defaults
+    // first and the caller's after them).
+    for (CLI::Option *opt : app.get_options())
+        if (opt->get_name() != "--families" && opt->get_name() != "--help") opt->take_last();
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError &e) {
@@ -809,9 +825,12 @@ int main(int argc, char **argv) {
         if (target_text == "host" && o.device == "cuda") target_text = "host-cuda-cuda_capability_80";
         if (target_text == "host" && o.device == "opencl") target_text = "host-opencl";
         const Halide::Target target = target_text == "host" ? Halide::get_host_target() : Halide::Target(target_text);
-        const bool target_gpu = target.has_feature(Halide::Target::CUDA) || target.has_feature(Halide::Target::OpenCL);
-        if (target_gpu != gpu)
-            throw std::invalid_argument("--target: " + target.to_string() + (gpu ? " is not a CUDA or OpenCL target, as --device " + o.device + " needs" : " is a GPU target: give --device cuda or opencl"));
+        const bool fits = o.device == "cuda"     ? target.has_feature(Halide::Target::CUDA)
+                          : o.device == "opencl" ? target.has_feature(Halide::Target::OpenCL)
+                                                 : !target.has_gpu_feature();
+        if (!fits)
+            throw std::invalid_argument("--target: " + target.to_string() + " does not fit --device " + o.device +
+                                        " (cpu: no GPU feature, cuda: cuda, opencl: opencl)");
         const std::vector<LstmShape> shapes = parse_shapes(o.shapes);
         if (gpu)
             if (const std::string why = gpu_missing(o.device); !why.empty())
@@ -833,17 +852,21 @@ int main(int argc, char **argv) {
             if (!found) throw std::invalid_argument("this build has no tuning table " + table + " (give --from FILE)");
             base = parse_table(gpu, found->name, found->knobs);
         }
-        if (o.out.empty()) o.out = table + ".json";
+        // An OpenCL check's table is not the CUDA one: its own default name, so it never overwrites or
+        // resumes a CUDA run's files.
+        if (o.out.empty()) o.out = table + (o.device == "opencl" ? "-opencl-check" : "") + ".json";
         if (o.log.empty()) o.log = o.out + ".csv";
         std::signal(SIGINT, [](int) { interrupted = true; });
-        int status = 0;
-        {
-            Tuner tuner(o, target, families, shapes, base);  // its buffers free their device memory
-            status = o.baseline.empty() ? tuner.run_search() : tuner.run_autoscheduler_baselines();
-        }
-        // The JIT runtimes hold the GPU context and the compiled GPU programs until released.
-        Halide::Internal::JITSharedRuntime::release_all();
-        return status;
+        // As the runtime does (runtime/src/cuda_driver.cpp): device memory is kept between calls,
+        // so a kernel's time has no allocation in it.
+        Halide::Internal::JITSharedRuntime::reuse_device_allocations(true);
+        // The JIT runtimes hold the GPU context, the compiled GPU programs and that memory until
+        // released, after the tuner's buffers have freed theirs.
+        struct Release {
+            ~Release() { Halide::Internal::JITSharedRuntime::release_all(); }
+        } release;
+        Tuner tuner(o, target, families, shapes, base);
+        return o.baseline.empty() ? tuner.run_search() : tuner.run_autoscheduler_baselines();
     } catch (const Halide::Error &e) {
         std::cerr << "blocklstm tune: " << e.what() << "\n";
         return 1;
