@@ -309,6 +309,7 @@ private:
     std::map<std::string, std::vector<Halide::Buffer<>>> expected_;  // the base table's outputs
     std::ofstream log_;
     double best_cost_ = 1.0;
+    std::map<std::string, double> costs_;  // knob string -> cost, of every table costed
     int tried_ = 0;
 };
 
@@ -459,6 +460,8 @@ double Tuner::op_ms(const Table &t, const LstmShape &s, int which) {
 // estimated from the kernels, relative to the base table; nullopt if any kernel failed.
 std::optional<double> Tuner::cost(const Table &t, const std::string &label) {
     if (const std::string broken = rule_broken(t); !broken.empty()) return std::nullopt;
+    // A later pass of the descent meets tables it has costed: their cost again, not a new line.
+    if (auto it = costs_.find(knob_string(t)); it != costs_.end()) return it->second;
     ++tried_;
     for (const Family &f : families_) {
         for (const LstmShape &s : shapes_) {
@@ -477,6 +480,7 @@ std::optional<double> Tuner::cost(const Table &t, const std::string &label) {
         log_sum += std::log(ours / base);
     }
     const double c = std::exp(log_sum / shapes_.size());
+    costs_[knob_string(t)] = c;
     fmt::print("  [{:>3}] {:<44} {:.3f}x the base time   best {:.3f}x{}   {:.1f} min left\n", tried_, label, c,
                improves(c) ? c : best_cost_, improves(c) ? " (kept)" : "", minutes_left());
     std::fflush(stdout);
