@@ -551,7 +551,10 @@ void Tuner::report(const Table &best) {
             fmt::print("  {:<24} {:<16} {:>10.3f} {:>10.3f} {:>7.3f}x\n", f.name, s.text(), b, t, b / t);
         }
     }
-    fmt::print("\nEnd to end, estimated as the sum of the kernels each op runs (calls x time):\n");
+    if (best.gpu)  // cuBLAS's products and the weights' transpose are not tuned, so not timed
+        fmt::print("\nThe tuned kernels' part of each op (calls x time; cuBLAS's products and the transpose left out):\n");
+    else
+        fmt::print("\nEnd to end, estimated as the sum of the kernels each op runs (calls x time):\n");
     fmt::print("  {:<16} {:<30} {:<30} {}\n", "T,B,I,H", "BlockLSTM", "BlockLSTMGrad",
                "BlockLSTMGrad peephole");
     for (const LstmShape &s : shapes_) {
