@@ -289,6 +289,13 @@ private:
     void write_table(const Table &t, int tried) const;
     void report(const Table &best);
     std::vector<std::pair<Table, std::string>> grid(const Table &best) const;
+    // Whether a family being tuned reads the knob: the others leave every kernel unchanged, so
+    // the search does not move them.
+    bool read(const std::string &knob) const {
+        return std::any_of(families_.begin(), families_.end(), [&](const Family &f) {
+            return std::find(f.knobs.begin(), f.knobs.end(), knob) != f.knobs.end();
+        });
+    }
     // A candidate is kept when it beats the best by more than the timing noise (1 %); the base
     // (cost 1) is the first best.
     bool improves(double c) const { return c < best_cost_ * 0.99; }
@@ -602,11 +609,6 @@ const std::vector<std::string> &descent_order(bool gpu) {
 // the registers hold and two fewer; on the GPU the products' thread tiles (accumulators per
 // thread, columns x rows), the step's and, when a batched family is tuned, the batched one's.
 std::vector<std::pair<Table, std::string>> Tuner::grid(const Table &best) const {
-    auto read = [&](const std::string &knob) {
-        return std::any_of(families_.begin(), families_.end(), [&](const Family &f) {
-            return std::find(f.knobs.begin(), f.knobs.end(), knob) != f.knobs.end();
-        });
-    };
     std::vector<std::pair<Table, std::string>> out;
     auto add = [&](const Table &t, const std::string &label) { out.emplace_back(t, label); };
     if (!best.gpu) {
@@ -664,16 +666,12 @@ int Tuner::run_search() {
         }
         return false;
     };
-    // Only the knobs some family being tuned reads: the others leave every kernel unchanged.
-    auto read = [&](const std::string &knob) {
-        return std::any_of(families_.begin(), families_.end(), [&](const Family &f) {
-            return std::find(f.knobs.begin(), f.knobs.end(), knob) != f.knobs.end();
-        });
-    };
     // 1. A coarse grid (Tuner::grid), each candidate made from the best so far (a move kept
     // earlier stays in the later candidates).
-    for (size_t i = 0; i < grid(best).size() && !out_of_time(); ++i) {
-        const auto [t, label] = grid(best)[i];
+    for (size_t i = 0; !out_of_time(); ++i) {
+        const auto cells = grid(best);  // the same count every time, from the current best
+        if (i >= cells.size()) break;
+        const auto &[t, label] = cells[i];
         if (knob_string(t) != knob_string(best)) consider(t, label);
     }
     // 2. Coordinate descent: each knob's neighbouring values around the best, one knob at a time,
