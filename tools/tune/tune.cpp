@@ -22,6 +22,7 @@
 #include <map>
 #include <optional>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -280,14 +281,23 @@ private:
     Compiled compile(const Family &f, const std::string &table, const std::string &knobs,
                      const std::string &autoscheduler = "");
     Call &call(const Family &f, const LstmShape &s);
-    Result measure(Compiled &c, const Family &f, const LstmShape &s, bool check);
+    // What a kernel's first run does with its outputs: keeps them as the reference (the base
+    // table), compares them with it (a candidate), or neither (a kernel checked before).
+    enum class Outputs { store, compare, ignore };
+    // Kernel times (ms) taken together, overriding the stored ones (results_).
+    using Times = std::map<Key, double>;
+
+    Compiled &kernel(const Family &f, const Table &t);
+    Result measure(Compiled &c, const Family &f, const LstmShape &s, Outputs outputs);
     Result family_time(const Family &f, const LstmShape &s, const Table &t);
     std::optional<double> cost(const Table &t, const std::string &label);
-    double op_ms(const Table &t, const LstmShape &s, int which);
+    double op_ms(const Table &t, const LstmShape &s, int which, const Times &fresh = {});
+    std::optional<Times> side_by_side(const Table &a, const Table &b);
+    double relative(const Table &a, const Table &b, const Times &fresh);
     void load_log();
     void log(const Key &k, const Result &r);
     void write_table(const Table &t, int tried) const;
-    void report(const Table &best);
+    double report(const Table &best);
     std::vector<std::pair<Table, std::string>> grid(const Table &best) const;
     // Whether a family being tuned reads the knob: the others leave every kernel unchanged, so
     // the search does not move them.
@@ -296,8 +306,9 @@ private:
             return std::find(f.knobs.begin(), f.knobs.end(), knob) != f.knobs.end();
         });
     }
-    // A candidate is kept when it beats the best by more than the timing noise (1 %); the base
-    // (cost 1) is the first best.
+    // A candidate is kept when it beats the best by more than the timing noise (1 %): first by
+    // its estimate against the base's stored times, then timed side by side with the best. The
+    // base (cost 1) is the first best.
     bool improves(double c) const { return c < best_cost_ * 0.99; }
     bool out_of_time() const { return interrupted || Clock::now() >= deadline_; }
     double minutes_left() const {
@@ -317,6 +328,7 @@ private:
     std::ofstream log_;
     double best_cost_ = 1.0;
     std::map<std::string, double> costs_;  // knob string -> cost, of every table costed
+    std::set<std::string> rejected_;       // knob strings whose side-by-side timing refused them
     int tried_ = 0;
 };
 
@@ -351,7 +363,7 @@ Call &Tuner::call(const Family &f, const LstmShape &s) {
 // Runs the kernel once (compared with the base table's outputs when `check`), then times it:
 // the best of at least 5 runs and 0.2 s (a small step kernel runs thousands of times: the best of
 // 50 runs of identical kernels came out 20 % apart).
-Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, bool check) {
+Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, Outputs outputs) {
     Call &inputs = call(f, s);
     const bool gpu = target_.has_gpu_feature();
     // On a GPU the buffers go to the device on their first call and stay there: only the
@@ -380,7 +392,7 @@ Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, b
             if (outs[k].data() && outs[k].copy_to_host() != 0)
                 return {false, 0, fmt::format("copying output {} from the device failed", c.outputs[k])};
     const std::string key = f.name + "@" + s.text();
-    if (!check) {
+    if (outputs == Outputs::store) {
         std::vector<Halide::Buffer<>> copies;
         for (size_t k = 0; k < outs.size(); ++k) {
             bool written = true;
@@ -390,7 +402,7 @@ Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, b
             copies.push_back(outs[k].copy());
         }
         expected_[key] = std::move(copies);
-    } else {
+    } else if (outputs == Outputs::compare) {
         const auto &want = expected_.at(key);
         for (size_t k = 0; k < outs.size(); ++k) {
             // An empty output (b_grad on the CPU) has no memory to compare.
@@ -436,10 +448,7 @@ Tuner::Result Tuner::family_time(const Family &f, const LstmShape &s, const Tabl
     if (auto it = results_.find(key); it != results_.end() && (!is_base || expected_.count(at))) return it->second;
     Result r;
     try {
-        const std::string kernel = f.name + "|" + key.knobs;
-        auto it = kernels_.find(kernel);
-        if (it == kernels_.end()) it = kernels_.emplace(kernel, compile(f, t.table, knob_string(t))).first;
-        r = measure(it->second, f, s, !is_base);
+        r = measure(kernel(f, t), f, s, is_base ? Outputs::store : Outputs::compare);
     } catch (const Halide::Error &e) {
         r = {false, 0, std::string("Halide: ") + e.what()};
     } catch (const std::exception &e) {
@@ -450,17 +459,63 @@ Tuner::Result Tuner::family_time(const Family &f, const LstmShape &s, const Tabl
     return r;
 }
 
+Compiled &Tuner::kernel(const Family &f, const Table &t) {
+    const std::string name = f.name + "|" + relevant(f, t);
+    auto it = kernels_.find(name);
+    if (it == kernels_.end()) it = kernels_.emplace(name, compile(f, t.table, knob_string(t))).first;
+    return it->second;
+}
+
 // calls x time of every family at shape s: which 0 = BlockLSTM, 1 = BlockLSTMGrad, 2 = with
-// peepholes (its peephole-only kernels added).
-double Tuner::op_ms(const Table &t, const LstmShape &s, int which) {
+// peepholes (its peephole-only kernels added); a time in `fresh` replaces the stored one.
+double Tuner::op_ms(const Table &t, const LstmShape &s, int which, const Times &fresh) {
     double ms = 0;
     for (const Family &f : families_) {
         const int n = which == 0 ? f.forward_calls(s) : which == 1 ? f.grad_calls(s) : f.grad_peephole_calls(s);
         if (n == 0) continue;
         const Key key{f.name, s.text(), relevant(f, t)};
-        ms += n * results_.at(key).ms;
+        const auto it = fresh.find(key);
+        ms += n * (it != fresh.end() ? it->second : results_.at(key).ms);
     }
     return ms;
+}
+
+// The kernels in which two tables differ, timed side by side: for each such family and shape,
+// three alternations of a's kernel and b's (the order swapped each time), the best of each.
+// Times taken minutes apart drift with the machine's load by more than the 1 % a decision
+// needs (on this project's shared 2-vCPU machine the same kernel came out 3 % apart within a
+// run), so a move is kept, and the final speedup reported, only from times taken together.
+// nullopt when interrupted or a kernel failed (both tables' kernels passed their checks before).
+std::optional<Tuner::Times> Tuner::side_by_side(const Table &a, const Table &b) {
+    constexpr int kRounds = 3;
+    Times fresh;
+    for (const Family &f : families_) {
+        if (relevant(f, a) == relevant(f, b)) continue;  // the same kernel
+        for (const LstmShape &s : shapes_) {
+            for (int round = 0; round < 2 * kRounds; ++round) {
+                if (interrupted) return std::nullopt;
+                const Table &t = (round % 2 == round / 2 % 2) ? a : b;  // a b, b a, a b, ...
+                const Key key{f.name, s.text(), relevant(f, t)};
+                const Result r = measure(kernel(f, t), f, s, Outputs::ignore);
+                if (!r.ok) return std::nullopt;
+                const auto it = fresh.find(key);
+                fresh[key] = it == fresh.end() ? r.ms : std::min(it->second, r.ms);
+            }
+        }
+    }
+    return fresh;
+}
+
+// b's time over a's (geometric mean over the shapes of BlockLSTM + BlockLSTMGrad + its peephole
+// kernels), from the times in `fresh` where it has them.
+double Tuner::relative(const Table &a, const Table &b, const Times &fresh) {
+    double log_sum = 0;
+    for (const LstmShape &s : shapes_) {
+        const double ta = op_ms(a, s, 0, fresh) + op_ms(a, s, 1, fresh) + op_ms(a, s, 2, fresh);
+        const double tb = op_ms(b, s, 0, fresh) + op_ms(b, s, 1, fresh) + op_ms(b, s, 2, fresh);
+        log_sum += std::log(tb / ta);
+    }
+    return std::exp(log_sum / shapes_.size());
 }
 
 // The geometric mean over the shapes of (BlockLSTM + BlockLSTMGrad + its peephole kernels)
@@ -480,16 +535,10 @@ std::optional<double> Tuner::cost(const Table &t, const std::string &label) {
             }
         }
     }
-    double log_sum = 0;
-    for (const LstmShape &s : shapes_) {
-        const double ours = op_ms(t, s, 0) + op_ms(t, s, 1) + op_ms(t, s, 2);
-        const double base = op_ms(base_, s, 0) + op_ms(base_, s, 1) + op_ms(base_, s, 2);
-        log_sum += std::log(ours / base);
-    }
-    const double c = std::exp(log_sum / shapes_.size());
+    const double c = relative(base_, t, {});
     costs_[knob_string(t)] = c;
-    fmt::print("  [{:>3}] {:<44} {:.3f}x the base time   best {:.3f}x{}   {:.1f} min left\n", tried_, label, c,
-               improves(c) ? c : best_cost_, improves(c) ? " (kept)" : "", minutes_left());
+    fmt::print("  [{:>3}] {:<44} {:.3f}x the base time   best {:.3f}x   {:.1f} min left\n", tried_, label, c,
+               best_cost_, minutes_left());
     std::fflush(stdout);
     return c;
 }
@@ -548,13 +597,26 @@ void Tuner::write_table(const Table &t, int tried) const {
     std::filesystem::rename(tmp, o_.out);
 }
 
-void Tuner::report(const Table &best) {
-    fmt::print("\nPer family, the tuned table against the base one (best of >= 5 runs, ms):\n");
+// Times the tuned table's kernels side by side with the base's, prints both per family and per
+// op, and returns the tuned table's time over the base's (the stored times if interrupted).
+double Tuner::report(const Table &best) {
+    Times fresh;
+    if (!interrupted) {
+        fmt::print("\nTiming the tuned kernels side by side with the base ones ...\n");
+        std::fflush(stdout);
+        fresh = side_by_side(base_, best).value_or(Times{});
+    }
+    auto ms = [&](const Key &key) {
+        const auto it = fresh.find(key);
+        return it != fresh.end() ? it->second : results_.at(key).ms;
+    };
+    fmt::print("\nPer family, the tuned table against the base one (best of >= 5 runs{}, ms):\n",
+               fresh.empty() ? "" : ", side by side");
     fmt::print("  {:<24} {:<16} {:>10} {:>10} {:>8}\n", "family", "T,B,I,H", "base", "tuned", "speedup");
     for (const Family &f : families_) {
         for (const LstmShape &s : shapes_) {
-            const double b = results_.at({f.name, s.text(), relevant(f, base_)}).ms;
-            const double t = results_.at({f.name, s.text(), relevant(f, best)}).ms;
+            const double b = ms({f.name, s.text(), relevant(f, base_)});
+            const double t = ms({f.name, s.text(), relevant(f, best)});
             fmt::print("  {:<24} {:<16} {:>10.3f} {:>10.3f} {:>7.3f}x\n", f.name, s.text(), b, t, b / t);
         }
     }
@@ -567,11 +629,12 @@ void Tuner::report(const Table &best) {
     for (const LstmShape &s : shapes_) {
         std::string cols;
         for (int which = 0; which < 3; ++which) {
-            const double b = op_ms(base_, s, which), t = op_ms(best, s, which);
+            const double b = op_ms(base_, s, which, fresh), t = op_ms(best, s, which, fresh);
             cols += fmt::format("{:<30} ", b > 0 ? fmt::format("{:.2f} -> {:.2f} ms {:.3f}x", b, t, b / t) : "-");
         }
         fmt::print("  {:<16} {}\n", s.text(), cols);
     }
+    return relative(base_, best, fresh);
 }
 
 // Candidate values of each knob the search moves (vector_floats is the target's).
@@ -655,16 +718,25 @@ int Tuner::run_search() {
         return 1;
     }
     best_cost_ = 1.0;
+    // A candidate whose estimate beats the best is timed side by side with it before it is kept.
     auto consider = [&](const Table &t, const std::string &label) {
         if (out_of_time()) return false;
         const std::optional<double> c = cost(t, label);
-        if (c && improves(*c)) {
-            best_cost_ = *c;
-            best = t;
-            write_table(best, tried_);
-            return true;
+        if (!c || !improves(*c) || rejected_.count(knob_string(t))) return false;
+        const std::optional<Times> fresh = side_by_side(best, t);
+        if (!fresh) return false;
+        const double r = relative(best, t, *fresh);
+        const bool kept = r < 0.99;
+        fmt::print("        side by side with the best: {:.3f}x its time{}\n", r, kept ? " (kept)" : ", not kept");
+        std::fflush(stdout);
+        if (!kept) {
+            rejected_.insert(knob_string(t));  // a later pass of the descent meets it again
+            return false;
         }
-        return false;
+        best_cost_ *= r;
+        best = t;
+        write_table(best, tried_);
+        return true;
     };
     // 1. A coarse grid (Tuner::grid), each candidate made from the best so far (a move kept
     // earlier stays in the later candidates).
@@ -700,10 +772,10 @@ int Tuner::run_search() {
     else fmt::print("\nConverged: no single knob improves the best table.\n");
     write_table(best, tried_);
     fmt::print("Tuned: {}\n", knob_string(best));
-    report(best);
+    const double speed = report(best);
     const std::string file = std::filesystem::absolute(o_.out).string();
-    fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels).\n",
-               o_.out, best_cost_);
+    fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels{}).\n",
+               o_.out, speed, interrupted ? "" : " timed side by side");
     if (!best.gpu) fmt::print("Confirm it on the real ops (builds with it, times both builds): tools/tune/confirm.sh {}\n", file);
     if (!target_.has_feature(Halide::Target::OpenCL))  // an OpenCL check's table is not for building
         fmt::print("Build with it: cmake -B build -DBLOCKLSTM_TUNING={0} && cmake --build build\n", file);
@@ -768,7 +840,7 @@ int Tuner::run_autoscheduler_baselines() {
                     Halide::AutoschedulerParams params(n);
                     if (n != "Li2018") params.extra["parallelism"] = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
                     c.pipeline.apply_autoscheduler(target_, params);
-                    r = measure(c, f, s, true);
+                    r = measure(c, f, s, Outputs::compare);
                 } catch (const Halide::Error &e) {
                     r = {false, 0, e.what()};
                 } catch (const std::exception &e) {
