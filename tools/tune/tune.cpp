@@ -297,7 +297,7 @@ private:
     void load_log();
     void log(const Key &k, const Result &r);
     void write_table(const Table &t, int tried) const;
-    double report(const Table &best);
+    std::optional<double> report(const Table &best);
     std::vector<std::pair<Table, std::string>> grid(const Table &best) const;
     // Whether a family being tuned reads the knob: the others leave every kernel unchanged, so
     // the search does not move them.
@@ -360,7 +360,7 @@ Call &Tuner::call(const Family &f, const LstmShape &s) {
     return calls_.emplace(key, f.make(s, rng)).first->second;
 }
 
-// Runs the kernel once (compared with the base table's outputs when `check`), then times it:
+// Runs the kernel once (its outputs kept, compared or ignored: `outputs`), then times it:
 // the best of at least 5 runs and 0.2 s (a small step kernel runs thousands of times: the best of
 // 50 runs of identical kernels came out 20 % apart).
 Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, Outputs outputs) {
@@ -483,9 +483,9 @@ double Tuner::op_ms(const Table &t, const LstmShape &s, int which, const Times &
 // The kernels in which two tables differ, timed side by side: for each such family and shape,
 // three alternations of a's kernel and b's (the order swapped each time), the best of each.
 // Times taken minutes apart drift with the machine's load by more than the 1 % a decision
-// needs (on this project's shared 2-vCPU machine the same kernel came out 3 % apart within a
-// run), so a move is kept, and the final speedup reported, only from times taken together.
-// nullopt when interrupted or a kernel failed (both tables' kernels passed their checks before).
+// needs (on a shared 2-vCPU machine, candidates estimated 0.956x and 0.972x from such times came
+// out 0.998x and 1.001x side by side), so a move is kept, and the final speedup reported, only
+// from times taken together. nullopt when interrupted or a kernel failed (said why).
 std::optional<Tuner::Times> Tuner::side_by_side(const Table &a, const Table &b) {
     constexpr int kRounds = 3;
     Times fresh;
@@ -496,8 +496,18 @@ std::optional<Tuner::Times> Tuner::side_by_side(const Table &a, const Table &b) 
                 if (interrupted) return std::nullopt;
                 const Table &t = (round % 2 == round / 2 % 2) ? a : b;  // a b, b a, a b, ...
                 const Key key{f.name, s.text(), relevant(f, t)};
-                const Result r = measure(kernel(f, t), f, s, Outputs::ignore);
-                if (!r.ok) return std::nullopt;
+                Result r;
+                try {
+                    r = measure(kernel(f, t), f, s, Outputs::ignore);
+                } catch (const Halide::Error &e) {
+                    r = {false, 0, std::string("Halide: ") + e.what()};
+                } catch (const std::exception &e) {
+                    r = {false, 0, e.what()};
+                }
+                if (!r.ok) {
+                    fmt::print("        side by side: {} at {} failed ({})\n", f.name, s.text(), r.why);
+                    return std::nullopt;
+                }
                 const auto it = fresh.find(key);
                 fresh[key] = it == fresh.end() ? r.ms : std::min(it->second, r.ms);
             }
@@ -597,11 +607,14 @@ void Tuner::write_table(const Table &t, int tried) const {
     std::filesystem::rename(tmp, o_.out);
 }
 
-// Times the tuned table's kernels side by side with the base's, prints both per family and per
-// op, and returns the tuned table's time over the base's (the stored times if interrupted).
-double Tuner::report(const Table &best) {
+// Times the tuned table's kernels side by side with the base's and prints both per family and
+// per op; returns the tuned table's time over the base's, so timed (nullopt when interrupted:
+// the stored times are printed).
+std::optional<double> Tuner::report(const Table &best) {
     Times fresh;
-    if (!interrupted) {
+    const bool differs = std::any_of(families_.begin(), families_.end(),
+                                     [&](const Family &f) { return relevant(f, base_) != relevant(f, best); });
+    if (differs && !interrupted) {
         fmt::print("\nTiming the tuned kernels side by side with the base ones ...\n");
         std::fflush(stdout);
         fresh = side_by_side(base_, best).value_or(Times{});
@@ -634,6 +647,7 @@ double Tuner::report(const Table &best) {
         }
         fmt::print("  {:<16} {}\n", s.text(), cols);
     }
+    if (differs && fresh.empty()) return std::nullopt;
     return relative(base_, best, fresh);
 }
 
@@ -772,10 +786,10 @@ int Tuner::run_search() {
     else fmt::print("\nConverged: no single knob improves the best table.\n");
     write_table(best, tried_);
     fmt::print("Tuned: {}\n", knob_string(best));
-    const double speed = report(best);
+    const std::optional<double> timed = report(best);
     const std::string file = std::filesystem::absolute(o_.out).string();
     fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels{}).\n",
-               o_.out, speed, interrupted ? "" : " timed side by side");
+               o_.out, timed.value_or(best_cost_), timed ? " timed side by side" : "");
     if (!best.gpu) fmt::print("Confirm it on the real ops (builds with it, times both builds): tools/tune/confirm.sh {}\n", file);
     if (!target_.has_feature(Halide::Target::OpenCL))  // an OpenCL check's table is not for building
         fmt::print("Build with it: cmake -B build -DBLOCKLSTM_TUNING={0} && cmake --build build\n", file);
