@@ -54,18 +54,19 @@ message(STATUS "ok: every family's kernels run and write their outputs")
 
 # From a table with 1 x 1-vector register tiles (a third of the FMAs in flight), the grid's first
 # wider tile beats it by far: the move must be timed side by side with the best before it is
-# kept, and the final report timed the same way. (SSE4.1: any x86-64 machine runs it.)
+# kept, and the final report timed the same way; a second run resumes with the verdicts of the
+# first from the log. (SSE4.1: any x86-64 machine runs it.)
 file(WRITE "${WORK}/poor.json" [=[{
   "table": "x86-64-sse41",
   "knobs": {"vector_floats": 4, "gemm_tile_rows": 1, "gemm_tile_vectors": 1, "gemm_step_tile_rows": 1,
             "gemm_k_block": 512, "gemm_step_k_block": 2048, "gemm_row_block_tiles": 16,
             "gemm_column_chunks": 2, "column_sum_vectors": 16}
 }]=])
-execute_process(COMMAND "${CLI}" tune --minutes 0.15 --target x86-64-linux-sse41 --from "${WORK}/poor.json"
-                        --shapes 4,16,64,64 --families gemm_nn --threads 1 --out "${WORK}/from_poor.json"
-                RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if (NOT code EQUAL 0 OR NOT out MATCHES "side by side with the best: 0\\.[0-9]+x its time \\(kept\\)"
-    OR NOT out MATCHES "Wrote [^\n]*timed side by side")
+set(args tune --minutes 0.3 --target x86-64-linux-sse41 --from "${WORK}/poor.json" --shapes 4,16,64,64
+         --families gemm_nn --threads 1 --out "${WORK}/from_poor.json")
+execute_process(COMMAND "${CLI}" ${args} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if (NOT code EQUAL 0 OR NOT out MATCHES "side by side with the best: 0\\.[0-9]+x its time \\(kept\\)\n"
+    OR NOT out MATCHES "Wrote [^\n]*, timed side by side")
     message(FATAL_ERROR "a better table was not confirmed side by side (${code}):\n${out}\n${err}")
 endif ()
 blocklstm_read_tuning("${WORK}/from_poor.json" p)
@@ -73,3 +74,9 @@ if (p_KNOBS MATCHES "gemm_tile_rows:1,gemm_tile_vectors:1")
     message(FATAL_ERROR "the tuned table kept the poor register tile: ${p_KNOBS}")
 endif ()
 message(STATUS "ok: a move is kept only after a side-by-side timing (${p_KNOBS})")
+execute_process(COMMAND "${CLI}" ${args} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if (NOT code EQUAL 0 OR NOT out MATCHES "Resuming: [0-9]+ measurements and [1-9][0-9]* side-by-side verdicts"
+    OR NOT out MATCHES "side by side with the best: 0\\.[0-9]+x its time \\(kept\\) \\(from the log\\)")
+    message(FATAL_ERROR "a second run did not reuse the side-by-side verdicts of its log (${code}):\n${out}\n${err}")
+endif ()
+message(STATUS "ok: a resumed run reuses the side-by-side verdicts")

@@ -22,7 +22,6 @@
 #include <map>
 #include <optional>
 #include <regex>
-#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -295,7 +294,16 @@ private:
     std::optional<Times> side_by_side(const Table &a, const Table &b);
     double relative(const Table &a, const Table &b, const Times &fresh);
     void load_log();
+    std::ofstream &log_file();
     void log(const Key &k, const Result &r);
+    void log_verdict(const std::pair<std::string, std::string> &pair, double ratio);
+    // What a verdict depends on besides the two tables: the shapes, the families, the threads.
+    std::string verdict_scope() const {
+        std::string scope = fmt::format("threads:{}", o_.threads);
+        for (const LstmShape &s : shapes_) scope += ";" + s.text();
+        for (const Family &f : families_) scope += "|" + f.name;
+        return scope;
+    }
     void write_table(const Table &t, int tried) const;
     std::optional<double> report(const Table &best);
     std::vector<std::pair<Table, std::string>> grid(const Table &best) const;
@@ -307,8 +315,8 @@ private:
         });
     }
     // A candidate is kept when it beats the best by more than the timing noise (1 %): first by
-    // its estimate against the base's stored times, then timed side by side with the best. The
-    // base (cost 1) is the first best.
+    // its estimate (both estimates from the stored times, relative to the base), then timed side
+    // by side with the best. The base (cost 1) is the first best.
     bool improves(double c) const { return c < best_cost_ * 0.99; }
     bool out_of_time() const { return interrupted || Clock::now() >= deadline_; }
     double minutes_left() const {
@@ -326,9 +334,15 @@ private:
     std::map<std::string, Call> calls_;                // family + shape -> inputs
     std::map<std::string, std::vector<Halide::Buffer<>>> expected_;  // the base table's outputs
     std::ofstream log_;
-    double best_cost_ = 1.0;
+    double best_cost_ = 1.0;  // the best table's estimate
     std::map<std::string, double> costs_;  // knob string -> cost, of every table costed
-    std::set<std::string> rejected_;       // knob strings whose side-by-side timing refused them
+    // Side-by-side verdicts, (best, candidate) knob strings -> the candidate's time over the
+    // best's: a later pass of the descent, or a resumed run (they are logged), meets them again.
+    struct Verdict {
+        double ratio;
+        bool shown;  // printed in this run (one read from the log is printed when first used)
+    };
+    std::map<std::pair<std::string, std::string>, Verdict> verdicts_;
     int tried_ = 0;
 };
 
@@ -375,9 +389,10 @@ Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, O
     Halide::Realization r(outs);
     // Every kernel's first run starts from NaN outputs, so an output it leaves unwritten (a call
     // Halide took for a bounds query, a tile that misses an edge) is caught rather than passing
-    // on the values an earlier kernel left there.
+    // on the values an earlier kernel left there. Ignored outputs: the first run only warms up.
+    const bool check = outputs != Outputs::ignore;
     for (auto &b : outs) {
-        if (!b.data()) continue;
+        if (!b.data() || !check) continue;
         if (gpu) b.set_device_dirty(false);  // the last timing's values: overwritten here
         Halide::Buffer<float>(b).fill(std::numeric_limits<float>::quiet_NaN());
         if (gpu) {
@@ -387,7 +402,7 @@ Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, O
         }
     }
     c.pipeline.realize(r, target_);
-    if (gpu)
+    if (gpu && check)
         for (size_t k = 0; k < outs.size(); ++k)
             if (outs[k].data() && outs[k].copy_to_host() != 0)
                 return {false, 0, fmt::format("copying output {} from the device failed", c.outputs[k])};
@@ -557,34 +572,51 @@ void Tuner::load_log() {
     if (o_.fresh) return;
     std::ifstream in(o_.log);
     std::string line;
-    int loaded = 0;
+    int loaded = 0, verdicts = 0;
     while (std::getline(in, line)) {
         // Times from another target (a CUDA run resuming an OpenCL check's log) mean nothing here.
         if (line.rfind("# target=", 0) == 0 && line.substr(9) != target_.to_string())
             throw std::invalid_argument("--log: " + o_.log + " holds times for " + line.substr(9) + ", not " +
                                         target_.to_string() + " (give another --log, or --fresh)");
-        // family,shape,knobs,status,ms,why: the shape and knobs are quoted (they hold commas)
+        // A side-by-side verdict: its scope, the best's and the candidate's knobs, the candidate's
+        // time over the best's.
         std::smatch m;
+        if (std::regex_match(line, m, std::regex("# side_by_side,\"([^\"]*)\",\"([a-z_0-9:,]+)\",\"([a-z_0-9:,]+)\",([0-9.eE+-]+)"))) {
+            if (m[1] == verdict_scope()) {
+                verdicts_[{m[2], m[3]}] = {std::stod(m[4]), false};
+                ++verdicts;
+            }
+            continue;
+        }
+        // family,shape,knobs,status,ms,why: the shape and knobs are quoted (they hold commas)
         if (!std::regex_match(line, m, std::regex("([a-z_0-9]+),\"([0-9,]+)\",\"([a-z_0-9:,]+)\",(ok|failed),([0-9.eE+-]+),(.*)")))
             continue;
         Result r{m[4] == "ok", std::stod(m[5]), m[4] == "ok" ? "" : m[6].str()};
         results_[{m[1], m[2], m[3]}] = r;
         ++loaded;
     }
-    if (loaded) fmt::print("Resuming: {} measurements from {}\n", loaded, o_.log);
+    if (loaded) fmt::print("Resuming: {} measurements and {} side-by-side verdicts from {}\n", loaded, verdicts, o_.log);
 }
 
-void Tuner::log(const Key &k, const Result &r) {
+std::ofstream &Tuner::log_file() {
     if (!log_.is_open()) {
         const bool existed = std::filesystem::exists(o_.log) && !o_.fresh;
         log_.open(o_.log, existed ? std::ios::app : std::ios::trunc);
         if (!existed) log_ << "# target=" << target_.to_string() << "\nfamily,shape,knobs,status,ms,why\n";
     }
+    return log_;
+}
+
+void Tuner::log(const Key &k, const Result &r) {
     std::string why = r.why;
     std::replace(why.begin(), why.end(), '\n', ' ');
-    log_ << k.family << ",\"" << k.shape << "\",\"" << k.knobs << "\"," << (r.ok ? "ok" : "failed") << ","
-         << fmt::format("{:.6g}", r.ms) << "," << why << "\n";
-    log_.flush();
+    log_file() << k.family << ",\"" << k.shape << "\",\"" << k.knobs << "\"," << (r.ok ? "ok" : "failed") << ","
+               << fmt::format("{:.6g}", r.ms) << "," << why << std::endl;
+}
+
+void Tuner::log_verdict(const std::pair<std::string, std::string> &pair, double ratio) {
+    log_file() << "# side_by_side,\"" << verdict_scope() << "\",\"" << pair.first << "\",\"" << pair.second << "\"," << fmt::format("{:.6g}", ratio)
+               << std::endl;
 }
 
 void Tuner::write_table(const Table &t, int tried) const {
@@ -647,7 +679,7 @@ std::optional<double> Tuner::report(const Table &best) {
         }
         fmt::print("  {:<16} {}\n", s.text(), cols);
     }
-    if (differs && fresh.empty()) return std::nullopt;
+    if (fresh.empty()) return std::nullopt;
     return relative(base_, best, fresh);
 }
 
@@ -736,18 +768,28 @@ int Tuner::run_search() {
     auto consider = [&](const Table &t, const std::string &label) {
         if (out_of_time()) return false;
         const std::optional<double> c = cost(t, label);
-        if (!c || !improves(*c) || rejected_.count(knob_string(t))) return false;
-        const std::optional<Times> fresh = side_by_side(best, t);
-        if (!fresh) return false;
-        const double r = relative(best, t, *fresh);
-        const bool kept = r < 0.99;
-        fmt::print("        side by side with the best: {:.3f}x its time{}\n", r, kept ? " (kept)" : ", not kept");
-        std::fflush(stdout);
-        if (!kept) {
-            rejected_.insert(knob_string(t));  // a later pass of the descent meets it again
-            return false;
+        if (!c || !improves(*c)) return false;
+        const std::pair<std::string, std::string> pair{knob_string(best), knob_string(t)};
+        auto it = verdicts_.find(pair);
+        std::string from = "";
+        if (it == verdicts_.end()) {
+            const std::optional<Times> fresh = side_by_side(best, t);
+            if (!fresh && interrupted) return false;
+            // A failed timing (said why) refuses the candidate for good.
+            const double r = fresh ? relative(best, t, *fresh) : std::numeric_limits<double>::infinity();
+            it = verdicts_.emplace(pair, Verdict{r, false}).first;
+            if (fresh) log_verdict(pair, r);
+        } else if (!it->second.shown) {
+            from = " (from the log)";
         }
-        best_cost_ *= r;
+        const bool kept = it->second.ratio < 0.99;
+        if (!it->second.shown && std::isfinite(it->second.ratio))
+            fmt::print("        side by side with the best: {:.3f}x its time{}{}\n", it->second.ratio,
+                       kept ? " (kept)" : ", not kept", from);
+        it->second.shown = true;
+        std::fflush(stdout);
+        if (!kept) return false;
+        best_cost_ = *c;
         best = t;
         write_table(best, tried_);
         return true;
@@ -789,7 +831,7 @@ int Tuner::run_search() {
     const std::optional<double> timed = report(best);
     const std::string file = std::filesystem::absolute(o_.out).string();
     fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels{}).\n",
-               o_.out, timed.value_or(best_cost_), timed ? " timed side by side" : "");
+               o_.out, timed.value_or(best_cost_), timed ? ", timed side by side" : "");
     if (!best.gpu) fmt::print("Confirm it on the real ops (builds with it, times both builds): tools/tune/confirm.sh {}\n", file);
     if (!target_.has_feature(Halide::Target::OpenCL))  // an OpenCL check's table is not for building
         fmt::print("Build with it: cmake -B build -DBLOCKLSTM_TUNING={0} && cmake --build build\n", file);
