@@ -288,6 +288,12 @@ private:
 
     Compiled &kernel(const Family &f, const Table &t);
     Result measure(Compiled &c, const Family &f, const LstmShape &s, Outputs outputs);
+    Result compile_and_measure(const Family &f, const LstmShape &s, const Table &t, Outputs outputs);
+    // A kernel's time: from `fresh` where it has it, else the stored one.
+    double time_ms(const Key &key, const Times &fresh) const {
+        const auto it = fresh.find(key);
+        return it != fresh.end() ? it->second : results_.at(key).ms;
+    }
     Result family_time(const Family &f, const LstmShape &s, const Table &t);
     std::optional<double> cost(const Table &t, const std::string &label);
     double op_ms(const Table &t, const LstmShape &s, int which, const Times &fresh = {});
@@ -461,17 +467,21 @@ Tuner::Result Tuner::family_time(const Family &f, const LstmShape &s, const Tabl
         if (!base.ok) return base;
     }
     if (auto it = results_.find(key); it != results_.end() && (!is_base || expected_.count(at))) return it->second;
-    Result r;
-    try {
-        r = measure(kernel(f, t), f, s, is_base ? Outputs::store : Outputs::compare);
-    } catch (const Halide::Error &e) {
-        r = {false, 0, std::string("Halide: ") + e.what()};
-    } catch (const std::exception &e) {
-        r = {false, 0, e.what()};
-    }
+    const Result r = compile_and_measure(f, s, t, is_base ? Outputs::store : Outputs::compare);
     results_[key] = r;
     log(key, r);
     return r;
+}
+
+// measure() of t's kernel for f, compiled on first use; a compile or run error is a failed result.
+Tuner::Result Tuner::compile_and_measure(const Family &f, const LstmShape &s, const Table &t, Outputs outputs) {
+    try {
+        return measure(kernel(f, t), f, s, outputs);
+    } catch (const Halide::Error &e) {
+        return {false, 0, std::string("Halide: ") + e.what()};
+    } catch (const std::exception &e) {
+        return {false, 0, e.what()};
+    }
 }
 
 Compiled &Tuner::kernel(const Family &f, const Table &t) {
@@ -488,9 +498,7 @@ double Tuner::op_ms(const Table &t, const LstmShape &s, int which, const Times &
     for (const Family &f : families_) {
         const int n = which == 0 ? f.forward_calls(s) : which == 1 ? f.grad_calls(s) : f.grad_peephole_calls(s);
         if (n == 0) continue;
-        const Key key{f.name, s.text(), relevant(f, t)};
-        const auto it = fresh.find(key);
-        ms += n * (it != fresh.end() ? it->second : results_.at(key).ms);
+        ms += n * time_ms({f.name, s.text(), relevant(f, t)}, fresh);
     }
     return ms;
 }
@@ -511,14 +519,7 @@ std::optional<Tuner::Times> Tuner::side_by_side(const Table &a, const Table &b) 
                 if (interrupted) return std::nullopt;
                 const Table &t = (round % 2 == round / 2 % 2) ? a : b;  // a b, b a, a b, ...
                 const Key key{f.name, s.text(), relevant(f, t)};
-                Result r;
-                try {
-                    r = measure(kernel(f, t), f, s, Outputs::ignore);
-                } catch (const Halide::Error &e) {
-                    r = {false, 0, std::string("Halide: ") + e.what()};
-                } catch (const std::exception &e) {
-                    r = {false, 0, e.what()};
-                }
+                const Result r = compile_and_measure(f, s, t, Outputs::ignore);
                 if (!r.ok) {
                     fmt::print("        side by side: {} at {} failed ({})\n", f.name, s.text(), r.why);
                     return std::nullopt;
@@ -651,17 +652,13 @@ std::optional<double> Tuner::report(const Table &best) {
         std::fflush(stdout);
         fresh = side_by_side(base_, best).value_or(Times{});
     }
-    auto ms = [&](const Key &key) {
-        const auto it = fresh.find(key);
-        return it != fresh.end() ? it->second : results_.at(key).ms;
-    };
     fmt::print("\nPer family, the tuned table against the base one (best of >= 5 runs{}, ms):\n",
                fresh.empty() ? "" : ", side by side");
     fmt::print("  {:<24} {:<16} {:>10} {:>10} {:>8}\n", "family", "T,B,I,H", "base", "tuned", "speedup");
     for (const Family &f : families_) {
         for (const LstmShape &s : shapes_) {
-            const double b = ms({f.name, s.text(), relevant(f, base_)});
-            const double t = ms({f.name, s.text(), relevant(f, best)});
+            const double b = time_ms({f.name, s.text(), relevant(f, base_)}, fresh);
+            const double t = time_ms({f.name, s.text(), relevant(f, best)}, fresh);
             fmt::print("  {:<24} {:<16} {:>10.3f} {:>10.3f} {:>7.3f}x\n", f.name, s.text(), b, t, b / t);
         }
     }
