@@ -167,29 +167,34 @@ inline void schedule_gate_blocks_and_cpu(Func gates, Func other, Var j, Var gate
 }
 
 // A sum over (rows r) into a vector indexed by x: vectors along x, sequential over rows so the
-// result is deterministic; chunks of x in parallel. A chunk is column_sum_vectors vectors (AVX2's
-// table: 16, 512 bytes of a row),
-// a stretch the prefetcher follows, where 4 vectors (a register tile) made most rows a cache and
-// TLB miss (perf, BlockLSTMGrad at 100,32,256 with peepholes: b_grad 2.2 -> 1.6 % of the time,
-// the peephole sums 1.6 -> 1.1 %).
+// result is deterministic. Chunks of column_sum_vectors vectors run in parallel, each with its
+// sums on the stack; inside a chunk, groups of vectors are summed over all rows with their
+// accumulators in registers (as many as fill 3/4 of them, the rest for the terms: 4 vectors of
+// three sums, 8 of one, on AVX2). Adams2019 showed the way (blocklstm tune --baseline
+// autoschedulers, docs/tuning.md): the peephole sums at 100,64,512 took 4.5 ms with its 4-vector
+// groups, 5.9 with ours, which added each row to a whole chunk of sums in memory; now 3.5.
 inline void schedule_column_sum_cpu(Func sum, Func out, Var x, const std::vector<RVar> &rows,
                                     const CpuTuning &tuning) {
     const int vec = tuning.vector_floats;
     const int chunk = vec * tuning.column_sum_vectors;
-    Var xo("xo"), xi("xi");
-    sum.compute_root()
-        .split(x, xo, xi, chunk, TailStrategy::GuardWithIf)
+    const int values = sum.outputs();  // a Tuple's sums each take a register per vector
+    int group = 1;
+    while (group * 2 * values <= tuning.registers() * 3 / 4 && tuning.column_sum_vectors % (group * 2) == 0)
+        group *= 2;  // groups divide the chunk: a partial group would run guarded, as scalars
+    Var xo("xo"), xi("xi"), xg("xg"), xv("xv"), xu("xu"), xl("xl");
+    out.split(x, xo, xi, chunk, TailStrategy::GuardWithIf)
         .parallel(xo)
         .vectorize(xi, vec, TailStrategy::GuardWithIf);
-    std::vector<VarOrRVar> order{xi};
+    sum.compute_at(out, xo).vectorize(x, vec, TailStrategy::GuardWithIf);
+    std::vector<VarOrRVar> order{xl, xu};
     order.insert(order.end(), rows.begin(), rows.end());
-    order.push_back(xo);
+    order.push_back(xg);
     sum.update()
-        .split(x, xo, xi, chunk, TailStrategy::GuardWithIf)
+        .split(x, xg, xv, vec * group, TailStrategy::GuardWithIf)
+        .split(xv, xu, xl, vec, TailStrategy::GuardWithIf)
         .reorder(order)
-        .parallel(xo)
-        .vectorize(xi, vec, TailStrategy::GuardWithIf);
-    out.vectorize(x, vec, TailStrategy::GuardWithIf);
+        .vectorize(xl)
+        .unroll(xu);
 }
 
 // A transpose out(x, y) = in(y, x): square tiles of one vector, so both sides are read and

@@ -36,7 +36,7 @@ struct CpuTuning {
     // a batched product's work items are row blocks x column chunks (its parallel grain).
     int gemm_row_block_tiles = 0;
     int gemm_column_chunks = 0;
-    // A column sum's parallel chunk, in vectors of one row: a stretch the prefetcher follows.
+    // A column sum's parallel chunk, in vectors of one row (summed in groups that fit the registers).
     int column_sum_vectors = 0;
 
     int gemm_tile_cols() const { return vector_floats * gemm_tile_vectors; }

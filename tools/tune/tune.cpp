@@ -9,10 +9,12 @@
 // instead. Only this tool links libHalide; the library and apps do not.
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <dlfcn.h>
 #include <filesystem>
@@ -26,6 +28,11 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -97,6 +104,8 @@ struct Options {
     std::string from, out, log;
     int threads = 0;
     std::string baseline;
+    std::string autoscheduler;  // internal: time this one autoscheduler and print the result (a child)
+    std::string schedule_file;  // internal: where that child writes the schedule it chose
     bool fresh = false;
     unsigned seed = 1;
     std::string device = "cpu";  // cpu | cuda | opencl (the GPU schedules on an OpenCL device)
@@ -263,6 +272,8 @@ public:
 
     int run_search();
     int run_autoscheduler_baselines();
+    // The child of run_autoscheduler_baselines: one autoscheduler, one family, one shape.
+    int run_one_autoscheduler();
 
 private:
     struct Key {
@@ -295,6 +306,13 @@ private:
         return it != fresh.end() ? it->second : results_.at(key).ms;
     }
     Result family_time(const Family &f, const LstmShape &s, const Table &t);
+    // An autoscheduler's kernel for f at s, checked and timed; the schedule it chose goes to `path`.
+    Result autoscheduled_time(const Family &f, const LstmShape &s, const std::string &name, const std::string &path);
+    Result autoscheduled_time_in_child(const Family &f, const LstmShape &s, const std::string &name);
+    // Where the autoscheduler's schedule for f at s goes: beside the log.
+    std::string schedule_path(const Family &f, const LstmShape &s, const std::string &name) const {
+        return o_.log + ".schedules/" + f.name + "_" + s.text() + "_" + name + ".h";
+    }
     std::optional<double> cost(const Table &t, const std::string &label);
     double op_ms(const Table &t, const LstmShape &s, int which, const Times &fresh = {});
     std::optional<Times> side_by_side(const Table &a, const Table &b);
@@ -609,6 +627,7 @@ std::ofstream &Tuner::log_file() {
 }
 
 void Tuner::log(const Key &k, const Result &r) {
+    if (!o_.autoscheduler.empty()) return;  // a child's results are its parent's to log
     std::string why = r.why;
     std::replace(why.begin(), why.end(), '\n', ' ');
     log_file() << k.family << ",\"" << k.shape << "\",\"" << k.knobs << "\"," << (r.ok ? "ok" : "failed") << ","
@@ -842,6 +861,133 @@ std::string halide_library_dir() {
     return std::filesystem::path(info.dli_fname).parent_path().string();
 }
 
+// The autoscheduler `name`'s kernel for f at shape s: its outputs checked against the base
+// table's (measured first), then timed.
+Tuner::Result Tuner::autoscheduled_time(const Family &f, const LstmShape &s, const std::string &name,
+                                        const std::string &path) {
+    const Result ours = family_time(f, s, base_);  // stores the outputs to compare with
+    if (!ours.ok) return {false, 0, "the hand schedule's kernel failed: " + ours.why};
+    try {
+        Compiled c = compile(f, base_.table, knob_string(base_), name);
+        // Estimates: the extents of this shape's buffers and the scalars' values.
+        Call &inputs = call(f, s);
+        for (const auto &info : c.generator->arginfos()) {
+            if (info.dir == Halide::Internal::ArgInfoDirection::Input) {
+                Halide::Parameter p = c.generator->input_parameter(info.name).at(0);
+                if (info.kind != Halide::Internal::ArgInfoKind::Buffer) {
+                    p.set_estimate(Halide::Expr(inputs.scalars.at(info.name)));
+                    continue;
+                }
+                const Halide::Buffer<> &b = inputs.buffers.at(info.name);
+                for (int d = 0; d < b.dimensions(); ++d) {
+                    p.set_min_constraint_estimate(d, 0);
+                    p.set_extent_constraint_estimate(d, b.dim(d).extent());
+                }
+            } else {
+                const std::string first = info.types.size() == 1 ? info.name : info.name + ".0";
+                const Halide::Buffer<> &b = inputs.buffers.at(first);
+                // An output the kernel leaves empty (b_grad on the CPU) is estimated as one
+                // element: Adams2019 aborts on an empty region.
+                Halide::Region region;
+                for (int d = 0; d < b.dimensions(); ++d) region.push_back({0, std::max(1, b.dim(d).extent())});
+                c.generator->output_func(info.name).at(0).set_estimates(region);
+            }
+        }
+        Halide::AutoschedulerParams params(name);
+        if (name != "Li2018")  // the cores the kernels run on
+            params.extra["parallelism"] = std::to_string(
+                o_.threads > 0 ? unsigned(o_.threads) : std::max(1u, std::thread::hardware_concurrency()));
+        const Halide::AutoSchedulerResults chosen = c.pipeline.apply_autoscheduler(target_, params);
+        if (!path.empty() && !(std::ofstream(path) << chosen.schedule_source))
+            return {false, 0, "could not write the schedule to " + path};
+        return measure(c, f, s, Outputs::compare);
+    } catch (const Halide::Error &e) {
+        return {false, 0, e.what()};
+    } catch (const std::exception &e) {
+        return {false, 0, e.what()};
+    }
+}
+
+// autoscheduled_time in a child process, this tool run again with --autoscheduler: the plugins
+// end the process on some of their internal errors (Adams2019 throws from a destructor while
+// unwinding from an error, so std::terminate; seen with an empty output region), which no try
+// block here can catch. The child prints one result line; a child that dies is a failed result.
+Tuner::Result Tuner::autoscheduled_time_in_child(const Family &f, const LstmShape &s, const std::string &name) {
+    std::vector<std::string> args{"blocklstm-tune", "--autoscheduler", name,           "--families",
+                                  f.name,           "--shapes",        s.text(),       "--target",
+                                  target_.to_string(), "--device",     o_.device,      "--seed",
+                                  std::to_string(o_.seed)};
+    if (o_.threads > 0) args.insert(args.end(), {"--threads", std::to_string(o_.threads)});
+    if (!o_.from.empty()) args.insert(args.end(), {"--from", o_.from});
+    const std::string path = schedule_path(f, s, name);
+    std::filesystem::remove(path);  // no earlier run's schedule beside this run's result
+    args.insert(args.end(), {"--schedule-file", path});
+    std::vector<char *> argv;
+    for (std::string &a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    int out[2];
+    if (pipe2(out, O_CLOEXEC) != 0) return {false, 0, std::string("pipe: ") + std::strerror(errno)};
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, out[1], STDERR_FILENO);
+    pid_t pid = 0;
+    const int spawned = posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    close(out[1]);
+    std::string text;
+    char chunk[4096];
+    for (ssize_t n; spawned == 0 && (n = ::read(out[0], chunk, sizeof chunk)) != 0;)
+        if (n > 0) text.append(chunk, size_t(n));
+        else if (errno != EINTR) break;
+    close(out[0]);
+    if (spawned != 0) return {false, 0, std::string("could not start the child: ") + std::strerror(spawned)};
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    // The child's last line: "autoscheduler_result ok <ms>" or "autoscheduler_result failed <why>".
+    const std::string tag = "autoscheduler_result ";
+    if (const size_t at = text.rfind(tag); at != std::string::npos && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        std::stringstream line(text.substr(at + tag.size()));
+        std::string verdict;
+        line >> verdict;
+        if (verdict == "ok") {
+            double ms = 0;
+            if (line >> ms) return {true, ms, ""};
+        } else if (verdict == "failed") {
+            std::string why;
+            std::getline(line >> std::ws, why);
+            return {false, 0, why};
+        }
+    }
+    // Its last line of output says why, if anything does.
+    while (!text.empty() && text.back() == '\n') text.pop_back();
+    const std::string last = text.substr(text.rfind('\n') == std::string::npos ? 0 : text.rfind('\n') + 1);
+    const std::string how = WIFSIGNALED(status) ? fmt::format("ended by signal {} ({})", WTERMSIG(status),
+                                                               strsignal(WTERMSIG(status)))
+                                                : fmt::format("exited with {}", WEXITSTATUS(status));
+    return {false, 0, "the autoscheduler's process " + how + (last.empty() ? "" : ": " + last)};
+}
+
+int Tuner::run_one_autoscheduler() {
+    std::string lower = o_.autoscheduler;
+    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+    Halide::load_plugin(halide_library_dir() + "/libautoschedule_" + lower + ".so");
+    // The test of a child that dies (tests/check_tune_baseline.cmake) makes one die as Adams2019
+    // did: an exception out of a function that cannot throw.
+    if (const char *die = std::getenv("BLOCKLSTM_TUNE_TEST_CHILD_ABORT"); die && o_.autoscheduler == die)
+        [] {
+            const auto fail = [] { throw std::runtime_error("a test's exception out of a noexcept function"); };
+            [&]() noexcept { fail(); }();
+        }();
+    const Result r = autoscheduled_time(families_.at(0), shapes_.at(0), o_.autoscheduler, o_.schedule_file);
+    std::string why = r.why;
+    std::replace(why.begin(), why.end(), '\n', ' ');
+    fmt::print("\nautoscheduler_result {}\n", r.ok ? fmt::format("ok {:.9g}", r.ms) : "failed " + why);
+    std::fflush(stdout);  // before anything at exit could end the process
+    return 0;
+}
+
 int Tuner::run_autoscheduler_baselines() {
     const bool gpu = target_.has_gpu_feature();
     if (gpu && !target_.has_feature(Halide::Target::CUDA))
@@ -849,12 +995,7 @@ int Tuner::run_autoscheduler_baselines() {
                                     "schedules for CUDA only; give --device cuda");
     const std::vector<std::string> names = gpu ? std::vector<std::string>{"Anderson2021"}
                                                : std::vector<std::string>{"Adams2019", "Li2018", "Mullapudi2016"};
-    const std::string dir = halide_library_dir();
-    for (const std::string &n : names) {
-        std::string lower = n;
-        std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
-        Halide::load_plugin(dir + "/libautoschedule_" + lower + ".so");
-    }
+    std::filesystem::create_directories(o_.log + ".schedules");
     fmt::print("Halide's autoschedulers against the hand schedule with table {} ({}), ms, best of >= 5 runs:\n",
                base_.table, target_.to_string());
     fmt::print("  {:<16} {:<16} {:>10}", "family", "T,B,I,H", "ours");
@@ -864,53 +1005,32 @@ int Tuner::run_autoscheduler_baselines() {
         for (const LstmShape &s : shapes_) {
             const Result ours = family_time(f, s, base_);
             fmt::print("  {:<16} {:<16} {:>10}", f.name, s.text(), ours.ok ? fmt::format("{:.3f}", ours.ms) : "failed");
+            if (!ours.ok) {  // nothing to check the autoschedulers' kernels against
+                fmt::print("\n      ours: {}\n", ours.why.substr(0, 300));
+                continue;
+            }
+            std::string failures;  // under the row, so that its columns stay aligned
             for (const std::string &n : names) {
-                Result r;
-                try {
-                    Compiled c = compile(f, base_.table, knob_string(base_), n);
-                    // Estimates: the extents of this shape's buffers and the scalars' values.
-                    Call &inputs = call(f, s);
-                    for (const auto &info : c.generator->arginfos()) {
-                        if (info.dir == Halide::Internal::ArgInfoDirection::Input) {
-                            Halide::Parameter p = c.generator->input_parameter(info.name).at(0);
-                            if (info.kind != Halide::Internal::ArgInfoKind::Buffer) {
-                                p.set_estimate(Halide::Expr(inputs.scalars.at(info.name)));
-                                continue;
-                            }
-                            const Halide::Buffer<> &b = inputs.buffers.at(info.name);
-                            for (int d = 0; d < b.dimensions(); ++d) {
-                                p.set_min_constraint_estimate(d, 0);
-                                p.set_extent_constraint_estimate(d, b.dim(d).extent());
-                            }
-                        } else {
-                            const std::string first = info.types.size() == 1 ? info.name : info.name + ".0";
-                            const Halide::Buffer<> &b = inputs.buffers.at(first);
-                            Halide::Region region;
-                            for (int d = 0; d < b.dimensions(); ++d) region.push_back({0, b.dim(d).extent()});
-                            c.generator->output_func(info.name).at(0).set_estimates(region);
-                        }
-                    }
-                    Halide::AutoschedulerParams params(n);
-                    if (n != "Li2018") params.extra["parallelism"] = std::to_string(std::max(1u, std::thread::hardware_concurrency()));
-                    c.pipeline.apply_autoscheduler(target_, params);
-                    r = measure(c, f, s, Outputs::compare);
-                } catch (const Halide::Error &e) {
-                    r = {false, 0, e.what()};
-                } catch (const std::exception &e) {
-                    r = {false, 0, e.what()};
-                }
+                if (interrupted) break;
+                const Result r = autoscheduled_time_in_child(f, s, n);
+                if (interrupted) break;  // the child got the Ctrl-C too: no result
                 std::string why = r.why;  // Halide's errors run over lines: one line, its start
                 std::replace(why.begin(), why.end(), '\n', ' ');
                 if (why.find_first_not_of("Error: ") == std::string::npos) why += "(Halide gave no message)";
                 log({f.name, s.text(), "autoscheduler:" + n}, r);
                 fmt::print(" {:>14}", r.ok ? fmt::format("{:.3f} {:.2f}x", r.ms, ours.ms / r.ms) : "failed");
-                if (!r.ok) fmt::print("\n      {}: {}\n", n, why.substr(0, 300));
+                if (!r.ok) failures += fmt::format("      {}: {}\n", n, why.substr(0, 300));
                 std::fflush(stdout);
             }
-            fmt::print("\n");
+            fmt::print("\n{}", failures);
+            if (interrupted) {
+                fmt::print("Interrupted.\n");
+                return 130;
+            }
         }
     }
-    fmt::print("(NxX: our time / the autoscheduler's; above 1 the autoscheduler is faster. Log: {})\n", o_.log);
+    fmt::print("(NxX: our time / the autoscheduler's; above 1 the autoscheduler is faster. Log: {}; the schedules "
+               "they chose: {}.schedules/)\n", o_.log, o_.log);
     return 0;
 }
 
@@ -919,6 +1039,23 @@ int Tuner::run_autoscheduler_baselines() {
 
 int main(int argc, char **argv) {
     using namespace blocklstm::tune;
+    // An exception that ends the process (out of a plugin's destructor) says what it was.
+    std::set_terminate([] {
+        // On one line: the parent of a child that dies keeps its last line.
+        const auto say = [](std::string what) {
+            std::replace(what.begin(), what.end(), '\n', ' ');
+            std::cerr << "blocklstm tune: aborted by an exception it cannot catch: " << what << std::endl;
+        };
+        try {
+            if (std::current_exception()) std::rethrow_exception(std::current_exception());
+        } catch (const Halide::Error &e) {
+            say(e.what());
+        } catch (const std::exception &e) {
+            say(e.what());
+        } catch (...) {
+        }
+        std::abort();
+    });
     Options o;
     CLI::App app("blocklstm tune: fit the schedules' tuning table to this machine's CPU or GPU (docs/tuning.md)");
     app.add_option("--shapes", o.shapes, "LSTM shapes 'T,B,I,H;...' to time the kernels on");
@@ -933,6 +1070,10 @@ int main(int argc, char **argv) {
     app.add_option("--threads", o.threads, "threads of the kernels (default: all)")->check(CLI::Range(1, 1024));
     app.add_option("--baseline", o.baseline, "'autoschedulers': time Halide's autoschedulers instead of tuning")
         ->check(CLI::IsMember({"autoschedulers"}));
+    app.add_option("--autoscheduler", o.autoscheduler)  // internal: the child of --baseline
+        ->check(CLI::IsMember({"Adams2019", "Li2018", "Mullapudi2016", "Anderson2021"}))
+        ->group("");
+    app.add_option("--schedule-file", o.schedule_file)->group("");
     app.add_flag("--fresh", o.fresh, "ignore an existing log (start over)");
     app.add_option("--seed", o.seed, "seed of the random inputs");
     app.add_option("--device", o.device, "cpu, cuda (the CUDA table, on this machine's NVIDIA GPU), or opencl (the "
@@ -986,7 +1127,7 @@ int main(int argc, char **argv) {
         // resumes a CUDA run's files.
         if (o.out.empty()) o.out = table + (o.device == "opencl" ? "-opencl-check" : "") + ".json";
         if (o.log.empty()) o.log = o.out + ".csv";
-        std::signal(SIGINT, [](int) { interrupted = true; });
+        if (o.autoscheduler.empty()) std::signal(SIGINT, [](int) { interrupted = true; });  // a child just ends
         // As the runtime does (runtime/src/cuda_driver.cpp): device memory is kept between calls,
         // so a kernel's time has no allocation in it.
         Halide::Internal::JITSharedRuntime::reuse_device_allocations(true);
@@ -996,6 +1137,7 @@ int main(int argc, char **argv) {
             ~Release() { Halide::Internal::JITSharedRuntime::release_all(); }
         } release;
         Tuner tuner(o, target, families, shapes, base);
+        if (!o.autoscheduler.empty()) return tuner.run_one_autoscheduler();
         return o.baseline.empty() ? tuner.run_search() : tuner.run_autoscheduler_baselines();
     } catch (const Halide::Error &e) {
         std::cerr << "blocklstm tune: " << e.what() << "\n";
