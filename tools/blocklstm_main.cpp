@@ -89,8 +89,11 @@ constexpr CommandHelp kCommands[] = {
      "                 and keeps the best so far). Build with the table:\n"
      "                 cmake -B build -DBLOCKLSTM_TUNING=$PWD/x86-64-avx2.json. --baseline\n"
      "                 autoschedulers times Halide's autoschedulers (Adams2019, Li2018,\n"
-     "                 Mullapudi2016) on the same kernels instead. Runs the blocklstm-tune\n"
-     "                 program beside this one (it links libHalide; docs/tuning.md).\n"},
+     "                 Mullapudi2016; Anderson2021 with --device cuda) on the same kernels\n"
+     "                 instead, each checked against ours and run in a process of its own, and\n"
+     "                 writes the schedules they chose to <log>.schedules/. Runs the\n"
+     "                 blocklstm-tune program beside this one (it links libHalide;\n"
+     "                 docs/tuning.md).\n"},
     {"demo", "blocklstm demo [--steps N] [--seed S] [--device auto|cpu|cuda] [--threads N]\n",
      "  demo           Train a small peephole LSTM (BlockLSTM + BlockLSTMGrad, Adam) on noisy\n"
      "                 sums of sines, then check one BlockLSTMGrad against the float64 reference.\n"

@@ -945,9 +945,10 @@ Tuner::Result Tuner::autoscheduled_time_in_child(const Family &f, const LstmShap
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
-    // The child's last line: "autoscheduler_result ok <ms>" or "autoscheduler_result failed <why>".
+    // The child's last line: "autoscheduler_result ok <ms>" or "autoscheduler_result failed <why>",
+    // whole (up to its newline).
     const std::string tag = "autoscheduler_result ";
-    if (const size_t at = text.rfind(tag); at != std::string::npos && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+    if (const size_t at = text.rfind(tag); at != std::string::npos && text.find('\n', at) != std::string::npos) {
         std::stringstream line(text.substr(at + tag.size()));
         std::string verdict;
         line >> verdict;
@@ -984,8 +985,10 @@ int Tuner::run_one_autoscheduler() {
     std::string why = r.why;
     std::replace(why.begin(), why.end(), '\n', ' ');
     fmt::print("\nautoscheduler_result {}\n", r.ok ? fmt::format("ok {:.9g}", r.ms) : "failed " + why);
-    std::fflush(stdout);  // before anything at exit could end the process
-    return 0;
+    // The result is out: end without the JIT runtimes' and the plugins' teardown at exit, which
+    // gives the parent nothing.
+    std::fflush(stdout);
+    std::_Exit(0);
 }
 
 int Tuner::run_autoscheduler_baselines() {
