@@ -272,8 +272,9 @@ public:
 
     int run_search();
     int run_autoscheduler_baselines();
-    // The child of run_autoscheduler_baselines: one autoscheduler, one family, one shape.
-    int run_one_autoscheduler();
+    // The child of run_autoscheduler_baselines: one autoscheduler, one family, one shape; ends
+    // the process.
+    [[noreturn]] void run_one_autoscheduler();
 
 private:
     struct Key {
@@ -854,6 +855,10 @@ int Tuner::run_search() {
     return 0;
 }
 
+// The autoschedulers the halide wheel ships as plugins, by the device they schedule for.
+const std::vector<std::string> kCpuAutoschedulers{"Adams2019", "Li2018", "Mullapudi2016"};
+const std::vector<std::string> kGpuAutoschedulers{"Anderson2021"};
+
 // The directory of libHalide.so, where the halide wheel keeps its autoscheduler plugins.
 std::string halide_library_dir() {
     Dl_info info{};
@@ -970,17 +975,19 @@ Tuner::Result Tuner::autoscheduled_time_in_child(const Family &f, const LstmShap
     return {false, 0, "the autoscheduler's process " + how + (last.empty() ? "" : ": " + last)};
 }
 
-int Tuner::run_one_autoscheduler() {
+void Tuner::run_one_autoscheduler() {
     std::string lower = o_.autoscheduler;
     std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
     Halide::load_plugin(halide_library_dir() + "/libautoschedule_" + lower + ".so");
     // The test of a child that dies (tests/check_tune_baseline.cmake) makes one die as Adams2019
     // did: an exception out of a function that cannot throw.
-    if (const char *die = std::getenv("BLOCKLSTM_TUNE_TEST_CHILD_ABORT"); die && o_.autoscheduler == die)
-        [] {
-            const auto fail = [] { throw std::runtime_error("a test's exception out of a noexcept function"); };
-            [&]() noexcept { fail(); }();
-        }();
+    if (const char *die = std::getenv("BLOCKLSTM_TUNE_TEST_CHILD_ABORT"); die && o_.autoscheduler == die) {
+        try {
+            throw std::runtime_error("a test's exception out of a noexcept function");
+        } catch (...) {
+            std::terminate();
+        }
+    }
     const Result r = autoscheduled_time(families_.at(0), shapes_.at(0), o_.autoscheduler, o_.schedule_file);
     std::string why = r.why;
     std::replace(why.begin(), why.end(), '\n', ' ');
@@ -996,8 +1003,7 @@ int Tuner::run_autoscheduler_baselines() {
     if (gpu && !target_.has_feature(Halide::Target::CUDA))
         throw std::invalid_argument("--baseline autoschedulers: Halide's GPU autoscheduler (Anderson2021) "
                                     "schedules for CUDA only; give --device cuda");
-    const std::vector<std::string> names = gpu ? std::vector<std::string>{"Anderson2021"}
-                                               : std::vector<std::string>{"Adams2019", "Li2018", "Mullapudi2016"};
+    const std::vector<std::string> &names = gpu ? kGpuAutoschedulers : kCpuAutoschedulers;
     std::filesystem::create_directories(o_.log + ".schedules");
     fmt::print("Halide's autoschedulers against the hand schedule with table {} ({}), ms, best of >= 5 runs:\n",
                base_.table, target_.to_string());
@@ -1017,8 +1023,7 @@ int Tuner::run_autoscheduler_baselines() {
                 if (interrupted) break;
                 const Result r = autoscheduled_time_in_child(f, s, n);
                 if (interrupted) break;  // the child got the Ctrl-C too: no result
-                std::string why = r.why;  // Halide's errors run over lines: one line, its start
-                std::replace(why.begin(), why.end(), '\n', ' ');
+                std::string why = r.why;  // one line (the child's result line, or its last line)
                 if (why.find_first_not_of("Error: ") == std::string::npos) why += "(Halide gave no message)";
                 log({f.name, s.text(), "autoscheduler:" + n}, r);
                 fmt::print(" {:>14}", r.ok ? fmt::format("{:.3f} {:.2f}x", r.ms, ours.ms / r.ms) : "failed");
@@ -1074,7 +1079,11 @@ int main(int argc, char **argv) {
     app.add_option("--baseline", o.baseline, "'autoschedulers': time Halide's autoschedulers instead of tuning")
         ->check(CLI::IsMember({"autoschedulers"}));
     app.add_option("--autoscheduler", o.autoscheduler)  // internal: the child of --baseline
-        ->check(CLI::IsMember({"Adams2019", "Li2018", "Mullapudi2016", "Anderson2021"}))
+        ->check(CLI::IsMember([] {
+            std::vector<std::string> all = kCpuAutoschedulers;
+            all.insert(all.end(), kGpuAutoschedulers.begin(), kGpuAutoschedulers.end());
+            return all;
+        }()))
         ->group("");
     app.add_option("--schedule-file", o.schedule_file)->group("");
     app.add_flag("--fresh", o.fresh, "ignore an existing log (start over)");
@@ -1140,7 +1149,7 @@ int main(int argc, char **argv) {
             ~Release() { Halide::Internal::JITSharedRuntime::release_all(); }
         } release;
         Tuner tuner(o, target, families, shapes, base);
-        if (!o.autoscheduler.empty()) return tuner.run_one_autoscheduler();
+        if (!o.autoscheduler.empty()) tuner.run_one_autoscheduler();
         return o.baseline.empty() ? tuner.run_search() : tuner.run_autoscheduler_baselines();
     } catch (const Halide::Error &e) {
         std::cerr << "blocklstm tune: " << e.what() << "\n";
