@@ -384,6 +384,19 @@ TEST(BadInput, Int32ExtentOverflow) {
     }
 }
 
+// An empty x whose input size is beyond int32 (and near int64's limit, so I + H would overflow
+// the expected shape of w): rejected by its own dimension, naming 'x'.
+TEST(BadInput, HugeDimensionOfEmptyTensor) {
+    for (OpId op : kAllOps) {
+        SCOPED_TRACE(label(op, "x [.., 0, INT64_MAX]"));
+        Call c = valid_call(op);
+        TensorView &x = c.v["x"];
+        x.shape[x.shape.size() - 2] = 0;
+        x.shape.back() = INT64_MAX;
+        expect_rejected(c, {"x"});
+    }
+}
+
 // While alive, the process may map at most `extra` more bytes: a missing size check then shows as
 // std::bad_alloc (a test failure) instead of a multi-GB allocation on a shared machine.
 class AddressSpaceLimit {
@@ -452,6 +465,55 @@ TEST(BadInput, Int32IntermediateOverflow) {
             }
         }
     }
+}
+
+// ---- blocklstm::copy ---------------------------------------------------------------------------
+
+// copy rejects what would make it read or write out of bounds, naming the argument, and writes
+// nothing then; a valid copy copies.
+TEST(Copy, ChecksBothSidesAndCopies) {
+    std::vector<float> src(8), dst(8, kSentinel);
+    for (int k = 0; k < 8; ++k) src[k] = 0.5f * static_cast<float>(k) - 1.0f;
+    const TensorView s{src.data(), DType::f32, {2, 4}}, d{dst.data(), DType::f32, {8}};
+    auto rejected = [&](const TensorView &from, const TensorView &to, const std::string &arg) {
+        SCOPED_TRACE("copy naming '" + arg + "'");
+        try {
+            copy(from, to);
+            ADD_FAILURE() << "no exception thrown";
+        } catch (const Error &e) {
+            std::cout << "[ message  ] " << e.what() << std::endl;
+            EXPECT_NE(std::string(e.what()).find("copy: argument '" + arg + "'"), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("expected"), std::string::npos) << e.what();
+        }
+        for (float v : dst) EXPECT_EQ(v, kSentinel) << "dst was written";
+    };
+    TensorView t = s;
+    t.data = nullptr;
+    rejected(t, d, "src");
+    t = d;
+    t.data = nullptr;
+    rejected(s, t, "dst");
+    rejected(TensorView{src.data(), DType::f32, {-1}}, TensorView{dst.data(), DType::f32, {-1}}, "src");
+    rejected(s, TensorView{dst.data(), DType::f32, {2, -4}}, "dst");
+    rejected(TensorView{src.data(), DType::f32, {INT64_MAX, 2, 2}}, d, "src");
+    rejected(TensorView{src.data(), static_cast<DType>(7), {8}}, d, "src");
+    rejected(s, TensorView{dst.data(), DType::f32, {8}, static_cast<Device>(5)}, "dst");
+    rejected(s, TensorView{dst.data(), DType::f32, {7}}, "dst");
+    rejected(s, TensorView{dst.data(), DType::f16, {8}}, "dst");
+    rejected(TensorView{dst.data(), DType::f32, {4}}, TensorView{dst.data() + 2, DType::f32, {4}}, "dst");
+
+    copy(s, d);
+    EXPECT_EQ(src, dst);
+    copy(d, d);  // the same memory: nothing to do
+    EXPECT_EQ(src, dst);
+}
+
+// An owning tensor of an unknown dtype or device is refused, not allocated as something else.
+TEST(OwningTensor, UnknownDtypeOrDevice) {
+    EXPECT_THROW(Tensor(static_cast<DType>(7), {4}), Error);
+    EXPECT_THROW(Tensor(DType::f32, {4}, static_cast<Device>(5)), Error);
+    EXPECT_THROW(Tensor(DType::f32, {2, -1}), Error);
+    EXPECT_EQ(Tensor(DType::f16, {2, 3}).num_bytes(), 12u);
 }
 
 // ---- Valid empty cases: no throw, zero outputs -----------------------------------------------------

@@ -207,11 +207,18 @@ std::string run_op(const RunOptions &options) {
         }
         inputs.emplace(arg.name, on(device, to_tensor(a)));
     }
-    // Zero peephole vectors of the cell size, read off cs_prev [B, H] (the op checks the rest).
-    const Tensor &cs_prev = inputs.at("cs_prev");
-    const int64_t cell_size = cs_prev.shape().size() == 2 ? cs_prev.shape()[1] : 0;
+    // Zero peephole vectors of the cell size H of cs_prev [B, H], once w [I + H, 4H] agrees with
+    // it (so they are never larger than w, which was read from a file: an empty cs_prev may
+    // declare any H). Otherwise empty ones: the op then names cs_prev, h_prev or w, which it
+    // checks before them.
+    const std::vector<int64_t> &cs_prev = inputs.at("cs_prev").shape(), &w = inputs.at("w").shape(),
+                               &x_shape = inputs.at("x").shape();
+    const int64_t cell_size = cs_prev.size() == 2 ? cs_prev[1] : -1;
+    const bool w_agrees = w.size() == 2 && !x_shape.empty() && cell_size >= 0 && w[1] % 4 == 0 &&
+                          w[1] / 4 == cell_size && w[0] - cell_size == x_shape.back();
     for (const std::string &name : zero_peepholes)
-        inputs.emplace(name, on(device, Tensor(float_type == npy::Type::f16 ? DType::f16 : DType::f32, {cell_size})));
+        inputs.emplace(name, on(device, Tensor(float_type == npy::Type::f16 ? DType::f16 : DType::f32,
+                                               {w_agrees ? cell_size : 0})));
 
     OpAttrs attrs;
     attrs.forget_bias = options.forget_bias;

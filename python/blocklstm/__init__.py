@@ -50,6 +50,13 @@ def _int_scalar(name, value):
     return int(value.reshape(()).item() if hasattr(value, "item") else value)
 
 
+def _int64(name, value):
+    """The library takes int64: a larger value is out of range, named, not a TypeError."""
+    if not -2 ** 63 <= value < 2 ** 63:
+        raise ValueError(f"argument '{name}' is {value}: expected a value in [0, T] (x's time steps)")
+    return value
+
+
 def _make(op):
     inputs = [a["name"] for a in op["inputs"]]
     outputs = [a["name"] for a in op["outputs"]]
@@ -66,7 +73,7 @@ def _make(op):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments
-        seq_len_max = _int_scalar("seq_len_max", a["seq_len_max"]) if op["sequence"] else 0
+        seq_len_max = _int64("seq_len_max", _int_scalar("seq_len_max", a["seq_len_max"])) if op["sequence"] else 0
         tensors = {n: a[n] for n in inputs}
         out = _core.invoke(op["name"], seq_len_max, tensors, None,
                            a.get("forget_bias"), a.get("cell_clip"), bool(a["use_peephole"]))

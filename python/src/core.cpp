@@ -22,8 +22,10 @@ struct ArgumentError : std::runtime_error {
 };
 
 std::string dtype_name(const nb::dlpack::dtype &t) {
-    static const char *kinds[] = {"int", "uint", "float", "bfloat"};
-    const std::string kind = t.code < 4 ? kinds[t.code] : "code" + std::to_string(t.code) + "_";
+    // DLPack's type codes, in their order (dlpack.h: DLDataTypeCode).
+    static const char *kinds[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
+    if (t.code == 6) return "bool";
+    const std::string kind = t.code < 7 ? kinds[t.code] : "code" + std::to_string(t.code) + "_";
     return kind + std::to_string(t.bits);
 }
 
@@ -32,8 +34,11 @@ std::string framework_of(const nb::handle &obj) {
     return module.rfind("torch.", 0) == 0 ? "torch" : "numpy";
 }
 
-// A view of a C-contiguous float16/float32 array on the CPU or a CUDA device, zero-copy.
-TensorView view_of(const std::string &name, const nb::ndarray<> &a) {
+// A view of a C-contiguous float16/float32 array on the CPU or a CUDA device, zero-copy. Array:
+// nb::ndarray<nb::ro> for inputs (read-only arrays are fine: inputs are never written), or
+// nb::ndarray<> for outputs.
+template <typename Array>
+TensorView view_of(const std::string &name, const Array &a) {
     TensorView v;
     if (a.dtype() == nb::dtype<float>()) v.dtype = DType::f32;
     else if (a.dtype().code == uint8_t(nb::dlpack::dtype_code::Float) && a.dtype().bits == 16) v.dtype = DType::f16;
@@ -42,7 +47,8 @@ TensorView view_of(const std::string &name, const nb::ndarray<> &a) {
     else if (a.device_type() == nb::device::cuda::value) v.device = Device::cuda;
     else throw ArgumentError("argument '" + name + "': expected a CPU or CUDA tensor");
     int64_t expected_stride = 1;
-    for (std::size_t d = a.ndim(); d-- > 0;) {
+    const bool empty = a.size() == 0;  // any strides (NumPy gives empty arrays zero strides)
+    for (std::size_t d = a.ndim(); d-- > 0 && !empty;) {
         if (a.shape(d) > 1 && a.stride(d) != expected_stride)
             throw ArgumentError("argument '" + name + "' is not C-contiguous: expected a dense row-major array (call .contiguous() or numpy.ascontiguousarray)");
         expected_stride *= static_cast<int64_t>(a.shape(d));
@@ -54,7 +60,7 @@ TensorView view_of(const std::string &name, const nb::ndarray<> &a) {
 
 // An owned tensor handed to Python zero-copy: the array keeps the Tensor (its storage) alive.
 template <typename Framework>
-nb::object to_array(Tensor t) {
+nb::object to_array(Tensor t, int32_t device_id) {
     auto *owned = new Tensor(std::move(t));
     nb::capsule owner(owned, [](void *p) noexcept { delete static_cast<Tensor *>(p); });
     std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
@@ -62,18 +68,38 @@ nb::object to_array(Tensor t) {
                                      ? nb::dtype<float>()
                                      : nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
     const int device = owned->device() == Device::cuda ? nb::device::cuda::value : nb::device::cpu::value;
-    return nb::ndarray<Framework>(owned->data(), shape.size(), shape.data(), owner, nullptr, dt, device, 0)
+    return nb::ndarray<Framework>(owned->data(), shape.size(), shape.data(), owner, nullptr, dt, device, device_id)
         .cast();
 }
 
-std::map<std::string, TensorView> views(const nb::dict &tensors, std::vector<nb::ndarray<>> &keep) {
+// Why `value` is not an array of the kind a call takes: what DLPack cannot describe of a NumPy
+// array (its byte order, strides that are not whole elements), a read-only output, or not an
+// array at all.
+std::string why_not_an_array(const nb::handle &value, bool output) {
+    if (nb::hasattr(value, "dtype") && nb::hasattr(value, "strides") && nb::hasattr(value, "itemsize")) {
+        const nb::object dtype = value.attr("dtype");
+        if (nb::hasattr(dtype, "isnative") && !nb::cast<bool>(dtype.attr("isnative")))
+            return " has dtype " + nb::cast<std::string>(nb::str(dtype)) +
+                   ", not in this machine's byte order: expected a native-endian array (a.astype(a.dtype.newbyteorder('=')))";
+        const nb::object itemsize = value.attr("itemsize"), strides = value.attr("strides");
+        for (nb::handle stride : strides) {
+            if (nb::cast<int64_t>(stride % itemsize) != 0)
+                return " has strides " + nb::cast<std::string>(nb::str(strides)) +
+                       " that are not whole elements: expected a dense row-major array (numpy.ascontiguousarray)";
+        }
+        if (output && nb::hasattr(value, "flags") && !nb::cast<bool>(value.attr("flags").attr("writeable")))
+            return " is read-only: expected a writable array for an output";
+    }
+    return ": expected an array (NumPy, or any DLPack tensor), got " + nb::cast<std::string>(nb::type_name(value.type()));
+}
+
+template <typename Array>
+std::map<std::string, TensorView> views(const nb::dict &tensors, std::vector<Array> &keep, bool output) {
     std::map<std::string, TensorView> out;
     for (auto [key, value] : tensors) {
         const std::string name = nb::cast<std::string>(key);
-        nb::ndarray<> a;
-        if (!nb::try_cast(value, a))
-            throw ArgumentError("argument '" + name + "': expected an array (NumPy, or any DLPack tensor), got " +
-                                nb::cast<std::string>(nb::type_name(value.type())));
+        Array a;
+        if (!nb::try_cast(value, a)) throw ArgumentError("argument '" + name + "'" + why_not_an_array(value, output));
         keep.push_back(a);
         out[name] = view_of(name, a);
     }
@@ -135,12 +161,13 @@ NB_MODULE(_core, m) {
           [](const std::string &op, int64_t seq_len_max, const nb::dict &inputs,
              std::optional<nb::dict> outputs, std::optional<float> forget_bias,
              std::optional<float> cell_clip, bool use_peephole) -> nb::object {
-              std::vector<nb::ndarray<>> keep;
-              const auto in = views(inputs, keep);
+              std::vector<nb::ndarray<nb::ro>> keep_inputs;
+              std::vector<nb::ndarray<>> keep_outputs;
+              const auto in = views(inputs, keep_inputs, false);
               OpAttrs attrs{forget_bias, cell_clip, use_peephole};
               const std::string framework = inputs.size() ? framework_of(inputs.values()[0]) : "numpy";
               if (outputs) {
-                  const auto out = views(*outputs, keep);
+                  const auto out = views(*outputs, keep_outputs, true);
                   nb::gil_scoped_release no_gil;
                   invoke(op, seq_len_max, in, out, attrs);
                   return nb::none();
@@ -150,10 +177,12 @@ NB_MODULE(_core, m) {
                   nb::gil_scoped_release no_gil;
                   result = invoke(op, seq_len_max, in, attrs);
               }
+              // The outputs are on the inputs' device (all inputs share one; CPU: 0).
+              const int32_t device_id = keep_inputs.empty() ? 0 : keep_inputs.front().device_id();
               nb::dict d;
               for (auto &[name, t] : result)
-                  d[name.c_str()] = framework == "torch" ? to_array<nb::pytorch>(std::move(t))
-                                                         : to_array<nb::numpy>(std::move(t));
+                  d[name.c_str()] = framework == "torch" ? to_array<nb::pytorch>(std::move(t), device_id)
+                                                         : to_array<nb::numpy>(std::move(t), device_id);
               return d;
           },
           nb::arg("op"), nb::arg("seq_len_max"), nb::arg("inputs"), nb::arg("outputs").none(),

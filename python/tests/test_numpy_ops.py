@@ -148,3 +148,39 @@ def test_bad_seq_len_max():
             blocklstm.block_lstm(bad, **a)
     with pytest.raises(ValueError, match="seq_len_max"):
         blocklstm.block_lstm(4, **a)  # more than T
+    for huge in (2 ** 70, np.array(2 ** 63, dtype=np.uint64)):  # past int64: named, not a TypeError
+        with pytest.raises(ValueError, match=f"argument 'seq_len_max' is {int(huge)}: expected"):
+            blocklstm.block_lstm(huge, **a)
+
+
+@pytest.mark.parametrize("T, B", [(0, 2), (3, 0)])
+def test_empty_arrays(T, B):
+    # NumPy gives empty arrays any strides (often 0): they are still dense.
+    a = random_inputs(np.random.default_rng(4), T, B, 3, 4)
+    out = blocklstm.block_lstm(0, **a)
+    assert out.h.shape == (T, B, 4) and not out.h.any()
+    grad = blocklstm.block_lstm_grad(0, **a, **out._asdict(), cs_grad=out.cs, h_grad=out.h)
+    assert grad.w_grad.shape == (7, 16) and not grad.w_grad.any()
+
+
+def test_read_only_inputs():
+    a = random_inputs(np.random.default_rng(5), 3, 2, 4, 5)
+    want = blocklstm.block_lstm(3, **a)
+    for v in a.values():
+        v.flags.writeable = False
+    got = blocklstm.block_lstm(3, **a)
+    for name in want._fields:
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+
+
+def test_arrays_dlpack_cannot_describe_say_why():
+    a = random_inputs(np.random.default_rng(6), 3, 2, 4, 5)
+    with pytest.raises(ValueError, match="argument 'x' has dtype >f4, not in this machine's byte order"):
+        blocklstm.block_lstm(3, **{**a, "x": a["x"].astype(">f4")})
+    raw = np.zeros(6 * 20, np.uint8)
+    odd = np.lib.stride_tricks.as_strided(raw.view(np.float32)[:1], shape=(20,), strides=(6,))
+    with pytest.raises(ValueError, match=r"argument 'b' has strides \(6,\) that are not whole elements"):
+        blocklstm.block_lstm(3, **{**a, "b": odd})
+    for dtype, name in ((np.bool_, "bool"), (np.complex64, "complex64"), (np.int32, "int32")):
+        with pytest.raises(ValueError, match=f"argument 'b': expected float32 or float16 data, got {name}$"):
+            blocklstm.block_lstm(3, **{**a, "b": a["b"].astype(dtype)})

@@ -84,6 +84,16 @@ def test_module_matches_nn_lstm(batch_first):
         torch.testing.assert_close(getattr(ours, name).grad, p.grad, atol=1e-5, rtol=0, msg=name)
 
 
+def test_module_on_an_empty_batch_like_nn_lstm():
+    # An empty batch has zero strides in torch: still dense, as nn.LSTM takes it.
+    x = torch.randn(5, 0, 3, requires_grad=True)
+    y, (h, c) = bt.LSTM(3, 4)(x)
+    assert y.shape == torch.nn.LSTM(3, 4)(x)[0].shape == (5, 0, 4)
+    assert h.shape == c.shape == (1, 0, 4)
+    y.sum().backward()
+    assert x.grad.shape == x.shape
+
+
 def test_module_float16_close_to_nn_lstm_float32():
     torch.manual_seed(1)
     ref = torch.nn.LSTM(16, 24)

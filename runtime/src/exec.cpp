@@ -1,5 +1,6 @@
 // Exec and Scratch: an op call's device and workspaces. The CUDA side is runtime/src/
 // cuda_device.h's; this file never names a CUDA type.
+#include <cstdint>
 #include <cstring>
 
 #include "runtime/src/exec.h"
@@ -64,14 +65,51 @@ Scratch::~Scratch() {
 
 }  // namespace detail
 
+namespace {
+
+// copy's own checks of one side: what the ops' Validator checks, less the rules of an op call
+// (one dtype and device, int32 sizes). Returns the element count.
+int64_t checked_elements(const char *arg, const TensorView &t) {
+    auto fail = [&](const std::string &what) {
+        throw Error(std::string("copy: argument '") + arg + "' " + what);
+    };
+    if (t.dtype != DType::f16 && t.dtype != DType::f32) {
+        fail("has dtype value " + std::to_string(static_cast<int>(t.dtype)) + ": expected float16 or float32");
+    }
+    if (t.device != Device::cpu && t.device != Device::cuda) {
+        fail("has device value " + std::to_string(static_cast<int>(t.device)) + ": expected cpu or cuda");
+    }
+    int64_t bytes = static_cast<int64_t>(size_of(t.dtype));
+    for (int64_t d : t.shape) {
+        if (d < 0) fail("has a dimension of " + std::to_string(d) + ": expected no negative dimension");
+        if (__builtin_mul_overflow(bytes, d, &bytes)) {
+            fail("has shape " + detail::shape_string(t.shape) + ": expected at most " +
+                 std::to_string(INT64_MAX) + " bytes");
+        }
+    }
+    const int64_t elements = bytes / static_cast<int64_t>(size_of(t.dtype));
+    if (elements > 0 && t.data == nullptr) {
+        fail("has a null data pointer: expected data for " + std::to_string(elements) + " elements");
+    }
+    return elements;
+}
+
+}  // namespace
+
 void copy(const TensorView &src, const TensorView &dst) {
-    if (src.dtype != dst.dtype || src.num_elements() != dst.num_elements()) {
+    const int64_t elements = checked_elements("src", src);
+    if (src.dtype != dst.dtype || elements != checked_elements("dst", dst)) {
         throw Error(std::string("copy: argument 'dst' has ") + to_string(dst.dtype) + " " +
                     detail::shape_string(dst.shape) + ": expected " + to_string(src.dtype) +
                     " with the " + std::to_string(src.num_elements()) + " elements of 'src'");
     }
-    if (src.num_elements() == 0) return;
+    if (elements == 0) return;
     if (src.device == Device::cpu && dst.device == Device::cpu) {
+        const auto *s = static_cast<const std::byte *>(src.data), *d = static_cast<const std::byte *>(dst.data);
+        if (s == d) return;
+        if (s < d + src.num_bytes() && d < s + src.num_bytes()) {
+            throw Error("copy: argument 'dst' overlaps 'src': expected separate memory");
+        }
         std::memcpy(dst.data, src.data, src.num_bytes());
         return;
     }

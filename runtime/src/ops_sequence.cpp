@@ -61,8 +61,6 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
                                       " time steps)");
     }
     check_int32_extent(v, "x", "a gate workspace [T*B, 4*cell_size]", saturating_product({d.T, d.B, 4, d.H}));
-    check_int32_extent(v, "w", "the recurrent weights in panels of 16 columns",
-                       std::max(panel_elements(4 * d.H, d.H), panel_elements(d.H, 4 * d.H)));
     return d;
 }
 

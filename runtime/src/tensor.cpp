@@ -31,6 +31,12 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> shape, Device device) {
     view_.dtype = dtype;
     view_.shape = std::move(shape);
     view_.device = device;
+    if (dtype != DType::f16 && dtype != DType::f32) {
+        throw Error("Tensor: dtype value " + std::to_string(static_cast<int>(dtype)) + ": expected float16 or float32");
+    }
+    if (device != Device::cpu && device != Device::cuda) {
+        throw Error("Tensor: device value " + std::to_string(static_cast<int>(device)) + ": expected cpu or cuda");
+    }
     int64_t bytes_signed = static_cast<int64_t>(size_of(dtype));
     for (int64_t d : view_.shape) {
         if (d < 0) throw Error("Tensor: negative dimension in shape " + detail::shape_string(view_.shape));

@@ -1,8 +1,10 @@
 // Argument checks shared by the ops. Every check runs before any kernel; the first failure throws
 // blocklstm::Error naming the op, the argument, what was expected and what was given.
+#include <algorithm>
 #include <climits>
 
 #include "runtime/src/exec.h"
+#include "runtime/src/products.h"
 #include "runtime/src/validate.h"
 
 namespace blocklstm::detail {
@@ -32,6 +34,9 @@ void check_state_and_weights(const Validator &v, const TensorView &cs_prev,
     v.shape("wcf", wcf, {H});
     v.shape("wco", wco, {H});
     v.shape("b", b, {4 * H});
+    // The cell ops run as one step of BlockLSTM, so they pack w the same way.
+    check_int32_extent(v, "w", "the recurrent weights in panels of 16 columns",
+                       std::max(panel_elements(4 * H, H), panel_elements(H, 4 * H)));
 }
 
 void Validator::fail(const std::string &what) const { throw Error(std::string(op_) + ": " + what); }
@@ -97,6 +102,12 @@ void Validator::tensor(const char *arg, const TensorView &t) {
     int64_t elements = 1;
     for (int64_t d : t.shape) {
         if (d < 0) fail_arg(arg, "has shape " + shape_string(t.shape) + ": expected no negative dimension");
+        // Also for an empty tensor: its sizes enter the other arguments' expected shapes (I + H,
+        // 4 * H), which stay far from int64's limit this way.
+        if (d > INT32_MAX) {
+            fail_arg(arg, "has shape " + shape_string(t.shape) + ": expected every dimension at most " +
+                              std::to_string(INT32_MAX) + " (the kernels index with int32)");
+        }
         if (__builtin_mul_overflow(elements, d, &elements)) elements = INT64_MAX;
     }
     if (elements > INT32_MAX) {

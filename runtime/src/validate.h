@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <vector>
 
+#include "runtime/src/exec.h"
 #include "schedules/panel_layout.h"
 
 namespace blocklstm::detail {
@@ -156,7 +158,10 @@ Checked<Dims> checked(const Validator &v, const Dims &d, std::vector<std::vector
 template <template <typename> class Bundle, typename Validate, typename Run>
 Bundle<Tensor> into_new_outputs(Validate &&validate, Run &&run) {
     const auto c = validate(static_cast<const Bundle<TensorView> *>(nullptr));
+    std::optional<Exec> on_inputs_device;  // CUDA: a Tensor is allocated in the current context
+    if (c.device == Device::cuda && c.some_data) on_inputs_device.emplace(Device::cuda, c.some_data);
     Bundle<Tensor> out = allocate_outputs<Bundle>(c.dtype, c.device, c.output_shapes);
+    on_inputs_device.reset();
     run(views(out));
     return out;
 }

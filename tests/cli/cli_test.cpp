@@ -974,6 +974,21 @@ TEST(RunInputs, PeepholeVectorsOptionalWithoutUsePeephole) {
     EXPECT_NE(needs.err.find("missing wci.npy, wcf.npy, wco.npy (3 files)"), std::string::npos) << describe(needs);
 }
 
+// The left-out peephole vectors are sized by cs_prev only when w agrees: an empty cs_prev that
+// declares 2^40 units is an error naming it, not terabytes of zeros (std::bad_alloc before).
+TEST(RunInputs, LeftOutPeepholesNeverLargerThanW) {
+    TempDir tmp;
+    const std::string in = tmp / "in", out = tmp / "out";
+    make_problem("BlockLSTM", DType::f32, false, kT, 5).write(in);
+    for (const char *name : {"wci", "wcf", "wco"}) fs::remove(file_in(in, name));
+    const std::vector<int64_t> empty_huge{0, int64_t{1} << 40};
+    for (const char *name : {"cs_prev", "h_prev"}) npy::write(file_in(in, name), npy::Type::f32, empty_huge, nullptr, 0);
+    const Result r = run_cli({"run", "BlockLSTM", "--in", in, "--out", out});
+    EXPECT_EQ(r.code, 2) << describe(r);
+    EXPECT_NE(r.err.find("argument 'cs_prev'"), std::string::npos) << describe(r);
+    EXPECT_EQ(r.err.find("bad_alloc"), std::string::npos) << describe(r);
+}
+
 // ---- CPU targets --------------------------------------------------------------------------------
 
 // An environment variable set for the scope of one test (the tool inherits the environment), then

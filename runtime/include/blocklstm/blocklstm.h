@@ -68,8 +68,9 @@ struct BLOCKLSTM_API TensorView {
     std::size_t num_bytes() const { return static_cast<std::size_t>(num_elements()) * size_of(dtype); }
 };
 
-// An owning, zero-initialised tensor in host memory or, with Device::cuda, in the memory of CUDA
-// device 0 (cuMemAlloc in its primary context); converts to a TensorView.
+// An owning, zero-initialised tensor in host memory or, with Device::cuda, in the memory of the
+// calling thread's current CUDA device, as cudaMalloc (device 0 where no context is current);
+// converts to a TensorView. The ops' allocating forms allocate on their inputs' device.
 class BLOCKLSTM_API Tensor {
 public:
     Tensor() = default;
