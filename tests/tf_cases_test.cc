@@ -1,4 +1,8 @@
 // TensorFlow's own test cases (TF's kernel tests), ported.
+#include <map>
+
+#include <blocklstm/ops.h>
+
 #include "test_util.h"
 
 namespace blt {
@@ -240,6 +244,130 @@ TEST(TFCases, LSTMBlockCellGradErrorHandling) {  // BlockLSTMGradV2 with a rank-
 TEST(TFCases, LSTMBlockInvalidArgument) {  // H = 0 (the seq_len_max shape part does not apply: it is an int64)
     const Tensor x = f32({1, 3, 15}), s = f32({3, 0}), w = f32({15, 0}), z = f32({0});
     expect_error([&] { BlockLSTM(1, x, s, s, w, z, z, z, z, BlockLSTMAttrs{-121.2f, -106.8f, false}); }, "BlockLSTM");
+}
+
+// ---- Beyond TF's own tests: what the op contract says past seq_len_max and of float16 attrs ------
+
+// The inputs of `op` by TF name.
+std::map<std::string, TensorView> named_inputs(const OpInfo &op, const Inputs &in) {
+    const std::map<std::string, const Tensor *> all = {
+        {"x", &in.x},   {"cs_prev", &in.cs_prev}, {"h_prev", &in.h_prev}, {"w", &in.w},   {"wci", &in.wci},
+        {"wcf", &in.wcf}, {"wco", &in.wco},       {"b", &in.b},           {"i", &in.i},   {"cs", &in.cs},
+        {"f", &in.f},   {"o", &in.o},             {"ci", &in.ci},         {"co", &in.co}, {"h", &in.h},
+        {"cs_grad", &in.cs_grad}, {"h_grad", &in.h_grad}};
+    std::map<std::string, TensorView> m;
+    for (const OpArg &a : op.inputs) m[a.name] = all.at(a.name)->view();
+    return m;
+}
+
+OpAttrs attrs_of(const OpInfo &op, const Problem &p) {
+    OpAttrs a;
+    if (op.forget_bias) a.forget_bias = static_cast<float>(p.s.forget_bias);
+    if (op.cell_clip) a.cell_clip = static_cast<float>(p.s.cell_clip);
+    a.use_peephole = p.peephole;
+    return a;
+}
+
+// The op into outputs that hold `fill` before the call, as a caller's reused buffers do.
+std::map<std::string, Tensor> into_filled(const OpInfo &op, const Problem &p, const Inputs &in, double fill) {
+    std::map<std::string, Tensor> out;
+    std::map<std::string, TensorView> views;
+    for (const OpArg &a : op.outputs) {
+        out.emplace(a.name, filled(p.dtype, a.dims({p.s.T, p.s.B, p.s.I, p.s.H}), fill));
+        views[a.name] = out.at(a.name).view();
+    }
+    invoke(op.name, p.s.L, named_inputs(op, in), views, attrs_of(op, p));
+    return out;
+}
+
+// Whether every element of `t` from flat index `from` on is zero.
+bool zero_from(const Tensor &t, int64_t from) {
+    const Array a = ref::to_array(t.view());
+    return std::all_of(a.data.begin() + from, a.data.end(), [](double v) { return v == 0.0; });
+}
+
+// Output buffers that held other values (12345) come out as the allocating call's zeroed ones:
+// every element written, the steps past seq_len_max zero (i, cs, f, o, ci, co, h; x_grad) and,
+// without peepholes, the peephole gradients zero.
+TEST(SeqLenMax, ReusedOutputBuffersAreWrittenWhole) {
+    const Shape s{5, 3, 4, 6, 2, 1, 3.0, 1.0, "L < T"};
+    for (Layout layout : {Layout::icfo, Layout::ifco}) {
+        for (DType dt : {DType::f32, DType::f16}) {
+            for (bool peephole : {false, true}) {
+                const Problem p = make_problem(seed_for("reused outputs"), s, dt, false, peephole, layout);
+                const Inputs in(p);
+                const bool v1 = layout == Layout::icfo;
+                for (const char *name : {v1 ? "BlockLSTM" : "BlockLSTMV2", v1 ? "BlockLSTMGrad" : "BlockLSTMGradV2"}) {
+                    SCOPED_TRACE(std::string(name) + " " + to_string(dt) + (peephole ? " peephole" : ""));
+                    const OpInfo &op = op_info(name);
+                    const auto fresh = invoke(op.name, s.L, named_inputs(op, in), attrs_of(op, p));
+                    const auto reused = into_filled(op, p, in, 12345.0);
+                    for (const OpArg &a : op.outputs)
+                        EXPECT_TRUE(same_bits(a.name, reused.at(a.name).view(), fresh.at(a.name).view()));
+                    if (!op.gradient) {
+                        for (const OpArg &a : op.outputs)
+                            EXPECT_TRUE(zero_from(reused.at(a.name), s.L * s.B * s.H)) << a.name << " past L";
+                    } else {
+                        EXPECT_TRUE(zero_from(reused.at("x_grad"), s.L * s.B * s.I)) << "x_grad past L";
+                        for (const char *g : {"wci_grad", "wcf_grad", "wco_grad"})
+                            if (!peephole) EXPECT_TRUE(zero_from(reused.at(g), 0)) << g;
+                    }
+                }
+            }
+        }
+    }
+}
+
+// The gradient ops read nothing of the steps past seq_len_max: activations and output gradients
+// there (zero from the forward op, or anything a caller left) do not change a bit.
+TEST(SeqLenMax, GradIgnoresEveryInputPastIt) {
+    const Shape s{5, 3, 4, 6, 2, 1, 3.0, 1.0, "L < T"};
+    for (Layout layout : {Layout::icfo, Layout::ifco}) {
+        for (DType dt : {DType::f32, DType::f16}) {
+            const Problem p = make_problem(seed_for("past L"), s, dt, false, true, layout);
+            Problem garbage = p;
+            for (Array *a : {&garbage.fwd.i, &garbage.fwd.cs, &garbage.fwd.f, &garbage.fwd.o, &garbage.fwd.ci,
+                             &garbage.fwd.co, &garbage.fwd.h, &garbage.cs_grad, &garbage.h_grad})
+                for (std::size_t k = s.L * s.B * s.H; k < a->data.size(); ++k) a->data[k] = 0.375 + double(k % 7);
+            const Inputs in(p), in_garbage(garbage);
+            const OpInfo &op = op_info(layout == Layout::icfo ? "BlockLSTMGrad" : "BlockLSTMGradV2");
+            SCOPED_TRACE(op.name + " " + to_string(dt));
+            const auto want = invoke(op.name, s.L, named_inputs(op, in), attrs_of(op, p));
+            const auto got = invoke(op.name, s.L, named_inputs(op, in_garbage), attrs_of(op, p));
+            for (const OpArg &a : op.outputs) EXPECT_TRUE(same_bits(a.name, got.at(a.name).view(), want.at(a.name).view()));
+        }
+    }
+}
+
+// float16 ops convert forget_bias and cell_clip to half before using them, as TF converts attrs to
+// the element type: 0.1 and 0.3 give the bits of half(0.1) = 0.0999755859375 and half(0.3) =
+// 0.2999267578125. The attrs move every pre-activation and the clip is active, so using the
+// unrounded values would flip the rounding of many of these 7 x 6144 half outputs (the float32
+// op, checked below, does see the difference).
+TEST(Float16Attrs, RoundedToHalfBeforeUse) {
+    const Shape s{6, 16, 8, 64, 6, 4, 0.3, 0.1, "clip active, attrs not representable in half"};
+    auto half = [](double v) { return half_to_float(float_to_half(static_cast<float>(v))); };
+    for (const char *name : {"BlockLSTM", "LSTMBlockCell"}) {
+        const OpInfo &op = op_info(name);
+        const bool cell = !op.sequence;
+        for (DType dt : {DType::f16, DType::f32}) {
+            SCOPED_TRACE(std::string(name) + " " + to_string(dt));
+            const Problem p = make_problem(seed_for("half attrs"), s, dt, cell, false, Layout::icfo);
+            const Inputs in(p);
+            OpAttrs rounded_attrs = attrs_of(op, p);
+            rounded_attrs.forget_bias = half(s.forget_bias);
+            rounded_attrs.cell_clip = half(s.cell_clip);
+            const auto as_given = invoke(op.name, s.L, named_inputs(op, in), attrs_of(op, p));
+            const auto as_half = invoke(op.name, s.L, named_inputs(op, in), rounded_attrs);
+            int differing = 0;
+            for (const OpArg &a : op.outputs) {
+                const TensorView x = as_given.at(a.name).view(), y = as_half.at(a.name).view();
+                if (dt == DType::f16) EXPECT_TRUE(same_bits(a.name, x, y));
+                differing += std::memcmp(x.data, y.data, x.num_bytes()) != 0;
+            }
+            if (dt == DType::f32) EXPECT_GT(differing, 0) << "the attrs' half rounding does not reach the outputs";
+        }
+    }
 }
 
 }  // namespace
