@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# The GPU checks, built here (no GPU needed) and run on a lent GPU machine (the `device` tool):
+# The GPU checks, built here (no GPU needed) and run on a machine with an NVIDIA GPU, to which
+# the checkout is copied with the packed binaries:
 #   tools/gpu_check.sh pack          here: copy the binaries the checks need into gpu-carry/
 #   tools/gpu_check.sh run [--quick] there: the GPU tests, then the cuDNN benchmark
 #                                    (tools/peers/gpu_bench.py); logs and tables go to $OUT
-#                                    (or gpu-carry/results)
-#   tools/gpu_check.sh pack-tune     here: the tuner and its libHalide (xz, about 50 MB) into
-#                                    gpu-carry-tune/ (too large to go with gpu-carry/)
+#                                    if set, else gpu-carry/results
+#   tools/gpu_check.sh pack-tune     here: the tuner and its libHalide (xz, about 45 MB) into
+#                                    gpu-carry-tune/ (kept apart from gpu-carry/, which stays small)
 #   tools/gpu_check.sh tune [ARGS]   there: `blocklstm tune --device cuda` on the GPU (default
-#                                    --minutes 7, inside the device's 10-minute call; ARGS
-#                                    override it), the table and its log to $OUT
-# A device call: carry ["gpu-carry"], command "tools/gpu_check.sh run"; for tuning, carry
-# ["gpu-carry-tune"], command "tools/gpu_check.sh tune".
+#                                    --minutes 7; ARGS override it), the table and its log to
+#                                    $OUT if set, else gpu-carry-tune/results
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
