@@ -54,9 +54,13 @@ macro(blocklstm_load_tuning_tables)
         list(APPEND blocklstm_own_files "${blocklstm_file}")
     endforeach ()
     set(BLOCKLSTM_TUNING_TABLES "")
+    set(BLOCKLSTM_TUNING_OWN_TABLES "")  # the tables of BLOCKLSTM_TUNING's files
     foreach (blocklstm_file IN LISTS blocklstm_files blocklstm_own_files)
         blocklstm_read_tuning("${blocklstm_file}" blocklstm_t)
         list(APPEND BLOCKLSTM_TUNING_TABLES "${blocklstm_t_TABLE}")
+        if (blocklstm_file IN_LIST blocklstm_own_files)
+            list(APPEND BLOCKLSTM_TUNING_OWN_TABLES "${blocklstm_t_TABLE}")
+        endif ()
         set(BLOCKLSTM_TUNING_${blocklstm_t_TABLE}_KNOBS "${blocklstm_t_KNOBS}")
         set(BLOCKLSTM_TUNING_${blocklstm_t_TABLE}_TUNED_ON "${blocklstm_t_TUNED_ON}")
         set(BLOCKLSTM_TUNING_${blocklstm_t_TABLE}_FILE "${blocklstm_file}")
@@ -69,7 +73,11 @@ endmacro()
 
 # The table of a CPU target: by its widest vector instructions.
 function(blocklstm_cpu_table_of halide_target out)
-    if (halide_target MATCHES "avx512")
+    if (halide_target MATCHES "^host")
+        message(FATAL_ERROR "BLOCKLSTM_CPU_TARGETS: '${halide_target}' does not say its instruction set, "
+                "which picks the tuning table: expected a target that names it, e.g. "
+                "x86-64-linux-avx512_skylake, x86-64-linux-avx2-fma-f16c or x86-64-linux-sse41")
+    elseif (halide_target MATCHES "avx512")
         set(${out} "x86-64-avx512" PARENT_SCOPE)
     elseif (halide_target MATCHES "avx2")
         set(${out} "x86-64-avx2" PARENT_SCOPE)

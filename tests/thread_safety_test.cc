@@ -85,6 +85,91 @@ TEST(ThreadSafety, ConcurrentForwardAndBackward) {
     EXPECT_EQ(mismatches.load(), 0);
 }
 
+// The cell ops beside the sequence ops, while another thread keeps changing the host cache's limit
+// (down to 0, which frees every kept block): blocks in use by a call are never freed under it, and
+// every result still equals the single-threaded one.
+TEST(ThreadSafety, CellOpsAndCacheLimitChangesDuringCalls) {
+    constexpr int kWorkers = 4, kIterations = 60;
+    const Shape shapes[kWorkers] = {{1, 16, 48, 64, 1, 1, 0.0, 1.0, "cell"},
+                                    {1, 5, 7, 17, 1, 2, 1.0, 0.5, "cell, clip active"},
+                                    {8, 16, 48, 64, 8, 1, 0.0, 1.0, "sequence"},
+                                    {6, 9, 31, 16, 4, 1, 3.0, 1.0, "sequence, L < T"}};
+    struct CellJob {
+        Problem p;
+        std::unique_ptr<Inputs> in;
+        blocklstm::LSTMOutputs<Tensor> fwd;
+        blocklstm::LSTMBlockCellGradOutputs<Tensor> grad;
+    };
+    auto run_cell = [](const CellJob &j, blocklstm::LSTMOutputs<Tensor> &fwd,
+                       blocklstm::LSTMBlockCellGradOutputs<Tensor> &grad) {
+        fwd = run_fwd(j.p, *j.in);
+        Inputs in = *j.in;
+        in.i = fwd.i, in.cs = fwd.cs, in.f = fwd.f, in.o = fwd.o, in.ci = fwd.ci, in.co = fwd.co;
+        grad = run_cell_grad(j.p, in);
+    };
+    auto same_cell_grad = [](const blocklstm::LSTMBlockCellGradOutputs<Tensor> &a,
+                             const blocklstm::LSTMBlockCellGradOutputs<Tensor> &b) {
+        for (auto r : {same_bits("cs_prev_grad", a.cs_prev_grad, b.cs_prev_grad), same_bits("dicfo", a.dicfo, b.dicfo),
+                       same_bits("wci_grad", a.wci_grad, b.wci_grad), same_bits("wcf_grad", a.wcf_grad, b.wcf_grad),
+                       same_bits("wco_grad", a.wco_grad, b.wco_grad)})
+            if (!r) return r;
+        return ::testing::AssertionSuccess();
+    };
+    std::vector<CellJob> cells(2);
+    std::vector<Job> seqs(2);
+    for (int t = 0; t < kWorkers; ++t) {
+        BLT_SEED(seed, "ThreadSafety/cell+cache/" + std::to_string(t));
+        const bool cell = t < 2;
+        Problem p = make_problem(seed, shapes[t], t == 1 ? DType::f16 : DType::f32, cell, t % 2 == 0, Layout::icfo);
+        if (cell) {
+            cells[t].p = std::move(p);
+            cells[t].in = std::make_unique<Inputs>(cells[t].p);
+            run_cell(cells[t], cells[t].fwd, cells[t].grad);
+        } else {
+            seqs[t - 2].p = std::move(p);
+            seqs[t - 2].in = std::make_unique<Inputs>(seqs[t - 2].p);
+            run_job(seqs[t - 2], seqs[t - 2].fwd, seqs[t - 2].grad);
+        }
+    }
+    std::atomic<int> running{kWorkers};
+    std::vector<std::string> first_error(kWorkers);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kWorkers; ++t) {
+        threads.emplace_back([&, t] {
+            try {
+                for (int it = 0; it < kIterations && first_error[t].empty(); ++it) {
+                    blocklstm::LSTMOutputs<Tensor> fwd;
+                    ::testing::AssertionResult a = ::testing::AssertionSuccess(), b = a;
+                    if (t < 2) {
+                        blocklstm::LSTMBlockCellGradOutputs<Tensor> grad;
+                        run_cell(cells[t], fwd, grad);
+                        a = same(fwd, cells[t].fwd), b = same_cell_grad(grad, cells[t].grad);
+                    } else {
+                        blocklstm::BlockLSTMGradOutputs<Tensor> grad;
+                        run_job(seqs[t - 2], fwd, grad);
+                        a = same(fwd, seqs[t - 2].fwd), b = same(grad, seqs[t - 2].grad);
+                    }
+                    if (!a || !b) first_error[t] = "iteration " + std::to_string(it) + ": " + (a ? b : a).message();
+                }
+            } catch (const std::exception &e) {
+                first_error[t] = std::string("exception: ") + e.what();
+            }
+            --running;
+        });
+    }
+    std::thread limits([&] {
+        const std::size_t steps[] = {0, std::size_t(64) << 10, std::size_t(1) << 30, std::size_t(1) << 20};
+        for (int k = 0; running > 0; ++k) {
+            blocklstm::set_host_cache_limit(steps[k % 4]);
+            std::this_thread::yield();
+        }
+    });
+    for (auto &th : threads) th.join();
+    limits.join();
+    blocklstm::set_host_cache_limit(std::size_t(1) << 30);
+    for (int t = 0; t < kWorkers; ++t) EXPECT_TRUE(first_error[t].empty()) << "thread " << t << ": " << first_error[t];
+}
+
 // Workspaces kept from a call of another shape hold that call's numbers: a kernel that read any
 // of it before writing it would change the result. The reference run keeps no cache at all.
 TEST(HostCache, ReusedWorkspacesGiveTheSameResults) {

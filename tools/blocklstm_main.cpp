@@ -391,7 +391,9 @@ int run_tuner(int argc, char **argv) {
     for (int k = 2; k < argc; ++k) args.push_back(argv[k]);
     args.push_back(nullptr);
     ::execv(tuner.c_str(), args.data());
-    std::fprintf(stderr, "blocklstm: tune: cannot run %s (%s); it is built with the tool (CMake: BLOCKLSTM_BUILD_TOOLS)\n",
+    std::fprintf(stderr,
+                 "blocklstm: tune: cannot run %s (%s): the tuner links libHalide, so it is not installed; "
+                 "run `blocklstm tune` from a build tree (build/tools/blocklstm, CMake: BLOCKLSTM_BUILD_TOOLS)\n",
                  tuner.c_str(), std::strerror(errno));
     return 2;
 }

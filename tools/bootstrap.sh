@@ -6,6 +6,8 @@
 #                              UBSan, build-sanitize/), then the fuzz targets (build-fuzz/)
 #   tools/bootstrap.sh build   install what is missing and build
 #   tools/bootstrap.sh fuzz [SECONDS]   build and run only the fuzz targets (default 30 s each)
+#   tools/bootstrap.sh install PREFIX   build the library and the tool without the tests (and so
+#                              without the tests' check targets) in build-release/, install to PREFIX
 # Re-running on a built tree only rebuilds what changed: packages are checked, not reinstalled.
 set -euo pipefail
 
@@ -101,7 +103,15 @@ case "$action" in
         fuzz "${2:-30}"
         exit 0
         ;;
-    *) echo "usage: tools/bootstrap.sh [build|demo|test|fuzz [SECONDS]]" >&2; exit 2 ;;
+    install)
+        [ -n "${2:-}" ] || { echo "usage: tools/bootstrap.sh install PREFIX" >&2; exit 2; }
+        release_dir=${BLOCKLSTM_RELEASE_BUILD_DIR:-$root/build-release}
+        configure_and_build "$release_dir" -DCMAKE_BUILD_TYPE=Release -DBLOCKLSTM_BUILD_TESTS=OFF \
+            -DBLOCKLSTM_CPU_CHECK_TARGETS=
+        cmake --install "$release_dir" --prefix "$2"
+        exit 0
+        ;;
+    *) echo "usage: tools/bootstrap.sh [build|demo|test|fuzz [SECONDS]|install PREFIX]" >&2; exit 2 ;;
 esac
 
 case "$action" in

@@ -50,11 +50,18 @@ def _call(op, args):
     inputs = {name: t.detach() for name, t in inputs.items()}  # DLPack takes no autograd tensors
     shapes = _core.output_shapes(op["name"], *_dims(op, inputs))
     outs = [torch.empty(s, dtype=x.dtype, device=x.device) for s in shapes]
+    # On torch's current stream, for this call only: the thread's stream is put back after, so a
+    # later call of the plain API never runs on a stream torch may have freed since.
+    previous = _core.cuda_stream() if x.is_cuda else None
     if x.is_cuda:
         _core.set_cuda_stream(torch.cuda.current_stream(x.device).cuda_stream)
-    _core.invoke(op["name"], args.get("seq_len_max", 0), inputs,
-                 {a["name"]: t for a, t in zip(op["outputs"], outs)},
-                 args.get("forget_bias"), args.get("cell_clip"), bool(args["use_peephole"]))
+    try:
+        _core.invoke(op["name"], args.get("seq_len_max", 0), inputs,
+                     {a["name"]: t for a, t in zip(op["outputs"], outs)},
+                     args.get("forget_bias"), args.get("cell_clip"), bool(args["use_peephole"]))
+    finally:
+        if x.is_cuda:
+            _core.set_cuda_stream(previous)
     return tuple(outs)
 
 

@@ -190,6 +190,8 @@ NB_MODULE(_core, m) {
 
     m.def("set_cuda_stream", [](uintptr_t stream) { set_cuda_stream(reinterpret_cast<CudaStream>(stream)); },
           "The CUDA stream this thread's calls run on (0: the legacy default stream).");
+    m.def("cuda_stream", [] { return reinterpret_cast<uintptr_t>(cuda_stream()); },
+          "This thread's CUDA stream (set_cuda_stream).");
     m.def("cuda_available", [] { return cuda_device_count() > 0; });
     m.def("cpu_target_in_use", [] { return cpu_target_in_use(); });
     m.attr("__version__") = version();

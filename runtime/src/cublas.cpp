@@ -68,11 +68,15 @@ const Cublas &cublas() {
     return c;
 }
 
-// BLOCKLSTM_CUDA_GEMM=halide in the environment starts with the Halide GEMM kernels.
-std::atomic<CudaGemm> gemm_choice{[] {
-    const char *env = std::getenv("BLOCKLSTM_CUDA_GEMM");
-    return env && std::string(env) == "halide" ? CudaGemm::halide : CudaGemm::cublas;
-}()};
+// BLOCKLSTM_CUDA_GEMM=halide in the environment starts with the Halide GEMM kernels. A function's
+// static, so that a set_cuda_gemm from another library's static initialiser is not overwritten.
+std::atomic<CudaGemm> &gemm_choice() {
+    static std::atomic<CudaGemm> choice{[] {
+        const char *env = std::getenv("BLOCKLSTM_CUDA_GEMM");
+        return env && std::string(env) == "halide" ? CudaGemm::halide : CudaGemm::cublas;
+    }()};
+    return choice;
+}
 
 // Why cuBLAS is not used although it is chosen: the library is missing or cublasCreate failed.
 // The CUDA calls then run their products on the Halide GEMM kernels, and say so once on stderr.
@@ -112,7 +116,7 @@ cudaDataType cuda_type(DType t) { return t == DType::f16 ? CUDA_R_16F : CUDA_R_3
 }  // namespace
 
 bool cublas_in_use(const Exec &exec) {
-    if (exec.device() != Device::cuda || gemm_choice.load() != CudaGemm::cublas) return false;
+    if (exec.device() != Device::cuda || gemm_choice().load() != CudaGemm::cublas) return false;
     if (!cublas().ok) {
         give_up_cublas(cublas().why_not);
         return false;
@@ -153,9 +157,9 @@ bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, 
 
 // ---- Public cuBLAS functions (blocklstm.h) -------------------------------------------------------
 
-void set_cuda_gemm(CudaGemm gemm) { detail::gemm_choice = gemm; }
+void set_cuda_gemm(CudaGemm gemm) { detail::gemm_choice() = gemm; }
 
-CudaGemm cuda_gemm() { return detail::gemm_choice.load(); }
+CudaGemm cuda_gemm() { return detail::gemm_choice().load(); }
 
 bool cublas_available() { return detail::cublas().ok && !detail::cublas_failed; }
 
@@ -163,7 +167,7 @@ uint64_t cublas_product_count() { return detail::cublas_products; }
 
 std::string cuda_gemm_backend() {
     using namespace detail;
-    if (gemm_choice.load() == CudaGemm::halide) return "Halide GEMM kernels (chosen: set_cuda_gemm or BLOCKLSTM_CUDA_GEMM=halide)";
+    if (gemm_choice().load() == CudaGemm::halide) return "Halide GEMM kernels (chosen: set_cuda_gemm or BLOCKLSTM_CUDA_GEMM=halide)";
     if (!cublas().ok) return "Halide GEMM kernels (cuBLAS: " + cublas().why_not + ")";
     if (cublas_failed) {
         std::lock_guard<std::mutex> lock(cublas_failure_mutex);

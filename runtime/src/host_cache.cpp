@@ -19,45 +19,25 @@ constexpr std::size_t kAlignment = 128;          // >= halide_malloc_alignment()
 constexpr std::size_t kSmallest = 64 * 1024;     // smaller blocks come from malloc's free lists
 constexpr std::size_t kDefaultLimit = std::size_t(1) << 30;
 
+// allocate and release are called from Halide's C runtime and from destructors: they never throw
+// (the bookkeeping's own allocation failing is an allocation failure, nullptr, or a block freed
+// instead of kept).
 class HostCache {
 public:
-    void *allocate(std::size_t bytes) {
+    void *allocate(std::size_t bytes) noexcept {
         const std::size_t size = round_up(std::max<std::size_t>(bytes, 1));
-        if (size >= kSmallest) {
-            std::lock_guard<std::mutex> lock(mutex_);
-            // The smallest kept block that fits, if it wastes less than half of itself.
-            auto it = free_.lower_bound(size);
-            if (it != free_.end() && it->first / 2 < size) {
-                void *p = it->second;
-                cached_ -= it->first;
-                live_.emplace(p, it->first);
-                free_.erase(it);
-                return p;
-            }
+        try {
+            return allocate_or_throw(size);
+        } catch (...) {
+            return nullptr;
         }
-        void *p = std::aligned_alloc(kAlignment, size);
-        if (p && size >= kSmallest) {
-            std::lock_guard<std::mutex> lock(mutex_);
-            live_.emplace(p, size);
-        }
-        return p;
     }
 
-    void release(void *p) {
+    void release(void *p) noexcept {
         if (!p) return;
-        {
-            std::lock_guard<std::mutex> lock(mutex_);
-            auto it = live_.find(p);
-            if (it != live_.end()) {
-                const std::size_t size = it->second;
-                live_.erase(it);
-                if (size <= limit_) {
-                    free_.emplace(size, p);
-                    cached_ += size;
-                    trim_locked();
-                    return;
-                }
-            }
+        try {
+            if (keep(p)) return;
+        } catch (...) {
         }
         std::free(p);
     }
@@ -74,6 +54,46 @@ public:
     }
 
 private:
+    void *allocate_or_throw(std::size_t size) {
+        if (size >= kSmallest) {
+            std::lock_guard<std::mutex> lock(mutex_);
+            // The smallest kept block that fits, if it wastes less than half of itself.
+            auto it = free_.lower_bound(size);
+            if (it != free_.end() && it->first / 2 < size) {
+                void *p = it->second;
+                live_.emplace(p, it->first);  // first: if it throws, the block stays kept
+                cached_ -= it->first;
+                free_.erase(it);
+                return p;
+            }
+        }
+        void *p = std::aligned_alloc(kAlignment, size);
+        if (p && size >= kSmallest) {
+            try {
+                std::lock_guard<std::mutex> lock(mutex_);
+                live_.emplace(p, size);
+            } catch (...) {
+                std::free(p);
+                throw;
+            }
+        }
+        return p;
+    }
+
+    // Whether `p` (a live block) is kept for the next allocation; otherwise the caller frees it.
+    bool keep(void *p) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = live_.find(p);
+        if (it == live_.end()) return false;
+        const std::size_t size = it->second;
+        live_.erase(it);
+        if (size > limit_) return false;
+        free_.emplace(size, p);
+        cached_ += size;
+        trim_locked();
+        return true;
+    }
+
     static std::size_t round_up(std::size_t n) { return (n + kAlignment - 1) / kAlignment * kAlignment; }
 
     // The largest kept blocks go first: they cost the fewest page faults per byte to get back.

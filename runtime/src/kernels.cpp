@@ -77,8 +77,11 @@ const char *layout_name(Layout layout) { return layout == Layout::icfo ? "icfo" 
 std::mutex halide_error_mutex;
 std::string last_halide_error;
 void capture_halide_error(void *, const char *message) {
-    std::lock_guard<std::mutex> lock(halide_error_mutex);
-    last_halide_error = message ? message : "";
+    try {  // called from Halide's C runtime: nothing may leave it
+        std::lock_guard<std::mutex> lock(halide_error_mutex);
+        last_halide_error = message ? message : "";
+    } catch (...) {
+    }
 }
 const bool error_handler_installed = (halide_set_error_handler(capture_halide_error), true);
 

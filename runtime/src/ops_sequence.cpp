@@ -429,8 +429,10 @@ void input_projection(Exec &exec, DType dt, const void *x, int64_t rows, int64_t
         Scratch ones(exec, rows * static_cast<int64_t>(size_of(dt)));
         exec.fill_ones(ones.data(), dt, rows);
         if (cublas_gemm(exec, rows, G, 1, {ones.data(), dt, 1}, {b, dt, G}, xw, DType::f32, G, 0.0f)) {
-            if (I > 0) cublas_gemm(exec, rows, G, I, {x, dt, I}, {w, dt, G}, xw, DType::f32, G, 1.0f);
-            return;
+            // Each product asks again whether cuBLAS is in use: if another thread gave it up in
+            // between (set_cuda_gemm, a failed cublasCreate), the Halide kernel below writes all
+            // of xw instead of leaving it at b.
+            if (I == 0 || cublas_gemm(exec, rows, G, I, {x, dt, I}, {w, dt, G}, xw, DType::f32, G, 1.0f)) return;
         }
     }
     // With I = 0 the product is empty, but a Halide kernel cannot be handed an operand of extent 0

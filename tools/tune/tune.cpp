@@ -153,16 +153,25 @@ Table read_table_file(const std::string &path, bool gpu) {
     std::stringstream text;
     text << in.rdbuf();
     const std::string json = text.str();
+    auto fail = [&](const std::string &what) { throw std::invalid_argument("--from: '" + path + "' " + what); };
+    if (!std::regex_match(json, std::regex("\\s*\\{[\\s\\S]*\\}\\s*")))
+        fail("is not one JSON object (expected {...} as blocklstm tune writes it)");
     std::smatch m;
-    std::string table;
-    if (std::regex_search(json, m, std::regex("\"table\"\\s*:\\s*\"([^\"]+)\""))) table = m[1];
-    if (!std::regex_search(json, m, std::regex("\"knobs\"\\s*:\\s*\\{([^}]*)\\}")))
-        throw std::invalid_argument("--from: '" + path + "' has no \"knobs\" object");
+    if (!std::regex_search(json, m, std::regex("\"table\"\\s*:\\s*\"([^\"]+)\"")))
+        fail("has no \"table\" name (expected e.g. \"table\": \"x86-64-avx2\")");
+    const std::string table = m[1];
+    if (!std::regex_search(json, m, std::regex("\"knobs\"\\s*:\\s*\\{([^{}]*)\\}")))
+        fail("has no \"knobs\" object of \"name\": value members");
+    // Each member as "name": value, the value as written: the knobs' own check then says what is
+    // wrong with it (a fraction, a string, true).
     const std::string body = m[1];
     std::string knobs;
-    const std::regex pair("\"(\\w+)\"\\s*:\\s*(-?\\d+)");
-    for (auto it = std::sregex_iterator(body.begin(), body.end(), pair); it != std::sregex_iterator(); ++it)
-        knobs += (knobs.empty() ? "" : ",") + (*it)[1].str() + ":" + (*it)[2].str();
+    std::stringstream members(body);
+    for (std::string member; std::getline(members, member, ',');) {
+        if (!std::regex_match(member, m, std::regex("\\s*\"(\\w+)\"\\s*:\\s*(\\S+)\\s*")))
+            fail("has a knobs member '" + member + "': expected \"name\": integer");
+        knobs += (knobs.empty() ? "" : ",") + m[1].str() + ":" + m[2].str();
+    }
     return parse_table(gpu, table, knobs);
 }
 
@@ -173,6 +182,29 @@ std::string cpu_model() {
         if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
     }
     return "unknown CPU";
+}
+
+// `text` inside a JSON string: quotes, backslashes and control characters escaped.
+std::string json_text(const std::string &text) {
+    std::string out;
+    for (const char c : text) {
+        if (c == '"' || c == '\\') out += std::string("\\") + c;
+        else if (static_cast<unsigned char>(c) < 0x20) out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
+        else out += c;
+    }
+    return out;
+}
+
+// Fails at once, not minutes into a search, when `path` cannot be written; leaves it as it was.
+void check_writable(const std::string &option, const std::string &path) {
+    std::error_code ec;
+    const bool existed = std::filesystem::exists(path, ec);
+    std::ofstream file(path, std::ios::app);
+    const int error = errno;
+    const bool ok = static_cast<bool>(file);
+    file.close();
+    if (!existed) std::filesystem::remove(path, ec);
+    if (!ok) throw std::invalid_argument(option + ": cannot write " + path + " (" + std::strerror(error) + ")");
 }
 
 std::string today() {
@@ -592,8 +624,32 @@ void Tuner::load_log() {
     if (o_.fresh) return;
     std::ifstream in(o_.log);
     std::string line;
-    int loaded = 0, verdicts = 0;
+    int loaded = 0, verdicts = 0, line_number = 0;
+    bool threads_seen = false;
+    // A time or ratio of the log: a positive finite number, or an error naming the file and line.
+    auto number = [&](const std::string &text) {
+        double v = 0;
+        size_t used = 0;
+        try {
+            v = std::stod(text, &used);
+        } catch (const std::exception &) {
+            used = 0;
+        }
+        if (used != text.size() || !std::isfinite(v) || v <= 0)
+            throw std::invalid_argument(fmt::format("--log: {} line {}: '{}' is not a positive number (a damaged log: give "
+                                                    "another --log, or --fresh)", o_.log, line_number, text));
+        return v;
+    };
     while (std::getline(in, line)) {
+        ++line_number;
+        // Times at another thread count are not this run's (the kernels' parallel loops).
+        if (line.rfind("# threads=", 0) == 0) {
+            threads_seen = true;
+            if (line.substr(10) != std::to_string(o_.threads))
+                throw std::invalid_argument(fmt::format("--log: {} holds times at --threads {}, not {} (give another "
+                                                        "--log, or --fresh)", o_.log, line.substr(10), o_.threads));
+            continue;
+        }
         // Times from another target (a CUDA run resuming an OpenCL check's log) mean nothing here.
         if (line.rfind("# target=", 0) == 0 && line.substr(9) != target_.to_string())
             throw std::invalid_argument("--log: " + o_.log + " holds times for " + line.substr(9) + ", not " +
@@ -603,7 +659,7 @@ void Tuner::load_log() {
         std::smatch m;
         if (std::regex_match(line, m, std::regex("# side_by_side,\"([^\"]*)\",\"([a-z_0-9:,]+)\",\"([a-z_0-9:,]+)\",([0-9.eE+-]+)"))) {
             if (m[1] == verdict_scope()) {
-                verdicts_[{m[2], m[3]}] = {std::stod(m[4]), false};
+                verdicts_[{m[2], m[3]}] = {number(m[4]), false};
                 ++verdicts;
             }
             continue;
@@ -611,7 +667,10 @@ void Tuner::load_log() {
         // family,shape,knobs,status,ms,why: the shape and knobs are quoted (they hold commas)
         if (!std::regex_match(line, m, std::regex("([a-z_0-9]+),\"([0-9,]+)\",\"([a-z_0-9:,]+)\",(ok|failed),([0-9.eE+-]+),(.*)")))
             continue;
-        Result r{m[4] == "ok", std::stod(m[5]), m[4] == "ok" ? "" : m[6].str()};
+        if (!threads_seen)
+            throw std::invalid_argument("--log: " + o_.log + " does not say its thread count (written by an older "
+                                        "blocklstm tune): give another --log, or --fresh");
+        Result r{m[4] == "ok", m[4] == "ok" ? number(m[5]) : 0.0, m[4] == "ok" ? "" : m[6].str()};
         results_[{m[1], m[2], m[3]}] = r;
         ++loaded;
     }
@@ -622,7 +681,10 @@ std::ofstream &Tuner::log_file() {
     if (!log_.is_open()) {
         const bool existed = std::filesystem::exists(o_.log) && !o_.fresh;
         log_.open(o_.log, existed ? std::ios::app : std::ios::trunc);
-        if (!existed) log_ << "# target=" << target_.to_string() << "\nfamily,shape,knobs,status,ms,why\n";
+        if (!log_) throw std::runtime_error("--log: cannot write " + o_.log + " (" + std::strerror(errno) + ")");
+        if (!existed)
+            log_ << "# target=" << target_.to_string() << "\n# threads=" << o_.threads
+                 << "\nfamily,shape,knobs,status,ms,why\n";
     }
     return log_;
 }
@@ -645,7 +707,7 @@ void Tuner::write_table(const Table &t, int tried) const {
     const bool measured = !target_.has_feature(Halide::Target::OpenCL);
     std::ostringstream j;
     j << "{\n  \"table\": \"" << t.table << "\",\n  \"measured\": " << (measured ? "true" : "false") << ",\n";
-    j << "  \"tuned_on\": \"" << device_name(target_);
+    j << "  \"tuned_on\": \"" << json_text(device_name(target_));
     if (!t.gpu) j << ", " << std::thread::hardware_concurrency() << " logical CPUs";
     j << " (" << target_.to_string() << ")";
     if (!t.gpu) j << ", " << (o_.threads ? std::to_string(o_.threads) : std::string("all")) << " threads";
@@ -655,8 +717,15 @@ void Tuner::write_table(const Table &t, int tried) const {
     for (size_t k = 0; k < t.knobs.size(); ++k)
         j << "    \"" << t.knobs[k].first << "\": " << t.knobs[k].second << (k + 1 < t.knobs.size() ? ",\n" : "\n");
     j << "  }\n}\n";
+    // Written whole to a temporary file first: a failed write never replaces the table there.
     const std::string tmp = o_.out + ".tmp";
-    std::ofstream(tmp) << j.str();
+    std::ofstream file(tmp);
+    file << j.str();
+    file.close();
+    if (!file) {
+        std::filesystem::remove(tmp);
+        throw std::runtime_error("--out: cannot write " + tmp + " (" + std::strerror(errno) + "); " + o_.out + " is unchanged");
+    }
     std::filesystem::rename(tmp, o_.out);
 }
 
@@ -777,6 +846,10 @@ int Tuner::run_search() {
     fmt::print("Log: {}   table: {}\n\n", o_.log, o_.out);
     Table best = base_;
     if (!cost(base_, "base")) {
+        if (interrupted) {
+            std::cerr << "blocklstm tune: interrupted while timing the base table; nothing written\n";
+            return 130;
+        }
         std::cerr << "blocklstm tune: the base table's kernels did not run (above); nothing to tune from\n";
         return 1;
     }
@@ -843,16 +916,24 @@ int Tuner::run_search() {
     if (interrupted) fmt::print("\nInterrupted: the best table so far is kept; run again with --log {} to resume.\n", o_.log);
     else if (Clock::now() >= deadline_) fmt::print("\nTime budget spent ({} min).\n", o_.minutes);
     else fmt::print("\nConverged: no single knob improves the best table.\n");
-    write_table(best, tried_);
+    // A run that kept no move (out of time at once, say) leaves a table an earlier run wrote at
+    // --out as it is: the base table would replace a tuned one.
+    const bool keep_out = knob_string(best) == knob_string(base_) && std::filesystem::exists(o_.out);
+    if (!keep_out) write_table(best, tried_);
     fmt::print("Tuned: {}\n", knob_string(best));
     const std::optional<double> timed = report(best);
     const std::string file = std::filesystem::absolute(o_.out).string();
+    if (keep_out) {
+        fmt::print("\nNo move kept: {} stays as it was (remove it, or give another --out, to write the base table).\n",
+                   o_.out);
+        return interrupted ? 130 : 0;
+    }
     fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels{}).\n",
                o_.out, timed.value_or(best_cost_), timed ? ", timed side by side" : "");
     if (!best.gpu) fmt::print("Confirm it on the real ops (builds with it, times both builds): tools/tune/confirm.sh {}\n", file);
     if (!target_.has_feature(Halide::Target::OpenCL))  // an OpenCL check's table is not for building
         fmt::print("Build with it: cmake -B build -DBLOCKLSTM_TUNING={0} && cmake --build build\n", file);
-    return 0;
+    return interrupted ? 130 : 0;  // as --baseline: a Ctrl-C ends with 128 + SIGINT
 }
 
 // The autoschedulers the halide wheel ships as plugins, by the device they schedule for.
@@ -1114,7 +1195,23 @@ int main(int argc, char **argv) {
         if (!fits)
             throw std::invalid_argument("--target: " + target.to_string() + " does not fit --device " + o.device +
                                         " (cpu: no GPU feature, cuda: cuda, opencl: opencl)");
+        if (!gpu) {  // its kernels run here: an instruction set this CPU lacks would end in SIGILL
+            const Halide::Target host = Halide::get_host_target();
+            if (target.arch != host.arch || target.os != host.os || target.bits != host.bits)
+                throw std::invalid_argument("--target: " + target.to_string() + " cannot run on this " +
+                                            host.to_string() + " machine (the tuner times its kernels here)");
+            for (int f = 0; f < Halide::Target::FeatureEnd; ++f) {
+                const auto feature = static_cast<Halide::Target::Feature>(f);
+                const std::string name = Halide::Target::feature_to_name(feature);
+                if (target.has_feature(feature) && !host.has_feature(feature) &&
+                    std::regex_match(name, std::regex("(sse|avx|fma|f16c|x86_apx|vnni).*")))
+                    throw std::invalid_argument("--target: " + target.to_string() + " needs " + name +
+                                                ", which this CPU lacks (" + host.to_string() + "): the tuner times its kernels here");
+            }
+        }
         const std::vector<LstmShape> shapes = parse_shapes(o.shapes);
+        o.shapes = "";  // as parsed (any whitespace the option had never reaches the table's JSON)
+        for (const LstmShape &s : shapes) o.shapes += (o.shapes.empty() ? "" : " ") + s.text();
         if (gpu)
             if (const std::string why = gpu_missing(o.device); !why.empty())
                 throw std::invalid_argument("--device " + o.device + ": cannot run kernels here: " + why);
@@ -1139,6 +1236,8 @@ int main(int argc, char **argv) {
         // resumes a CUDA run's files.
         if (o.out.empty()) o.out = table + (o.device == "opencl" ? "-opencl-check" : "") + ".json";
         if (o.log.empty()) o.log = o.out + ".csv";
+        if (o.autoscheduler.empty() && o.baseline.empty()) check_writable("--out", o.out + ".tmp");
+        if (o.autoscheduler.empty()) check_writable("--log", o.log);
         if (o.autoscheduler.empty()) std::signal(SIGINT, [](int) { interrupted = true; });  // a child just ends
         // As the runtime does (runtime/src/cuda_driver.cpp): device memory is kept between calls,
         // so a kernel's time has no allocation in it.
