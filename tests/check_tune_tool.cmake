@@ -81,31 +81,45 @@ if (NOT code EQUAL 0 OR NOT out MATCHES "Resuming: [0-9]+ measurements and [1-9]
 endif ()
 message(STATUS "ok: a resumed run reuses the side-by-side verdicts")
 
+# Runs the tool with ARGN: it must stop before any search (no "Base:" line) with an error on
+# stderr matching `pattern`.
+function(expect_refused what pattern)
+    execute_process(COMMAND "${CLI}" ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if (code EQUAL 0 OR NOT err MATCHES "${pattern}" OR out MATCHES "Base:")
+        message(FATAL_ERROR "${what}: not refused up front as expected (${code}):\n${out}\n${err}")
+    endif ()
+    message(STATUS "ok: ${what}")
+endfunction()
+
 # A log is this run's only at its thread count: resuming it at another is refused, naming both.
-execute_process(COMMAND "${CLI}" tune --minutes 0.1 --shapes 4,8,16,16 --families gemm_nn --threads 2
-                        --out "${WORK}/table.json" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if (code EQUAL 0 OR NOT err MATCHES "table.json.csv holds times at --threads 1, not 2")
-    message(FATAL_ERROR "a log of another thread count was resumed (${code}):\n${out}\n${err}")
-endif ()
-message(STATUS "ok: a log of another thread count is refused")
+expect_refused("a log of another thread count is refused" "table.json.csv holds times at --threads 1, not 2"
+               tune --minutes 0.1 --shapes 4,8,16,16 --families gemm_nn --threads 2 --out "${WORK}/table.json")
 
 # A damaged log line is an error naming the file and the line, not a bare std::stod.
 file(READ "${WORK}/table.json.csv" log)
 file(WRITE "${WORK}/damaged.json.csv" "${log}gemm_nn,\"4,8,16,16\",\"gemm_k_block:512\",ok,.,\n")
-execute_process(COMMAND "${CLI}" tune --minutes 0.1 --shapes 4,8,16,16 --families gemm_nn --threads 1
-                        --out "${WORK}/damaged.json" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if (code EQUAL 0 OR NOT err MATCHES "damaged.json.csv line [0-9]+: '.' is not a positive number")
-    message(FATAL_ERROR "a damaged log was not refused clearly (${code}):\n${out}\n${err}")
-endif ()
-message(STATUS "ok: a damaged log names its line")
+expect_refused("a damaged log names its line" "damaged.json.csv line [0-9]+: '.' is not a positive number"
+               tune --minutes 0.1 --shapes 4,8,16,16 --families gemm_nn --threads 1 --out "${WORK}/damaged.json")
 
 # An --out that cannot be written is refused before any search, not at the first kept move.
-execute_process(COMMAND "${CLI}" tune --minutes 0.1 --shapes 4,8,16,16 --families gemm_nn --threads 1
-                        --out "${WORK}/no/such/dir/t.json" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if (code EQUAL 0 OR NOT err MATCHES "--out: cannot write .*no/such/dir/t.json.tmp" OR out MATCHES "Base:")
-    message(FATAL_ERROR "an unwritable --out was not refused up front (${code}):\n${out}\n${err}")
+expect_refused("an unwritable --out is refused up front" "--out: cannot write .*no/such/dir/t.json.tmp"
+               tune --minutes 0.1 --shapes 4,8,16,16 --families gemm_nn --threads 1 --out "${WORK}/no/such/dir/t.json")
+
+# A table whose knob is not an integer is refused naming the knob and the value as written.
+file(READ "${WORK}/poor.json" poor)
+string(REPLACE "\"gemm_k_block\": 512" "\"gemm_k_block\": 256.5" fraction "${poor}")
+file(WRITE "${WORK}/fraction.json" "${fraction}")
+expect_refused("a fractional knob is refused" "knob gemm_k_block is '256.5', expected an integer"
+               tune --minutes 0 --target x86-64-linux-sse41 --from "${WORK}/fraction.json" --out "${WORK}/fraction_out.json")
+
+# A target whose instructions this CPU lacks cannot be timed here: refused, naming the feature.
+file(READ "/proc/cpuinfo" cpuinfo)
+if (cpuinfo MATCHES "avx512f")
+    message(STATUS "skipped: this CPU has AVX-512, so no x86 target here lacks a feature to refuse")
+else ()
+    expect_refused("a target this CPU cannot run is refused" "--target: x86-64-linux-avx512_skylake needs avx512"
+                   tune --minutes 0 --target x86-64-linux-avx512_skylake --families gemm_nn --out "${WORK}/skylake.json")
 endif ()
-message(STATUS "ok: an unwritable --out is refused up front")
 
 # A run that keeps no move leaves a table already at --out as it was (the base would replace it).
 file(READ "${WORK}/from_poor.json" tuned)
@@ -117,27 +131,3 @@ if (NOT code EQUAL 0 OR NOT after STREQUAL tuned OR NOT out MATCHES "No move kep
     message(FATAL_ERROR "a run that kept no move replaced the tuned table (${code}):\n${out}\n${err}")
 endif ()
 message(STATUS "ok: a tuned table survives a run that kept nothing")
-
-# A table whose knob is not an integer is refused naming the knob and the value as written.
-file(READ "${WORK}/poor.json" poor)
-string(REPLACE "\"gemm_k_block\": 512" "\"gemm_k_block\": 256.5" fraction "${poor}")
-file(WRITE "${WORK}/fraction.json" "${fraction}")
-execute_process(COMMAND "${CLI}" tune --minutes 0 --target x86-64-linux-sse41 --from "${WORK}/fraction.json"
-                        --out "${WORK}/fraction_out.json" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if (code EQUAL 0 OR NOT err MATCHES "knob gemm_k_block is '256.5', expected an integer")
-    message(FATAL_ERROR "a fractional knob was not refused (${code}):\n${out}\n${err}")
-endif ()
-message(STATUS "ok: a fractional knob is refused")
-
-# A target whose instructions this CPU lacks cannot be timed here: refused, naming the feature.
-file(READ "/proc/cpuinfo" cpuinfo)
-if (cpuinfo MATCHES "avx512f")
-    message(STATUS "skipped: this CPU has AVX-512, so no x86 target here lacks a feature to refuse")
-else ()
-    execute_process(COMMAND "${CLI}" tune --minutes 0 --target x86-64-linux-avx512_skylake --families gemm_nn
-                            --out "${WORK}/skylake.json" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-    if (code EQUAL 0 OR NOT err MATCHES "--target: x86-64-linux-avx512_skylake needs avx512")
-        message(FATAL_ERROR "a target this CPU cannot run was accepted (${code}):\n${out}\n${err}")
-    endif ()
-    message(STATUS "ok: a target this CPU cannot run is refused")
-endif ()
