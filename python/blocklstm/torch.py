@@ -8,6 +8,8 @@ kernels (torch.compile, torch.export trace them) and the forward ops have autogr
 is TF's, through the grad op (of a forward op's outputs only cs and h carry gradients, as in TF).
 """
 import math
+import re
+import warnings
 
 import torch
 from torch import nn
@@ -30,8 +32,20 @@ def _dims(op, t):
     return T, B, I, H
 
 
+def _output_shapes(op, dims):
+    """The outputs' shapes from the registry's (e.g. "[I+H,4H]") at dims (T, B, I, H): ints, or
+    torch's symbolic sizes while tracing, so that dynamic shapes stay symbolic."""
+    size = dict(zip("TBIH", dims))
+
+    def term(t):
+        count, symbol = re.fullmatch(r"(\d*)([TBIH])", t).groups()
+        return int(count or 1) * size[symbol]
+
+    return [[sum(term(t) for t in d.split("+")) for d in a["shape"][1:-1].split(",")] for a in op["outputs"]]
+
+
 def _schema(op):
-    args = ["int seq_len_max"] if op["sequence"] else []
+    args = ["SymInt seq_len_max"] if op["sequence"] else []
     args += [f"Tensor {a['name']}" for a in op["inputs"]]
     args += [f"float {a}={op[a]!r}" for a in ("forget_bias", "cell_clip") if op[a] is not None]
     args += ["bool use_peephole=False"]
@@ -48,7 +62,7 @@ def _call(op, args):
         if t.device != x.device:
             raise ValueError(f"{op['name']}: argument '{name}' is on {t.device}: expected {x.device}, as 'x'")
     inputs = {name: t.detach() for name, t in inputs.items()}  # DLPack takes no autograd tensors
-    shapes = _core.output_shapes(op["name"], *_dims(op, inputs))
+    shapes = _output_shapes(op, _dims(op, inputs))
     outs = [torch.empty(s, dtype=x.dtype, device=x.device) for s in shapes]
     # On torch's current stream, for this call only: the thread's stream is put back after, so a
     # later call of the plain API never runs on a stream torch may have freed since.
@@ -92,7 +106,7 @@ def _register(op):
     def fake(*args, **kwargs):
         a = _bind(op, names, args, kwargs)
         x = a["x"]
-        shapes = _core.output_shapes(op["name"], *_dims(op, {k: a[k] for k in ("x", "w")}))
+        shapes = _output_shapes(op, _dims(op, {k: a[k] for k in ("x", "w")}))
         return tuple(x.new_empty(s) for s in shapes)
 
     qualname = f"{_NAMESPACE}::{name}"
@@ -145,6 +159,15 @@ def _cell_backward(ctx, *grads):
             None, None, None)
 
 
+def _no_double_backward(ctx, *grads):
+    raise RuntimeError("blocklstm: the gradient ops have no gradient of their own: a second derivative "
+                       "(double backward, gradgradcheck, create_graph=True then grad again) is not supported")
+
+
+for _grad in ("block_lstm_grad", "block_lstm_grad_v2", "lstm_block_cell_grad"):  # an error, not zeros
+    torch.library.register_autograd(f"blocklstm::{_grad}", _no_double_backward,
+                                    setup_context=lambda ctx, inputs, output: None, lib=_lib)
+
 torch.library.register_autograd("blocklstm::block_lstm", _sequence_backward("block_lstm_grad"),
                                 setup_context=_setup_context, lib=_lib)
 torch.library.register_autograd("blocklstm::block_lstm_v2", _sequence_backward("block_lstm_grad_v2"),
@@ -156,22 +179,38 @@ torch.library.register_autograd("blocklstm::lstm_block_cell", _cell_backward,
 # ---- The module ----------------------------------------------------------------------------------
 
 class LSTM(nn.Module):
-    """A one-layer LSTM with nn.LSTM's parameters and call, and optional peepholes.
+    """A one-layer LSTM with nn.LSTM's arguments, parameters and call, and optional peepholes.
 
+    LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+    bidirectional=False, proj_size=0, device=None, dtype=None, *, peephole=False, forget_bias=0.0,
+    cell_clip=None): nn.LSTM's arguments in nn.LSTM's order (one layer, one direction, with biases
+    and no projection, as TF's fused ops: other values are refused), then TF's options by keyword.
     Parameters: weight_ih_l0 [4H, I], weight_hh_l0 [4H, H], bias_ih_l0 [4H], bias_hh_l0 [4H] (gate
     order i, f, g, o, as nn.LSTM), and with peephole=True weight_ci_l0, weight_cf_l0,
     weight_co_l0 [H] (TF's wci, wcf, wco). load_state_dict(nn_lstm.state_dict()) works as it is;
     peephole weights missing from a state dict keep their values (zeros after reset_parameters).
-    forward(input, (h_0, c_0)=None) -> (output, (h_n, c_n)) as nn.LSTM, with TF's
-    forget_bias (added to the forget gate) and cell_clip (None: no clipping).
+    forward(input, (h_0, c_0)=None) -> (output, (h_n, c_n)) as nn.LSTM (batched [T, B, I] or
+    [B, T, I] with batch_first, or unbatched [T, I]), with TF's forget_bias (added to the forget
+    gate) and cell_clip (None: no clipping). The gradient is TF's: straight through the clip, so
+    with an active cell_clip it is not the derivative of the clipped forward.
     """
 
-    def __init__(self, input_size, hidden_size, peephole=False, forget_bias=0.0, cell_clip=None,
-                 batch_first=False, device=None, dtype=None):
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False, proj_size=0, device=None, dtype=None, *, peephole=False,
+                 forget_bias=0.0, cell_clip=None):
         super().__init__()
+        for name, value, supported in (("num_layers", num_layers, 1), ("bias", bias, True),
+                                       ("bidirectional", bidirectional, False), ("proj_size", proj_size, 0)):
+            if value != supported:
+                raise ValueError(f"LSTM: {name}={value!r} is not supported: expected {supported!r} (one layer, "
+                                 "one direction, with biases, no projection, as TF's fused ops; stack modules "
+                                 "for more layers)")
+        if dropout:  # as nn.LSTM: dropout acts between layers, and there is one
+            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
+                          f"expects num_layers greater than 1, but got dropout={dropout} and num_layers=1")
         self.input_size, self.hidden_size = input_size, hidden_size
         self.peephole, self.forget_bias, self.cell_clip = peephole, float(forget_bias), cell_clip
-        self.batch_first = batch_first
+        self.batch_first, self.dropout = batch_first, float(dropout)
         f = {"device": device, "dtype": dtype}
         H = hidden_size
         self.weight_ih_l0 = nn.Parameter(torch.empty(4 * H, input_size, **f))
@@ -209,13 +248,39 @@ class LSTM(nn.Module):
         return w, b
 
     def forward(self, input, hx=None):
-        x = input.transpose(0, 1) if self.batch_first else input
+        if isinstance(input, nn.utils.rnn.PackedSequence):
+            raise TypeError("LSTM: a PackedSequence is not supported: expected a padded tensor "
+                            "(torch.nn.utils.rnn.pad_packed_sequence)")
+        if input.dim() not in (2, 3):
+            raise ValueError(f"LSTM: Expected input to be 2D or 3D, got {input.dim()}D instead")
+        if input.shape[-1] != self.input_size:
+            raise ValueError(f"LSTM: input.size(-1) must be equal to input_size. Expected {self.input_size}, "
+                             f"got {input.shape[-1]}")
+        batched = input.dim() == 3  # unbatched [T, I]: one batch row, as nn.LSTM
+        x = (input.transpose(0, 1) if self.batch_first else input) if batched else input.unsqueeze(1)
         x = x.contiguous()
         T, B, H = x.shape[0], x.shape[1], self.hidden_size
         if hx is None:
             h0 = c0 = x.new_zeros(B, H)
         else:
-            h0, c0 = (t.reshape(B, H).contiguous() for t in hx)  # [1, B, H] as nn.LSTM, or [B, H]
+            want = (1, B, H) if batched else (1, H)
+            if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+                raise ValueError("LSTM: hx must be a tuple (h_0, c_0), as nn.LSTM's")
+            for k, t in enumerate(hx):
+                if tuple(t.shape) != want:
+                    raise ValueError(f"LSTM: Expected hidden[{k}] size {want}, got {list(t.shape)}")
+            h0, c0 = (t.reshape(B, H).contiguous() for t in hx)
+        if T == 0:  # no step: the state passes through
+            output = x.new_zeros(0, B, H)
+            h_n, c_n = h0.unsqueeze(0), c0.unsqueeze(0)
+        else:
+            output, h_n, c_n = self._sequence(x, h0, c0)
+        if not batched:
+            return output.squeeze(1), (h_n.squeeze(1), c_n.squeeze(1))
+        return (output.transpose(0, 1) if self.batch_first else output), (h_n, c_n)
+
+    def _sequence(self, x, h0, c0):
+        T, H = x.shape[0], self.hidden_size
         w, b = self.tf_weights()
         if self.peephole:
             wci, wcf, wco = self.weight_ci_l0, self.weight_cf_l0, self.weight_co_l0
@@ -224,8 +289,7 @@ class LSTM(nn.Module):
         clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
         i, cs, f, o, ci, co, h = torch.ops.blocklstm.block_lstm_v2(
             T, x, c0, h0, w, wci, wcf, wco, b, clip, self.peephole)
-        output = h.transpose(0, 1) if self.batch_first else h
-        return output, (h[-1:], cs[-1:])
+        return h, h[-1:].clone(), cs[-1:].clone()  # h_n and c_n of their own, as nn.LSTM's
 
     def extra_repr(self):
         return (f"{self.input_size}, {self.hidden_size}, peephole={self.peephole}, "

@@ -149,12 +149,6 @@ NB_MODULE(_core, m) {
         return out;
     }, "Every op: its inputs and outputs (TF names and shapes), attr defaults, layout.");
 
-    m.def("output_shapes", [](const std::string &op, int64_t T, int64_t B, int64_t I, int64_t H) {
-        std::vector<std::vector<int64_t>> shapes;
-        for (const OpArg &a : op_info(op).outputs) shapes.push_back(a.dims({T, B, I, H}));
-        return shapes;
-    }, nb::arg("op"), nb::arg("T"), nb::arg("B"), nb::arg("I"), nb::arg("H"));
-
     // outputs None: allocated by the library and returned zero-copy as arrays of the inputs'
     // framework (NumPy, or torch for torch tensors); else written into the given arrays.
     m.def("invoke",

@@ -130,6 +130,55 @@ def test_export_traces_the_op():
     assert "blocklstm.block_lstm_v2" in str(ep.graph)
 
 
+def test_export_keeps_time_and_batch_symbolic():
+    # seq_len_max is a SymInt and the fake kernels compute shapes from the registry's, symbolically:
+    # one exported program runs every (T, B), as nn.LSTM's.
+    T, B = torch.export.Dim("T"), torch.export.Dim("B")
+    m = bt.LSTM(6, 10, peephole=True)
+    ep = torch.export.export(m, (torch.randn(5, 3, 6),), dynamic_shapes=({0: T, 1: B},))
+    for shape in ((7, 2, 6), (3, 5, 6)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(ep.module()(x)[0], m(x)[0], atol=0, rtol=0)
+
+
+def test_module_takes_nn_lstm_arguments_in_order_and_refuses_what_it_cannot_be():
+    m = bt.LSTM(4, 5, 1, True, True)  # num_layers, bias, batch_first: positional, as nn.LSTM
+    assert m.batch_first and not m.peephole
+    for kwargs in ({"num_layers": 2}, {"bidirectional": True}, {"proj_size": 3}, {"bias": False}):
+        name = next(iter(kwargs))
+        with pytest.raises(ValueError, match=f"LSTM: {name}=.* is not supported"):
+            bt.LSTM(4, 5, **kwargs)
+    with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
+        bt.LSTM(4, 5, dropout=0.5)
+
+
+def test_module_checks_its_input_and_state_as_nn_lstm():
+    torch.manual_seed(3)
+    ref, ours = torch.nn.LSTM(4, 5), bt.LSTM(4, 5)
+    ours.load_state_dict(ref.state_dict())
+    x, h0, c0 = torch.randn(6, 4), torch.randn(1, 5), torch.randn(1, 5)  # unbatched
+    (y1, (h1, c1)), (y2, (h2, c2)) = ours(x, (h0, c0)), ref(x, (h0, c0))
+    for a, b in ((y1, y2), (h1, h2), (c1, c2)):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match=r"Expected hidden\[0\] size \(1, 2, 5\), got \[1, 5, 2\]"):
+        ours(torch.randn(6, 2, 4), (torch.randn(1, 5, 2), torch.randn(1, 5, 2)))
+    with pytest.raises(ValueError, match="input.size\\(-1\\) must be equal to input_size. Expected 4, got 7"):
+        ours(torch.randn(6, 2, 7))
+    with pytest.raises(TypeError, match="PackedSequence is not supported"):
+        ours(torch.nn.utils.rnn.pack_sequence([torch.randn(3, 4)]))
+    y, (h, c) = ours(torch.randn(3, 2, 4))
+    assert h._base is None and c._base is None  # h_n and c_n are tensors of their own
+
+
+def test_second_derivatives_are_refused_not_zero():
+    m = bt.LSTM(4, 5, peephole=True)
+    x = torch.randn(5, 2, 4, requires_grad=True)
+    g, = torch.autograd.grad(m(x)[0].square().sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="a second derivative .* is not supported"):
+        torch.autograd.grad(g.sum(), x)
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda a: a.__setitem__(0, a[0].double()), "argument 'x': expected float32 or float16 data, got float64"),
     (lambda a: a.__setitem__(0, a[0].transpose(0, 1).contiguous().transpose(0, 1)), "argument 'x' is not C-contiguous"),
