@@ -32,10 +32,12 @@ run)
     export LD_LIBRARY_PATH=$carry/lib:${LD_LIBRARY_PATH:-}
     export BLOCKLSTM_CLI=$carry/bin/blocklstm
     nvidia-smi -L
+    nvidia-smi --query-gpu=driver_version --format=csv,noheader | sed 's/^/driver /'  # CUDA 13 needs >= 580
     # cuBLAS: the build's libcublas.so.13 (CUDA 13, driver >= 580) is too large to carry; a machine
     # without the toolkit's copy has the one of the nvidia-cublas Python package.
     if [ -z "${BLOCKLSTM_CUBLAS:-}" ] && ! ldconfig -p | grep -q 'libcublas\.so\.13 '; then
-        pip_cublas=$(python3 -c 'import nvidia.cublas, os; print(os.path.join(list(nvidia.cublas.__path__)[0], "lib", "libcublas.so.13"))' 2>/dev/null)
+        # nvidia-cublas 13 installs under nvidia/cu13/lib, earlier ones under nvidia/cublas/lib.
+        pip_cublas=$(python3 -c 'import glob, os, nvidia; print(next(iter(sorted(p for r in nvidia.__path__ for p in glob.glob(os.path.join(r, "**", "libcublas.so.13"), recursive=True))), ""))' 2>/dev/null)
         [ -f "${pip_cublas:-}" ] && export BLOCKLSTM_CUBLAS=$pip_cublas
     fi
     "$carry/bin/blocklstm" list | sed -n '/^CUDA:/,/^CUDA batched products/p'

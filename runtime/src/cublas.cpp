@@ -44,12 +44,15 @@ const Cublas &cublas() {
         if (const char *env = std::getenv("BLOCKLSTM_CUBLAS")) names.push_back(env);
         names.push_back("libcublas.so." BLOCKLSTM_XSTR(CUBLAS_VER_MAJOR));
         names.push_back(BLOCKLSTM_CUDA_LIBRARY_DIR "/libcublas.so." BLOCKLSTM_XSTR(CUBLAS_VER_MAJOR));
+        // CUDA 12's cuBLAS (drivers before 580): the four functions used keep their ABI.
+        if (CUBLAS_VER_MAJOR == 13) names.push_back("libcublas.so.12");
         void *lib = nullptr;
         for (const std::string &n : names) {
             if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
         }
         if (!lib) {
-            c.why_not = names.back() + " not found (BLOCKLSTM_CUBLAS names another path)";
+            c.why_not = "libcublas.so." BLOCKLSTM_XSTR(CUBLAS_VER_MAJOR) " not found (nor " + names.back() +
+                        "; BLOCKLSTM_CUBLAS names another path)";
             return c;
         }
         auto load = [&](auto &fn, const char *name) {

@@ -149,14 +149,28 @@ int device_of(const void *ptr, std::string *why) {
     unsigned int memory_type = 0;
     int ordinal = -1;
     const auto p = reinterpret_cast<CUdeviceptr>(ptr);
-    if (d.cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p) != CUDA_SUCCESS ||
-        d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) != CUDA_SUCCESS ||
-        (memory_type != CU_MEMORYTYPE_DEVICE && memory_type != CU_MEMORYTYPE_UNIFIED)) {
-        *why = "its data pointer is not CUDA device memory: expected memory from cudaMalloc, "
-               "cuMemAlloc or cudaMallocManaged";
+    // The driver may answer pointer queries with CUDA_ERROR_INVALID_CONTEXT while no context is
+    // current (before a thread's first call): any context serves them under unified addressing.
+    CUcontext current = nullptr;
+    const bool pushed = d.cuCtxGetCurrent(&current) == CUDA_SUCCESS && !current &&
+                        d.cuCtxPushCurrent(primary_context(0)) == CUDA_SUCCESS;
+    CUresult r = d.cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+    if (r == CUDA_SUCCESS) r = d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
+    if (pushed) d.cuCtxPopCurrent(&current);
+    if (r == CUDA_SUCCESS && (memory_type == CU_MEMORYTYPE_DEVICE || memory_type == CU_MEMORYTYPE_UNIFIED))
+        return ordinal;
+    // CUDA_ERROR_INVALID_VALUE: memory the driver does not know (a host pointer); any other error
+    // (a context lost to an earlier fault) is named as it is.
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE) {
+        const char *name = nullptr;
+        if (d.cuGetErrorString) d.cuGetErrorString(r, &name);
+        *why = std::string("the driver cannot say where its data pointer is: cuPointerGetAttribute failed: ") +
+               (name ? name : "") + " (CUresult " + std::to_string(r) + ")";
         return -1;
     }
-    return ordinal;
+    *why = "its data pointer is not CUDA device memory: expected memory from cudaMalloc, "
+           "cuMemAlloc or cudaMallocManaged";
+    return -1;
 }
 
 const halide_device_interface_t *halide_interface() { return halide_cuda_device_interface(); }
