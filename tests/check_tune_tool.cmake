@@ -85,7 +85,7 @@ message(STATUS "ok: a resumed run reuses the side-by-side verdicts")
 # stderr matching `pattern`.
 function(expect_refused what pattern)
     execute_process(COMMAND "${CLI}" ${ARGN} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-    if (code EQUAL 0 OR NOT err MATCHES "${pattern}" OR out MATCHES "Base:")
+    if (NOT code EQUAL 2 OR NOT err MATCHES "${pattern}" OR out MATCHES "Base:")
         message(FATAL_ERROR "${what}: not refused up front as expected (${code}):\n${out}\n${err}")
     endif ()
     message(STATUS "ok: ${what}")
@@ -111,6 +111,11 @@ string(REPLACE "\"gemm_k_block\": 512" "\"gemm_k_block\": 256.5" fraction "${poo
 file(WRITE "${WORK}/fraction.json" "${fraction}")
 expect_refused("a fractional knob is refused" "knob gemm_k_block is '256.5', expected an integer"
                tune --minutes 0 --target x86-64-linux-sse41 --from "${WORK}/fraction.json" --out "${WORK}/fraction_out.json")
+
+# Usage errors as the blocklstm tool reports them (one line, "see blocklstm tune --help").
+expect_refused("an unknown option is a usage error" "^blocklstm tune: .*--bogus.*see blocklstm tune --help" tune --bogus)
+expect_refused("--minutes nan is refused" "--minutes: 'nan' is not a number of minutes" tune --minutes nan)
+expect_refused("an unknown --target is named" "--target: 'bogus' is not a Halide target" tune --target bogus)
 
 # A target whose instructions this CPU lacks cannot be timed here: refused, naming the feature.
 file(READ "/proc/cpuinfo" cpuinfo)

@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -32,6 +33,8 @@
 #include <thread>
 #include <unistd.h>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "cli.h"
 #include "progress.h"
@@ -187,6 +190,19 @@ int bench(const BenchOptions &o) {
     if (have > 0 && need > have)
         throw CliError("bench: the tensors of this shape need " + gib(need) + " GiB, more than this machine's " +
                        gib(have) + " GiB of memory");
+    // The library's own limit, before gigabytes are filled with random numbers only to be refused.
+    const OpInfo &op = op_info(o.op);
+    const OpDims dims{o.time, o.batch, o.input, o.cell};
+    for (const OpInfo *info : {&op, op.gradient ? &op_info(op.forward_op) : &op})
+        for (const std::vector<OpArg> *args : {&info->inputs, &info->outputs})
+            for (const OpArg &a : *args) {
+                double elements = 1;
+                for (int64_t d : a.dims(dims)) elements *= static_cast<double>(d);
+                if (elements > INT32_MAX)
+                    throw CliError(fmt::format("bench: {} '{}' of {} would have {:.0f} elements: expected at most {} "
+                                               "(the kernels index with int32; lower --time, --batch, --input or --cell)",
+                                               info->name, a.name, a.shape, elements, INT32_MAX));
+            }
     const bool cell = is_cell_op(o.op);
     const double flops = flops_of(o);
 

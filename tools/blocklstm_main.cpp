@@ -156,6 +156,21 @@ CLI::Validator finite_float() {
         "FLOAT");
 }
 
+// A seed: digits only, within 64 bits (CLI11 would wrap -1 and saturate a larger number, so two
+// wrong seeds became the same one).
+CLI::Validator seed_value() {
+    return CLI::Validator(
+        [](std::string &text) {
+            char *end = nullptr;
+            errno = 0;
+            std::strtoull(text.c_str(), &end, 10);
+            if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE)
+                return "'" + text + "' is not an integer in [0, 18446744073709551615]";
+            return std::string();
+        },
+        "UINT64");
+}
+
 // The op named by the positional <OpName>, checked against the registry.
 std::string op_name_of(const std::string &command, const std::vector<std::string> &positional) {
     if (positional.empty()) throw UsageError(command + ": missing <OpName>");
@@ -220,7 +235,7 @@ int parse_and_run(int argc, char **argv, const std::string &command) {
     bench->add_option("--device", b.device);
     bench->add_option("--reps", b.reps)->check(CLI::Range(1, 1000000));
     bench->add_option("--warmup", b.warmup)->check(CLI::Range(1, 1000000));
-    bench->add_option("--seed", b.seed);
+    bench->add_option("--seed", b.seed)->check(seed_value());
     bench->add_flag("--print-reps", b.print_reps);
     bench->add_option("--cpu-target", b.cpu_target);
     threads(bench);
@@ -230,7 +245,7 @@ int parse_and_run(int argc, char **argv, const std::string &command) {
 
     CLI::App *demo = add_command(app, "demo");
     demo->add_option("--steps", p.demo.steps)->check(CLI::Range(1, 1000000));
-    demo->add_option("--seed", p.demo.seed);
+    demo->add_option("--seed", p.demo.seed)->check(seed_value());
     demo->add_option("--device", p.demo.device);
     threads(demo);
 

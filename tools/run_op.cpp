@@ -109,17 +109,39 @@ void write_outputs(const std::string &out_dir, const OpInfo &op, const Outputs &
                                        e.what()));
         }
     }
-    std::vector<std::string> done;
+    // Into place one by one; a file already there is set aside first, so that a failure part way
+    // puts every earlier file back as it was (none of the outputs, and no user file lost).
+    struct Moved {
+        std::string final_path, set_aside;  // set_aside "": nothing was there
+    };
+    std::vector<Moved> done;
+    auto undo = [&] {
+        for (auto it = done.rbegin(); it != done.rend(); ++it) {
+            ::unlink(it->final_path.c_str());
+            if (!it->set_aside.empty()) std::rename(it->set_aside.c_str(), it->final_path.c_str());
+        }
+    };
     for (std::size_t k = 0; k < outputs.size(); ++k) {
-        const std::string final_path = input_file(out_dir, op.outputs[k].name);
-        if (std::rename(temps.paths[k].c_str(), final_path.c_str()) != 0) {
-            const int err = errno;
-            for (const auto &p : done) ::unlink(p.c_str());
-            throw CliError(fmt::format("--out {}: cannot rename into {}: {}", out_dir,
+        Moved m{input_file(out_dir, op.outputs[k].name), ""};
+        int err = 0;
+        if (fs::is_directory(m.final_path, ec)) err = EISDIR;
+        if (!err && fs::exists(fs::symlink_status(m.final_path, ec))) {
+            m.set_aside = (fs::path(out_dir) / ("." + label(op.outputs[k].name.c_str()) + ".old" + suffix)).string();
+            if (std::rename(m.final_path.c_str(), m.set_aside.c_str()) != 0) err = errno;
+        }
+        if (!err && std::rename(temps.paths[k].c_str(), m.final_path.c_str()) != 0) {
+            err = errno;
+            if (!m.set_aside.empty()) std::rename(m.set_aside.c_str(), m.final_path.c_str());
+        }
+        if (err) {
+            undo();
+            throw CliError(fmt::format("--out {}: cannot write {}: {} (the files there are as they were)", out_dir,
                                        label(op.outputs[k].name.c_str()), std::strerror(err)));
         }
-        done.push_back(final_path);
+        done.push_back(m);
     }
+    for (const Moved &m : done)
+        if (!m.set_aside.empty()) ::unlink(m.set_aside.c_str());
     temps.paths.clear();
 }
 

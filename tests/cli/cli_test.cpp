@@ -682,6 +682,27 @@ TEST(BadInput, ExistingOutputsUntouchedOnError) {
     EXPECT_EQ(files, 7u) << listing(out);  // no temporaries left behind
 }
 
+// An output that cannot be put in place (a directory of its name) after others were: the files
+// there before the run are all back as they were, and no output or temporary is left.
+TEST(BadInput, FailedRenameRestoresEarlierFiles) {
+    TempDir tmp;
+    const std::string in = tmp / "in", out = tmp / "out";
+    make_problem("BlockLSTM", DType::f32, false, kT, 3).write(in);
+    fs::create_directories(out + "/h.npy");  // h is the last output
+    for (const char *name : {"i", "cs"}) std::ofstream(out + "/" + name + ".npy") << "old " << name;
+    const Result r = run_cli({"run", "BlockLSTM", "--in", in, "--out", out});
+    EXPECT_EQ(r.code, 2) << describe(r);
+    EXPECT_NE(r.err.find("cannot write h.npy"), std::string::npos) << describe(r);
+    EXPECT_EQ(slurp(out + "/i.npy"), "old i");
+    EXPECT_EQ(slurp(out + "/cs.npy"), "old cs");
+    std::size_t files = 0;
+    for (const auto &e : fs::directory_iterator(out)) {
+        (void)e;
+        ++files;
+    }
+    EXPECT_EQ(files, 3u) << listing(out);  // i.npy, cs.npy and the directory h.npy
+}
+
 // ---- bench ------------------------------------------------------------------------------------
 
 std::vector<std::string> lines_of(const std::string &text) {
@@ -842,6 +863,11 @@ TEST(Bench, BadArgumentsExitTwoAndNameTheOption) {
         {with({"bench", "LSTMBlockCell", "--time", "5"}, shape), "--time"},
         {with({"bench", "BlockLSTMv3", "--time", "3"}, shape), "BlockLSTMv3"},
         {with({"bench", "BlockLSTM", "BlockLSTMGrad", "--time", "3"}, shape), "BlockLSTMGrad"},
+        {with({"bench", "BlockLSTM", "--time", "3", "--seed", "-1"}, shape), "--seed"},  // not wrapped to 2^64-1
+        {with({"bench", "BlockLSTM", "--time", "3", "--seed", "99999999999999999999999"}, shape), "--seed"},
+        // The library's int32 limit, before any tensor is allocated: w [I+H, 4H] at H = 23200.
+        {{"bench", "BlockLSTM", "--time", "1", "--batch", "1", "--input", "1", "--cell", "23200", "--dtype", "float16"},
+         "'w' of [I+H,4H] would have 2153052800 elements"},
     };
     for (const auto &c : cases) {
         const Result r = run_cli(c.args);

@@ -1179,8 +1179,13 @@ int main(int argc, char **argv) {
         if (opt->get_name() != "--families" && opt->get_name() != "--help") opt->take_last();
     try {
         app.parse(argc, argv);
-    } catch (const CLI::ParseError &e) {
+        if (!std::isfinite(o.minutes)) throw CLI::ValidationError("--minutes", "'nan' is not a number of minutes");
+    } catch (const CLI::Success &e) {  // --help
         return app.exit(e);
+    } catch (const CLI::ParseError &e) {
+        // Usage errors as the blocklstm tool reports them: one line, exit code 2.
+        std::cerr << "blocklstm tune: " << e.what() << " (see blocklstm tune --help)\n";
+        return 2;
     }
     try {
         if (o.threads > 0) setenv("HL_NUM_THREADS", std::to_string(o.threads).c_str(), 1);
@@ -1188,6 +1193,8 @@ int main(int argc, char **argv) {
         std::string target_text = o.target;
         if (target_text == "host" && o.device == "cuda") target_text = "host-cuda-cuda_capability_80";
         if (target_text == "host" && o.device == "opencl") target_text = "host-opencl";
+        if (target_text != "host" && !Halide::Target::validate_target_string(target_text))
+            throw std::invalid_argument("--target: '" + target_text + "' is not a Halide target (e.g. x86-64-linux-avx2-fma-f16c)");
         const Halide::Target target = target_text == "host" ? Halide::get_host_target() : Halide::Target(target_text);
         const bool fits = o.device == "cuda"     ? target.has_feature(Halide::Target::CUDA)
                           : o.device == "opencl" ? target.has_feature(Halide::Target::OpenCL)
