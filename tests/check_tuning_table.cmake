@@ -69,23 +69,24 @@ if (stmt MATCHES "\\+ 511\\)/512")
     message(FATAL_ERROR "small table: the statement still blocks k by 512")
 endif ()
 
+# A table the generator must refuse, with an error matching `pattern` (the table and the rule).
+function(expect_refused table_file name what pattern)
+    generate("${table_file}" ${name} stmt code error)
+    if (code EQUAL 0)
+        message(FATAL_ERROR "${what}: the table was accepted")
+    endif ()
+    expect("${error}" "${what}" "${pattern}")
+endfunction()
+
 # A table that breaks the geometry rule: 5 vectors of 8 = 40 columns do not divide a panel group.
 write_table("${WORK}/broken.json" 2 5 128)
-generate("${WORK}/broken.json" broken stmt code error)
-if (code EQUAL 0)
-    message(FATAL_ERROR "a table with 40-column tiles was accepted")
-endif ()
-expect("${error}" "a broken table is refused, naming the table and the rule"
-       "tuning table x86-64-avx2: register tiles of gemm_tile_vectors 5 x 8 = 40 columns do not divide a panel group of 32 columns")
+expect_refused("${WORK}/broken.json" broken "a broken table is refused, naming the table and the rule"
+               "tuning table x86-64-avx2: register tiles of gemm_tile_vectors 5 x 8 = 40 columns do not divide a panel group of 32 columns")
 
 # A table whose vectors are not its instruction set's: 16 floats in the AVX2 table (the tiles
 # would fit AVX-512's 32 registers, not AVX2's 16).
 file(READ "${WORK}/small.json" small)
 string(REPLACE "\"vector_floats\": 8" "\"vector_floats\": 16" wide "${small}")
 file(WRITE "${WORK}/wide.json" "${wide}")
-generate("${WORK}/wide.json" wide stmt code error)
-if (code EQUAL 0)
-    message(FATAL_ERROR "an AVX2 table of 16-float vectors was accepted")
-endif ()
-expect("${error}" "a table of another instruction set's vectors is refused"
-       "tuning table x86-64-avx2: vector_floats 16 is not the 8 floats of a vector of x86-64-avx2")
+expect_refused("${WORK}/wide.json" wide "a table of another instruction set's vectors is refused"
+               "tuning table x86-64-avx2: vector_floats 16 is not the 8 floats of a vector of x86-64-avx2")
