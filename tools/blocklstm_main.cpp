@@ -390,10 +390,16 @@ void list_kernels(bool kernel_rows) {
 void print_version() {
     std::vector<std::string> targets;
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets())
-        targets.push_back(t.name + (t.runs_here ? "" : " (not on this CPU)"));
+        targets.push_back(t.name + (t.check_only ? " (check target, for the tests)" : "") +
+                          (t.runs_here ? "" : " (not on this CPU)"));
     fmt::print("blocklstm {} (kernels generated with Halide {})\nCPU targets: {}\nCUDA: {}\n",
                blocklstm::version(), blocklstm::halide_version(), fmt::join(targets, ", "),
                blocklstm::cuda_built() ? "built" : "not built");
+}
+
+// The options that take no value (the others' next argument is their value).
+bool is_flag(const std::string &option) {
+    return option == "--use-peephole" || option == "--print-reps" || option == "--kernels" || option == "--fresh";
 }
 
 // `blocklstm tune`: the tuner is a program of its own (blocklstm-tune, beside this one), so that
@@ -426,12 +432,20 @@ int main(int argc, char **argv) {
         print_version();
         return 0;
     }
-    bool help = command == "help";
-    for (int k = 1; k < argc; ++k)
-        help = help || std::string(argv[k]) == "--help" || std::string(argv[k]) == "-h";
-    if (help) {
-        print_help(is_command(command) ? command : "");
+    // Help: `blocklstm --help`, `blocklstm help [command]`, or --help / -h among a command's
+    // options, but not as an option's value (`run ... --out -h` names a directory).
+    auto is_help = [](const std::string &a) { return a == "--help" || a == "-h"; };
+    if (is_help(command) || command == "help") {
+        print_help(command == "help" && argc > 2 && is_command(argv[2]) ? argv[2] : "");
         return 0;
+    }
+    for (int k = 2; k < argc && is_command(command); ++k) {
+        const std::string before = argv[k - 1];
+        const bool value_of_option = k > 2 && before.rfind("--", 0) == 0 && !is_flag(before);
+        if (is_help(argv[k]) && !value_of_option) {
+            print_help(command);
+            return 0;
+        }
     }
     if (command == "tune") return run_tuner(argc, argv);
     try {

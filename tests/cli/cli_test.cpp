@@ -962,6 +962,20 @@ TEST(Usage, EachCommandHasItsOwnHelp) {
     }
 }
 
+// Help is asked for by `help <command>` or a --help / -h among a command's options, never by the
+// value of an option nor for a command that does not exist.
+TEST(Usage, HelpOnlyWhereAsked) {
+    const Result help_run = run_cli({"help", "run"});
+    EXPECT_EQ(help_run.code, 0) << describe(help_run);
+    EXPECT_EQ(help_run.out.rfind("usage: blocklstm run", 0), 0u) << help_run.out;
+    const Result value = run_cli({"run", "BlockLSTM", "--in", "/no/such/dir", "--out", "-h"});
+    EXPECT_EQ(value.code, 2) << describe(value);
+    EXPECT_NE(value.err.find("--in /no/such/dir: no such directory"), std::string::npos) << describe(value);
+    const Result unknown = run_cli({"frob", "--help"});
+    EXPECT_EQ(unknown.code, 2) << describe(unknown);
+    EXPECT_NE(unknown.err.find("unknown command 'frob'"), std::string::npos) << describe(unknown);
+}
+
 // ---- list ---------------------------------------------------------------------------------------
 
 // Every kernel of the library's table (which variants_test holds to kernels.inc) is listed.
