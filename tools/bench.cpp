@@ -185,11 +185,6 @@ private:
 
 int bench(const BenchOptions &o) {
     const Device dev = check_device(o.device);  // the same check as `run`
-    const double need = bytes_needed(o);
-    const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
-    if (have > 0 && need > have)
-        throw CliError("bench: the tensors of this shape need " + gib(need) + " GiB, more than this machine's " +
-                       gib(have) + " GiB of memory");
     // The library's own limit, before gigabytes are filled with random numbers only to be refused.
     const OpInfo &op = op_info(o.op);
     const OpDims dims{o.time, o.batch, o.input, o.cell};
@@ -203,6 +198,11 @@ int bench(const BenchOptions &o) {
                                                "(the kernels index with int32; lower --time, --batch, --input or --cell)",
                                                info->name, a.name, a.shape, elements, INT32_MAX));
             }
+    const double need = bytes_needed(o);
+    const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+    if (have > 0 && need > have)
+        throw CliError("bench: the tensors of this shape need " + gib(need) + " GiB, more than this machine's " +
+                       gib(have) + " GiB of memory");
     const bool cell = is_cell_op(o.op);
     const double flops = flops_of(o);
 

@@ -441,7 +441,8 @@ int main(int argc, char **argv) {
     }
     for (int k = 2; k < argc && is_command(command); ++k) {
         const std::string before = argv[k - 1];
-        const bool value_of_option = k > 2 && before.rfind("--", 0) == 0 && !is_flag(before);
+        const bool value_of_option = k > 2 && before.rfind("--", 0) == 0 && before.find('=') == std::string::npos &&
+                                     !is_flag(before);
         if (is_help(argv[k]) && !value_of_option) {
             print_help(command);
             return 0;

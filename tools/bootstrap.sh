@@ -12,6 +12,8 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+# install's PREFIX as the caller meant it, before the cd below.
+if [ "${1:-}" = install ] && [ -n "${2:-}" ]; then set -- install "$(realpath -m -- "$2")"; fi
 cd "$root"
 action=${1:-build}
 build_dir=${BLOCKLSTM_BUILD_DIR:-$root/build}

@@ -199,9 +199,9 @@ class LSTM(nn.Module):
                  bidirectional=False, proj_size=0, device=None, dtype=None, *, peephole=False,
                  forget_bias=0.0, cell_clip=None):
         super().__init__()
-        for name, value, supported in (("num_layers", num_layers, 1), ("bias", bias, True),
-                                       ("bidirectional", bidirectional, False), ("proj_size", proj_size, 0)):
-            if value != supported:
+        for name, value, supported in (("num_layers", num_layers, 1), ("bias", bool(bias), True),
+                                       ("bidirectional", bool(bidirectional), False), ("proj_size", proj_size, 0)):
+            if type(value) is not type(supported) or value != supported:  # num_layers=True is no 1
                 raise ValueError(f"LSTM: {name}={value!r} is not supported: expected {supported!r} (one layer, "
                                  "one direction, with biases, no projection, as TF's fused ops; stack modules "
                                  "for more layers)")
@@ -254,7 +254,7 @@ class LSTM(nn.Module):
         if input.dim() not in (2, 3):
             raise ValueError(f"LSTM: Expected input to be 2D or 3D, got {input.dim()}D instead")
         if input.shape[-1] != self.input_size:
-            raise ValueError(f"LSTM: input.size(-1) must be equal to input_size. Expected {self.input_size}, "
+            raise RuntimeError(f"LSTM: input.size(-1) must be equal to input_size. Expected {self.input_size}, "
                              f"got {input.shape[-1]}")
         batched = input.dim() == 3  # unbatched [T, I]: one batch row, as nn.LSTM
         x = (input.transpose(0, 1) if self.batch_first else input) if batched else input.unsqueeze(1)
@@ -268,11 +268,11 @@ class LSTM(nn.Module):
                 raise ValueError("LSTM: hx must be a tuple (h_0, c_0), as nn.LSTM's")
             for k, t in enumerate(hx):
                 if tuple(t.shape) != want:
-                    raise ValueError(f"LSTM: Expected hidden[{k}] size {want}, got {list(t.shape)}")
+                    raise RuntimeError(f"LSTM: Expected hidden[{k}] size {want}, got {list(t.shape)}")
             h0, c0 = (t.reshape(B, H).contiguous() for t in hx)
         if T == 0:  # no step: the state passes through
             output = x.new_zeros(0, B, H)
-            h_n, c_n = h0.unsqueeze(0), c0.unsqueeze(0)
+            h_n, c_n = h0.unsqueeze(0).clone(), c0.unsqueeze(0).clone()
         else:
             output, h_n, c_n = self._sequence(x, h0, c0)
         if not batched:

@@ -144,7 +144,7 @@ def test_export_keeps_time_and_batch_symbolic():
 def test_module_takes_nn_lstm_arguments_in_order_and_refuses_what_it_cannot_be():
     m = bt.LSTM(4, 5, 1, True, True)  # num_layers, bias, batch_first: positional, as nn.LSTM
     assert m.batch_first and not m.peephole
-    for kwargs in ({"num_layers": 2}, {"bidirectional": True}, {"proj_size": 3}, {"bias": False}):
+    for kwargs in ({"num_layers": 2}, {"num_layers": True}, {"bidirectional": True}, {"proj_size": 3}, {"bias": False}):
         name = next(iter(kwargs))
         with pytest.raises(ValueError, match=f"LSTM: {name}=.* is not supported"):
             bt.LSTM(4, 5, **kwargs)
@@ -161,14 +161,15 @@ def test_module_checks_its_input_and_state_as_nn_lstm():
     for a, b in ((y1, y2), (h1, h2), (c1, c2)):
         assert a.shape == b.shape
         torch.testing.assert_close(a, b, atol=1e-6, rtol=0)
-    with pytest.raises(ValueError, match=r"Expected hidden\[0\] size \(1, 2, 5\), got \[1, 5, 2\]"):
+    with pytest.raises(RuntimeError, match=r"Expected hidden\[0\] size \(1, 2, 5\), got \[1, 5, 2\]"):
         ours(torch.randn(6, 2, 4), (torch.randn(1, 5, 2), torch.randn(1, 5, 2)))
-    with pytest.raises(ValueError, match="input.size\\(-1\\) must be equal to input_size. Expected 4, got 7"):
+    with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size. Expected 4, got 7"):
         ours(torch.randn(6, 2, 7))
     with pytest.raises(TypeError, match="PackedSequence is not supported"):
         ours(torch.nn.utils.rnn.pack_sequence([torch.randn(3, 4)]))
-    y, (h, c) = ours(torch.randn(3, 2, 4))
-    assert h._base is None and c._base is None  # h_n and c_n are tensors of their own
+    for T in (3, 0):  # h_n and c_n are tensors of their own, also when no step runs
+        y, (h, c) = ours(torch.randn(T, 2, 4))
+        assert h._base is None and c._base is None and h.data_ptr() != c.data_ptr()
 
 
 def test_second_derivatives_are_refused_not_zero():

@@ -149,14 +149,20 @@ int device_of(const void *ptr, std::string *why) {
     unsigned int memory_type = 0;
     int ordinal = -1;
     const auto p = reinterpret_cast<CUdeviceptr>(ptr);
-    // The driver may answer pointer queries with CUDA_ERROR_INVALID_CONTEXT while no context is
-    // current (before a thread's first call): any context serves them under unified addressing.
+    auto query = [&] {
+        CUresult r = d.cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
+        return r == CUDA_SUCCESS ? d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p) : r;
+    };
+    CUresult r = query();
+    // A driver may answer CUDA_ERROR_INVALID_CONTEXT while no context is current (a thread's first
+    // call): then once more inside device 0's primary context (any context serves under unified
+    // addressing; only then is one made, so a process on another GPU is not given one on GPU 0).
     CUcontext current = nullptr;
-    const bool pushed = d.cuCtxGetCurrent(&current) == CUDA_SUCCESS && !current &&
-                        d.cuCtxPushCurrent(primary_context(0)) == CUDA_SUCCESS;
-    CUresult r = d.cuPointerGetAttribute(&memory_type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p);
-    if (r == CUDA_SUCCESS) r = d.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
-    if (pushed) d.cuCtxPopCurrent(&current);
+    if (r == CUDA_ERROR_INVALID_CONTEXT && d.cuCtxGetCurrent(&current) == CUDA_SUCCESS && !current &&
+        d.cuCtxPushCurrent(primary_context(0)) == CUDA_SUCCESS) {
+        r = query();
+        d.cuCtxPopCurrent(&current);
+    }
     if (r == CUDA_SUCCESS && (memory_type == CU_MEMORYTYPE_DEVICE || memory_type == CU_MEMORYTYPE_UNIFIED))
         return ordinal;
     // CUDA_ERROR_INVALID_VALUE: memory the driver does not know (a host pointer); any other error

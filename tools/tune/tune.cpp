@@ -154,7 +154,9 @@ Table read_table_file(const std::string &path, bool gpu) {
     text << in.rdbuf();
     const std::string json = text.str();
     auto fail = [&](const std::string &what) { throw std::invalid_argument("--from: '" + path + "' " + what); };
-    if (!std::regex_match(json, std::regex("\\s*\\{[\\s\\S]*\\}\\s*")))
+    // By hand: a regex over the whole file recurses once per character (and crashed on 40 KB).
+    const size_t first = json.find_first_not_of(" \t\r\n"), last = json.find_last_not_of(" \t\r\n");
+    if (first == std::string::npos || json[first] != '{' || json[last] != '}')
         fail("is not one JSON object (expected {...} as blocklstm tune writes it)");
     std::smatch m;
     if (!std::regex_search(json, m, std::regex("\"table\"\\s*:\\s*\"([^\"]+)\"")))
@@ -679,7 +681,8 @@ void Tuner::load_log() {
 
 std::ofstream &Tuner::log_file() {
     if (!log_.is_open()) {
-        const bool existed = std::filesystem::exists(o_.log) && !o_.fresh;
+        std::error_code ec;
+        const bool existed = std::filesystem::file_size(o_.log, ec) > 0 && !ec && !o_.fresh;  // an empty file gets the header
         log_.open(o_.log, existed ? std::ios::app : std::ios::trunc);
         if (!log_) throw std::runtime_error("--log: cannot write " + o_.log + " (" + std::strerror(errno) + ")");
         if (!existed)
