@@ -279,6 +279,8 @@ int demo(const DemoOptions &options) {
     const Device device = options.device == "auto"
                               ? (cuda_device_count() > 0 ? Device::cuda : Device::cpu)
                               : check_device(options.device);
+    // Resolved before the first line: a bad BLOCKLSTM_CPU_TARGET pin fails here, not after a header.
+    const std::string cpu_target = device == Device::cpu ? cpu_target_in_use() : std::string();
     std::printf("blocklstm demo: train a peephole LSTM with BlockLSTM + BlockLSTMGrad (float32, %s)\n",
                 device == Device::cuda ? "CUDA" : "CPU");
     std::printf("  seed %llu | T=%lld B=%lld I=%lld H=%lld | forget_bias 1.0, cell_clip 0 (off), "
@@ -291,7 +293,7 @@ int demo(const DemoOptions &options) {
     if (device == Device::cuda)
         std::printf("  CUDA device: %s\n\n", cuda_device_name().c_str());
     else
-        std::printf("  CPU target: %s%s\n\n", cpu_target_in_use().c_str(),
+        std::printf("  CPU target: %s%s\n\n", cpu_target.c_str(),
                     options.device == "auto" ? " (no CUDA device found)" : "");
 
     Rng rng(options.seed);

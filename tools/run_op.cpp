@@ -90,6 +90,21 @@ struct TempFiles {
 // failure no output file is left behind.
 void write_outputs(const std::string &out_dir, const OpInfo &op, const Outputs &outputs) {
     std::error_code ec;
+    // The directories this call creates, deepest first; removed again (if still empty) on failure.
+    struct CreatedDirs {
+        std::vector<fs::path> paths;
+        bool keep = false;
+        ~CreatedDirs() {
+            std::error_code ignored;
+            if (!keep)
+                for (const fs::path &p : paths) fs::remove(p, ignored);  // removes empty directories only
+        }
+    } created;
+    for (fs::path p = fs::absolute(out_dir, ec); !ec && !p.empty(); p = p.parent_path()) {
+        std::error_code not_found;  // set for a missing path, which is what is looked for
+        if (fs::symlink_status(p, not_found).type() != fs::file_type::not_found || p == p.parent_path()) break;
+        created.paths.push_back(p);
+    }
     fs::create_directories(out_dir, ec);
     if (ec) throw CliError(fmt::format("--out {}: cannot create directory: {}", out_dir, ec.message()));
     if (!fs::is_directory(out_dir, ec)) throw CliError(fmt::format("--out {}: not a directory", out_dir));
@@ -126,7 +141,8 @@ void write_outputs(const std::string &out_dir, const OpInfo &op, const Outputs &
         int err = 0;
         if (fs::is_directory(m.final_path, ec)) err = EISDIR;
         if (!err && fs::exists(fs::symlink_status(m.final_path, ec))) {
-            m.set_aside = (fs::path(out_dir) / ("." + label(op.outputs[k].name.c_str()) + ".old" + suffix)).string();
+            m.set_aside = (fs::path(out_dir) / std::string(".").append(label(op.outputs[k].name.c_str())).append(".old").append(suffix))
+                              .string();
             if (std::rename(m.final_path.c_str(), m.set_aside.c_str()) != 0) err = errno;
         }
         if (!err && std::rename(temps.paths[k].c_str(), m.final_path.c_str()) != 0) {
@@ -143,6 +159,7 @@ void write_outputs(const std::string &out_dir, const OpInfo &op, const Outputs &
     for (const Moved &m : done)
         if (!m.set_aside.empty()) ::unlink(m.set_aside.c_str());
     temps.paths.clear();
+    created.keep = true;
 }
 
 }  // namespace

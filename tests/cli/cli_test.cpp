@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
@@ -24,6 +25,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <vector>
@@ -81,7 +83,9 @@ private:
     std::string path_;
 };
 
-Result run_cli(const std::vector<std::string> &args) {
+// file_size_limit > 0: the child may write no file past that many bytes (its writes fail with
+// EFBIG), to make a write fail part way.
+Result run_cli(const std::vector<std::string> &args, rlim_t file_size_limit = 0) {
     TempDir io;
     const std::string out_path = io / "stdout", err_path = io / "stderr";
     // Everything the child needs is made before fork: this process has the kernels' worker
@@ -99,6 +103,11 @@ Result run_cli(const std::vector<std::string> &args) {
         if (o < 0 || e < 0) ::_exit(127);
         ::dup2(o, 1);
         ::dup2(e, 2);
+        if (file_size_limit > 0) {
+            const struct rlimit limit = {file_size_limit, file_size_limit};
+            ::signal(SIGXFSZ, SIG_IGN);  // kept across exec: a write past the limit fails instead
+            if (::setrlimit(RLIMIT_FSIZE, &limit) != 0) ::_exit(127);
+        }
         ::execv(g_cli.c_str(), argv.data());
         ::_exit(127);
     }
@@ -664,6 +673,18 @@ TEST(BadInput, OutDirNotCreatedOnError) {
     EXPECT_FALSE(fs::exists(out)) << listing(out);
 }
 
+// A write that fails part way (here: past a file size limit) leaves no directory it created.
+TEST(BadInput, OutDirsCreatedAreRemovedWhenAWriteFails) {
+    TempDir tmp;
+    const std::string in = tmp / "in", out = (fs::path(tmp / "new") / "deeper").string();
+    make_problem("BlockLSTM", DType::f32, false, kT, 3).write(in);
+    const Result r = run_cli({"run", "BlockLSTM", "--in", in, "--out", out}, 300);  // h.npy is 488 bytes
+    EXPECT_EQ(r.code, 2) << describe(r);
+    EXPECT_NE(r.err.find("cannot write"), std::string::npos) << describe(r);
+    EXPECT_FALSE(fs::exists(tmp / "new")) << listing(tmp / "new");
+    EXPECT_EQ(run_cli({"run", "BlockLSTM", "--in", in, "--out", out}).code, 0);  // the same run, no limit
+}
+
 TEST(BadInput, ExistingOutputsUntouchedOnError) {
     TempDir tmp;
     const std::string in = tmp / "in", out = tmp / "out";
@@ -1094,6 +1115,10 @@ TEST(CpuTarget, UnknownOrUnrunnableTargetExitsTwoAndSaysWhatThereIs) {
         EXPECT_EQ(by_environment.code, 2) << describe(by_environment);
         EXPECT_NE(by_environment.err.find("BLOCKLSTM_CPU_TARGET=" + pin + ": "), std::string::npos)
             << describe(by_environment);
+        // The demo fails before its first line, not after printing a header.
+        const Result demo = run_cli({"demo", "--device", "cpu", "--steps", "1"});
+        EXPECT_EQ(demo.code, 2) << describe(demo);
+        EXPECT_EQ(demo.out, "") << describe(demo);
     }
 }
 
