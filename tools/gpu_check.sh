@@ -17,11 +17,24 @@ carry=$root/gpu-carry
 tune_carry=$root/gpu-carry-tune
 build=${BLOCKLSTM_BUILD_DIR:-$root/build}
 
+# carry_lib BINARY SONAME-PREFIX DIR: copies the library BINARY loads under that name into DIR,
+# under its soname (xz-compressed when XZ=1): what a bare GPU machine may lack.
+carry_lib() {
+    local line path
+    line=$(ldd "$1" | awk -v l="$2" '$1 ~ "^"l {print $1, $3; exit}')
+    path=${line#* }
+    [ -f "$path" ] || { echo "gpu_check: $(basename "$1")'s $2 not found (ldd: '$line')" >&2; exit 1; }
+    if [ "${XZ:-0}" = 1 ]; then xz -T0 -6 -c "$path" >"$3/${line%% *}.xz"
+    else cp -L "$path" "$3/${line%% *}"; fi
+}
+
 case "${1:-}" in
 pack)
+    set -e
     rm -rf "$carry" && mkdir -p "$carry/lib" "$carry/bin"
-    cp -a "$build"/runtime/libblocklstm.so* "$carry/lib/"
+    cp -a "$build"/runtime/libblocklstm.so.* "$carry/lib/"
     cp "$build/tools/blocklstm" "$carry/bin/"
+    carry_lib "$build/tools/blocklstm" libfmt.so "$carry/lib"  # Debian's fmt 9: not in a CUDA image
     for t in variants_test bad_input_test thread_safety_test; do cp "$build/tests/$t" "$carry/bin/"; done
     cp "$build/tests/cli/blocklstm_cli_test" "$carry/bin/"
     du -sh "$carry"
@@ -60,12 +73,8 @@ pack-tune)
     rm -rf "$tune_carry" && mkdir -p "$tune_carry/lib" "$tune_carry/bin"
     cp "$build/tools/blocklstm-tune" "$tune_carry/bin/"
     # The libraries a bare machine may lack: libHalide (JIT, with LLVM's PTX back end) and fmt.
-    for lib in libHalide.so libfmt.so; do
-        path=$(ldd "$build/tools/blocklstm-tune" | awk -v l="$lib" '$1 ~ "^"l {print $3}')
-        [ -f "$path" ] || { echo "gpu_check: blocklstm-tune's $lib not found (ldd: '$path')" >&2; exit 1; }
-        if [ "$lib" = libHalide.so ]; then xz -T0 -6 -c "$path" >"$tune_carry/lib/$(basename "$path").xz"
-        else cp -L "$path" "$tune_carry/lib/$(ldd "$build/tools/blocklstm-tune" | awk -v l="$lib" '$1 ~ "^"l {print $1}')"; fi
-    done
+    XZ=1 carry_lib "$build/tools/blocklstm-tune" libHalide.so "$tune_carry/lib"
+    carry_lib "$build/tools/blocklstm-tune" libfmt.so "$tune_carry/lib"
     du -sh "$tune_carry"
     ;;
 tune)
