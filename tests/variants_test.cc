@@ -11,6 +11,7 @@
 #include <blocklstm/ops.h>
 
 #include "test_util.h"
+#include "runtime/src/x86_features.h"
 
 namespace blt {
 namespace {
@@ -378,6 +379,65 @@ TEST(CpuTargets, TargetThisCpuCannotRunNamesWhatItLacks) {
         return;
     }
     GTEST_SKIP() << "this CPU runs every compiled CPU target";
+}
+
+// The runtime's own reading of cpuid and XCR0 (x86_features.h), on the register values of CPUs and
+// systems this machine is not: each must lose exactly the targets whose code it cannot run.
+TEST(CpuTargets, FeaturesDecodedFromCpuidAndXcr0) {
+    using blocklstm::detail::X86State;
+    using blocklstm::detail::x86_missing;
+    const uint32_t sse = 1u << 0 | 1u << 9 | 1u << 19;                         // SSE3, SSSE3, SSE4.1
+    const uint32_t avx_ecx = sse | 1u << 12 | 1u << 27 | 1u << 28 | 1u << 29;  // + FMA, OSXSAVE, AVX, F16C
+    const uint32_t haswell_ebx = 1u << 3 | 1u << 5;                            // BMI1, AVX2
+    const uint32_t skx_ebx = haswell_ebx | 1u << 16 | 1u << 17 | 1u << 28 | 1u << 30 | 1u << 31;
+    auto lacks = [&](const X86State &s, const char *feature) {
+        const auto missing = x86_missing(s, feature);
+        std::string all;
+        for (const std::string &m : missing.value()) all += (all.empty() ? "" : ", ") + m;
+        return all;
+    };
+    const X86State skylake_x{avx_ecx, skx_ebx, 0xe7}, zen5_vm_hiding_avx512{avx_ecx, haswell_ebx, 0x7},
+        zmm_not_enabled{avx_ecx, skx_ebx, 0x7}, knights_landing{avx_ecx, haswell_ebx | 1u << 16 | 1u << 28, 0xe7},
+        no_xsave_os{avx_ecx & ~(1u << 27), skx_ebx, 0}, avx2_without_bmi1{avx_ecx, 1u << 5, 0x7},
+        sse41_only{sse, 0, 0};
+    for (const char *f : {"sse41", "avx2", "fma", "f16c", "avx512_skylake"}) EXPECT_EQ(lacks(skylake_x, f), "") << f;
+    EXPECT_EQ(lacks(zen5_vm_hiding_avx512, "avx2"), "");
+    EXPECT_EQ(lacks(zen5_vm_hiding_avx512, "avx512_skylake"),
+              "OS support for AVX-512 state (XCR0 bits 1-2, 5-7), AVX-512F, AVX-512CD, AVX-512DQ, AVX-512BW, AVX-512VL");
+    EXPECT_EQ(lacks(zmm_not_enabled, "avx512_skylake"), "OS support for AVX-512 state (XCR0 bits 1-2, 5-7)");
+    EXPECT_EQ(lacks(zmm_not_enabled, "avx2"), "");
+    EXPECT_EQ(lacks(knights_landing, "avx512_skylake"), "AVX-512DQ, AVX-512BW, AVX-512VL");
+    EXPECT_EQ(lacks(no_xsave_os, "avx2"), "OSXSAVE, OS support for AVX state (XCR0 bits 1-2)");
+    EXPECT_EQ(lacks(no_xsave_os, "sse41"), "");
+    EXPECT_EQ(lacks(avx2_without_bmi1, "avx2"), "BMI1");  // the kernels' code holds `andn`
+    EXPECT_EQ(lacks(sse41_only, "sse41"), "");
+    EXPECT_EQ(lacks(sse41_only, "f16c"), "OSXSAVE, OS support for AVX state (XCR0 bits 1-2), F16C");
+    EXPECT_FALSE(x86_missing(skylake_x, "avx512_zen5").has_value());  // not described: Halide's answer
+}
+
+// On this machine, the runtime's reading agrees with GCC's (libgcc reads cpuid and XCR0 itself), and
+// every compiled target's runs_here with it.
+TEST(CpuTargets, ThisCpuReadAsGccReadsIt) {
+    __builtin_cpu_init();
+    const std::map<std::string, bool> gcc = {
+        {"sse41", __builtin_cpu_supports("sse3") && __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1")},
+        {"avx2", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi")},
+        {"fma", __builtin_cpu_supports("fma") != 0},
+        {"f16c", __builtin_cpu_supports("f16c") != 0},
+        {"avx512_skylake", __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") &&
+                               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw") &&
+                               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx2") &&
+                               __builtin_cpu_supports("bmi")}};
+    const blocklstm::detail::X86State here = blocklstm::detail::read_x86_state();
+    for (const auto &[feature, supported] : gcc)
+        EXPECT_EQ(blocklstm::detail::x86_missing(here, feature)->empty(), supported) << feature;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        const bool avx512 = contains(t.halide_target, "avx512_skylake"), avx2 = contains(t.halide_target, "avx2");
+        const bool expected = avx512 ? gcc.at("avx512_skylake")
+                              : avx2 ? gcc.at("avx2") && gcc.at("fma") && gcc.at("f16c")
+                                     : gcc.at("sse41");
+        EXPECT_EQ(t.runs_here, expected) << t.name << ": " << t.missing;
+    }
 }
 
 // In one process, every CPU target this CPU runs computes the sequence ops within the tolerance

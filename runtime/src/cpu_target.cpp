@@ -10,6 +10,7 @@
 
 #include "runtime/src/exec.h"
 #include "runtime/src/validate.h"
+#include "runtime/src/x86_features.h"
 
 #include "cpu_targets.inc"  // generated: BLOCKLSTM_CPU_TARGET_SPECS
 
@@ -23,10 +24,19 @@ struct CpuTargetSpec {
     std::vector<std::pair<int, const char *>> features;  // Halide feature bit, name
 };
 
-bool cpu_can_use(const std::vector<int> &feature_bits) {
+// What this CPU lacks of one Halide feature: "" if nothing, else the feature's name with the
+// missing parts. The runtime's own reading of cpuid and XCR0 decides (x86_features.h says why
+// Halide's is not enough); Halide's answer only for a feature that reading does not describe.
+std::string cpu_lacks(int bit, const char *feature) {
+    static const X86State state = read_x86_state();
+    if (const auto missing = x86_missing(state, feature)) {
+        std::string parts;
+        for (const std::string &m : *missing) parts += (parts.empty() ? "" : ", ") + m;
+        return parts.empty() ? "" : std::string(feature) + " (" + parts + ")";
+    }
     uint64_t words[(halide_target_feature_end + 63) / 64] = {};
-    for (int bit : feature_bits) words[bit / 64] |= uint64_t(1) << (bit % 64);
-    return halide_default_can_use_target_features(sizeof(words) / sizeof(words[0]), words) != 0;
+    words[bit / 64] |= uint64_t(1) << (bit % 64);
+    return halide_default_can_use_target_features(sizeof(words) / sizeof(words[0]), words) ? "" : feature;
 }
 
 // Each compiled target and what this CPU makes of it.
@@ -39,13 +49,11 @@ const std::vector<CpuTarget> &compiled() {
             t.name = s.name, t.halide_target = s.halide_target;
             t.tuning_table = s.tuning_table, t.tuning = s.tuning, t.tuned_on = s.tuned_on;
             t.check_only = s.check_only;
-            std::vector<int> all;
             for (const auto &[bit, name] : s.features) {
-                all.push_back(bit);
-                // Asked one by one, so that an error names exactly what this CPU lacks.
-                if (!cpu_can_use({bit})) t.missing += (t.missing.empty() ? "" : " ") + std::string(name);
+                const std::string lacks = cpu_lacks(bit, name);
+                if (!lacks.empty()) t.missing += (t.missing.empty() ? "" : "; ") + lacks;
             }
-            t.runs_here = cpu_can_use(all);
+            t.runs_here = t.missing.empty();
             out.push_back(std::move(t));
         }
         return out;

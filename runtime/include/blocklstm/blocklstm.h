@@ -269,7 +269,8 @@ struct CpuTarget {
     bool check_only = false;    // a test build's check target: its instruction set with another
                                 // target's table; never chosen automatically
     bool runs_here = false;     // this CPU has every feature it needs
-    std::string missing;        // the features this CPU lacks, ' '-separated ("" if runs_here)
+    std::string missing;        // what this CPU (or its OS) lacks, '; '-separated, e.g.
+                                // "avx512_skylake (AVX-512BW, AVX-512VL)"; "" if runs_here
 };
 BLOCKLSTM_API std::vector<CpuTarget> cpu_targets();
 

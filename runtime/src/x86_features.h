@@ -1,0 +1,98 @@
+// Which Halide x86 target features this CPU and its operating system support, read from cpuid and
+// XCR0 by the runtime itself. Halide 21's own answer (halide_default_can_use_target_features) is
+// not enough to choose a kernel: it never asks the OS (XCR0) whether the AVX / AVX-512 registers
+// are enabled, it reports AVX-512 for every AMD family 0x1a part (and 0x19 model 0x61) without
+// reading a feature bit, so a VM that hides AVX-512 on Zen 5 would run AVX-512 code (SIGILL), and
+// it reports no AVX2 where RDRAND is hidden. The kernels are built with LLVM's -mcpu for each
+// target (haswell, skylake-avx512), so their code also holds BMI1's `andn`, which is checked too.
+// Header-only, so that the tests can check the decoding against fixed register values.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace blocklstm {
+namespace detail {
+
+// The registers the decision is made from.
+struct X86State {
+    uint32_t leaf1_ecx = 0;  // cpuid(1).ecx
+    uint32_t leaf7_ebx = 0;  // cpuid(7, 0).ebx; 0 where leaf 7 does not exist
+    uint64_t xcr0 = 0;       // XGETBV(0); 0 where the OS has not enabled XSAVE (no OSXSAVE)
+};
+
+// One requirement of a feature: a bit of one register, and its name for messages.
+struct X86Bit {
+    enum Register { leaf1_ecx, leaf7_ebx, xcr0 } reg;
+    uint64_t mask;  // every bit of the mask must be set
+    const char *name;
+};
+
+// What each Halide feature's code needs; nullopt for a feature this table does not describe (its
+// answer is then Halide's).
+inline std::optional<std::vector<X86Bit>> x86_requirements(const std::string &feature) {
+    using R = X86Bit;
+    const X86Bit avx_state{R::xcr0, 0x6, "OS support for AVX state (XCR0 bits 1-2)"};
+    const X86Bit osxsave{R::leaf1_ecx, 1u << 27, "OSXSAVE"};
+    const X86Bit avx{R::leaf1_ecx, 1u << 28, "AVX"};
+    const X86Bit avx2{R::leaf7_ebx, 1u << 5, "AVX2"};
+    const X86Bit bmi1{R::leaf7_ebx, 1u << 3, "BMI1"};
+    const X86Bit avx512_f{R::leaf7_ebx, 1u << 16, "AVX-512F"};
+    const X86Bit avx512_cd{R::leaf7_ebx, 1u << 28, "AVX-512CD"};
+    if (feature == "sse41")
+        return std::vector<X86Bit>{{R::leaf1_ecx, 1u << 0, "SSE3"}, {R::leaf1_ecx, 1u << 9, "SSSE3"},
+                                   {R::leaf1_ecx, 1u << 19, "SSE4.1"}};
+    if (feature == "avx") return std::vector<X86Bit>{osxsave, avx_state, avx};
+    if (feature == "avx2") return std::vector<X86Bit>{osxsave, avx_state, avx, avx2, bmi1};  // -mcpu=haswell
+    if (feature == "fma") return std::vector<X86Bit>{osxsave, avx_state, {R::leaf1_ecx, 1u << 12, "FMA"}};
+    if (feature == "f16c") return std::vector<X86Bit>{osxsave, avx_state, {R::leaf1_ecx, 1u << 29, "F16C"}};
+    const X86Bit zmm_state{R::xcr0, 0xe6, "OS support for AVX-512 state (XCR0 bits 1-2, 5-7)"};
+    if (feature == "avx512") return std::vector<X86Bit>{osxsave, zmm_state, avx, avx2, avx512_f, avx512_cd};
+    if (feature == "avx512_skylake")  // -mcpu=skylake-avx512
+        return std::vector<X86Bit>{osxsave, zmm_state, avx, avx2, bmi1, avx512_f, avx512_cd,
+                                   {R::leaf7_ebx, 1u << 17, "AVX-512DQ"}, {R::leaf7_ebx, 1u << 30, "AVX-512BW"},
+                                   {R::leaf7_ebx, 1u << 31, "AVX-512VL"}};
+    return std::nullopt;
+}
+
+// The requirements of `feature` that `state` lacks (empty: it runs); nullopt for an unknown feature.
+inline std::optional<std::vector<std::string>> x86_missing(const X86State &state, const std::string &feature) {
+    const auto needs = x86_requirements(feature);
+    if (!needs) return std::nullopt;
+    std::vector<std::string> missing;
+    for (const X86Bit &b : *needs) {
+        const uint64_t value = b.reg == X86Bit::leaf1_ecx ? state.leaf1_ecx
+                               : b.reg == X86Bit::leaf7_ebx ? state.leaf7_ebx
+                                                            : state.xcr0;
+        if ((value & b.mask) != b.mask) missing.push_back(b.name);
+    }
+    return missing;
+}
+
+// This CPU's registers (all zero off x86, where every x86 feature is then missing).
+inline X86State read_x86_state() {
+    X86State s;
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (__get_cpuid(1, &a, &b, &c, &d)) s.leaf1_ecx = c;
+    if (__get_cpuid_max(0, nullptr) >= 7) {
+        __cpuid_count(7, 0, a, b, c, d);
+        s.leaf7_ebx = b;
+    }
+    if (s.leaf1_ecx & (1u << 27)) {  // OSXSAVE: XGETBV may be executed
+        uint32_t lo = 0, hi = 0;
+        __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+        s.xcr0 = (uint64_t(hi) << 32) | lo;
+    }
+#endif
+    return s;
+}
+
+}  // namespace detail
+}  // namespace blocklstm
