@@ -14,6 +14,19 @@ namespace blocklstm::schedules {
 
 using namespace Halide;
 
+// Tiles (x, y) into thread blocks of cols x rows, the blocks numbered in one grid dimension: CUDA
+// allows 2^31 - 1 blocks in x but 65,535 in y, and y here is often the L*B rows of a sequence
+// (8-row blocks in y would stop at L*B = 524,280). Returns the block variable. Func or Stage.
+template <typename F>
+Var gpu_tile_flat(F &&f, Var x, Var y, Var xi, Var yi, int cols, int rows) {
+    Var xo("xo"), yo("yo"), block("block");
+    f.tile(x, y, xo, yo, xi, yi, cols, rows, TailStrategy::GuardWithIf)
+        .fuse(xo, yo, block)
+        .gpu_blocks(block)
+        .gpu_threads(xi, yi);
+    return block;
+}
+
 // A matrix product (generators/common.h: matrix_product) built with one k block (k_block 0):
 // `part` holds the whole dot products of one thread's register tile, the operand panels are
 // inlined (read straight from global memory: the columns' operand coalesced across the warp, the
@@ -23,11 +36,11 @@ using namespace Halide;
 // the same for a whole warp (a broadcast load).
 inline void schedule_gemm_cuda(GemmFuncs g, bool sum_is_output, int rx, int ry, int thread_rows) {
     const int tile_cols = 32 * rx, tile_rows = thread_rows * ry;
-    Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xt("xt"), yt("yt"), xr("xr"), yr("yr");
+    Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xt("xt"), yt("yt"), xr("xr"), yr("yr"), block("block");
     Var x = g.x, y = g.y;
 
     if (!sum_is_output) g.sum.compute_root();
-    g.sum.gpu_tile(x, y, xo, yo, xi, yi, 32, 8, TailStrategy::GuardWithIf);
+    gpu_tile_flat(g.sum, x, y, xi, yi, 32, 8);
     g.sum.update()
         .tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
         .split(xi, xt, xr, rx, TailStrategy::GuardWithIf)
@@ -35,7 +48,8 @@ inline void schedule_gemm_cuda(GemmFuncs g, bool sum_is_output, int rx, int ry, 
         .reorder(g.blocks, xr, yr, xt, yt, xo, yo)
         .unroll(xr)
         .unroll(yr)
-        .gpu_blocks(xo, yo)
+        .fuse(xo, yo, block)  // one grid dimension, as gpu_tile_flat
+        .gpu_blocks(block)
         .gpu_threads(xt, yt);
 
     // The accumulators: rx x ry registers per thread, constant extent even at the edges.
@@ -49,9 +63,7 @@ inline void schedule_gemm_cuda(GemmFuncs g, bool sum_is_output, int rx, int ry, 
 
 // Element-wise stages over (unit j, batch row n).
 inline void schedule_elementwise_cuda(Func f, Var j, Var n, const CudaTuning &tuning) {
-    Var jo("jo"), no("no"), ji("ji"), ni("ni");
-    f.gpu_tile(j, n, jo, no, ji, ni, tuning.elementwise_cols, tuning.elementwise_rows,
-               TailStrategy::GuardWithIf);
+    gpu_tile_flat(f, j, n, Var("ji"), Var("ni"), tuning.elementwise_cols, tuning.elementwise_rows);
 }
 
 // A 3-D element-wise output (j, gate, n): the four gate blocks in one thread, so the shared
@@ -76,10 +88,8 @@ inline void schedule_column_sum_cuda(Func sum, Func out, Var x, const std::vecto
     Func partial = update.split(all_rows, chunk_of, in_chunk, tuning.sum_rows_per_chunk,
                                 TailStrategy::GuardWithIf)
                        .rfactor(chunk_of, chunk);
-    partial.compute_root().gpu_tile(x, chunk, xo, Var("co"), xi, Var("ci"), 32, 4,
-                                    TailStrategy::GuardWithIf);
-    partial.update().gpu_tile(x, chunk, xo, Var("co"), xi, Var("ci"), 32, 4,
-                              TailStrategy::GuardWithIf);
+    gpu_tile_flat(partial.compute_root(), x, chunk, xi, Var("ci"), 32, 4);
+    gpu_tile_flat(partial.update(), x, chunk, xi, Var("ci"), 32, 4);
     sum.compute_root().gpu_tile(x, xo, xi, 64, TailStrategy::GuardWithIf);
     sum.update().gpu_tile(x, xo, xi, 64, TailStrategy::GuardWithIf);
     out.gpu_tile(x, xo, xi, 64, TailStrategy::GuardWithIf);
@@ -88,10 +98,14 @@ inline void schedule_column_sum_cuda(Func sum, Func out, Var x, const std::vecto
 // A transpose out(x, y) = in(y, x): a 32 x 32 tile of the input is staged in shared memory by
 // coalesced row reads, then written out by coalesced row writes.
 inline void schedule_transpose_cuda(Func out, Func staged, Var x, Var y) {
-    Var xo("xo"), yo("yo"), xi("xi"), yi("yi");
-    out.gpu_tile(x, y, xo, yo, xi, yi, 32, 32, TailStrategy::GuardWithIf);
+    const Var block = gpu_tile_flat(out, x, y, Var("xi"), Var("yi"), 32, 32);
     const std::vector<Var> args = staged.args();
-    staged.compute_at(out, xo).store_in(MemoryType::GPUShared).gpu_threads(args[0], args[1]);
+    // Rows of 33 floats: a warp reads a column of the tile, 32 rows apart, so a 32-float row
+    // would put all 32 reads in one shared-memory bank (32-way conflict); 33 spreads them over all.
+    staged.compute_at(out, block)
+        .store_in(MemoryType::GPUShared)
+        .align_storage(args[0], 33)
+        .gpu_threads(args[0], args[1]);
 }
 
 }  // namespace blocklstm::schedules
