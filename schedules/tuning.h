@@ -136,7 +136,15 @@ inline std::string cuda_rule_broken(const CudaTuning &t) {
                    " makes thread blocks of more than 1024 threads";
         if (cols * rows > 64)
             return std::string(which) + " tiles of " + std::to_string(cols) + " x " + std::to_string(rows) +
-                   " accumulators per thread exceed 64 registers";
+                   " accumulators per thread are more than 64";
+        // A block's registers must fit a multiprocessor's 65,536: per thread the accumulators and
+        // about 48 more (ptxas -v, sm_90, the products with 4 x 8 tiles: 72 and 80 registers).
+        const int threads = 32 * thread_rows, registers = cols * rows + 48;
+        if (threads * registers > 65536)
+            return std::string(which) + "_thread_rows " + std::to_string(thread_rows) + " with " +
+                   std::to_string(cols) + " x " + std::to_string(rows) + " accumulators: " +
+                   std::to_string(threads) + " threads of about " + std::to_string(registers) +
+                   " registers need more than a multiprocessor's 65,536";
         return "";
     };
     std::string broken = check_tile("batched", t.batched_cols_per_thread, t.batched_rows_per_thread,

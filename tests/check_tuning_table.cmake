@@ -90,3 +90,19 @@ string(REPLACE "\"vector_floats\": 8" "\"vector_floats\": 16" wide "${small}")
 file(WRITE "${WORK}/wide.json" "${wide}")
 expect_refused("${WORK}/wide.json" wide "a table of another instruction set's vectors is refused"
                "tuning table x86-64-avx2: vector_floats 16 is not the 8 floats of a vector of x86-64-avx2")
+
+# A CUDA table whose thread blocks cannot get their registers: 32 thread rows (1024 threads) of
+# 4 x 8 accumulators, about 80 registers each, is past a multiprocessor's 65,536.
+file(READ "${SOURCE}/schedules/tuned/cuda.json" cuda)
+string(REPLACE "\"batched_thread_rows\": 8" "\"batched_thread_rows\": 32" registers "${cuda}")
+file(WRITE "${WORK}/registers.json" "${registers}")
+blocklstm_read_tuning("${WORK}/registers.json" t)
+execute_process(COMMAND "${GENERATOR}" -g gemm -f registers -n registers -e stmt -o "${WORK}"
+                        target=x86-64-linux-cuda-no_runtime form=nn dtype=float32
+                        "tuning_table=${t_TABLE}" "tuning=${t_KNOBS}"
+                RESULT_VARIABLE code ERROR_VARIABLE error OUTPUT_QUIET)
+if (code EQUAL 0)
+    message(FATAL_ERROR "a CUDA table past the register file: the table was accepted")
+endif ()
+expect("${error}" "a CUDA table past the register file is refused"
+       "tuning table cuda: batched_thread_rows 32 with 4 x 8 accumulators: 1024 threads of about 80 registers")
