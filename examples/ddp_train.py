@@ -20,6 +20,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 
+import blocklstm
 import blocklstm.torch as bt
 
 
@@ -48,7 +49,9 @@ def train(rank, world, args):
     if device.type == "cuda":
         torch.cuda.set_device(device)
     dist.init_process_group(args.backend, rank=rank, world_size=world)
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
+    threads = max(1, (os.cpu_count() or 1) // world)  # each rank its share of the cores
+    torch.set_num_threads(threads)
+    blocklstm.set_num_threads(threads)  # the LSTM kernels' own thread pool
     torch.manual_seed(0)  # the same initial weights everywhere (DDP also broadcasts rank 0's)
     model = nn.parallel.DistributedDataParallel(Model().to(device),
                                                 device_ids=[device.index] if device.type == "cuda" else None)

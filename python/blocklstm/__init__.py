@@ -5,20 +5,29 @@ The six ops keep TF's names (in snake case), argument order and attr defaults:
     lstm_block_cell, lstm_block_cell_grad, block_lstm, block_lstm_grad, block_lstm_v2,
     block_lstm_grad_v2
 
-Each takes float32 or float16 arrays (NumPy, or any DLPack tensor: torch on the CPU or CUDA),
-C-contiguous, all of one dtype and device, and returns a named tuple of its outputs in TF's order,
-in the inputs' dtype, device and framework, without copying. Errors are ValueError with the
-library's message; nothing is written on error. The functions are generated from the library's
-op registry (blocklstm.ops()). PyTorch: blocklstm.torch (an nn.LSTM-like module, custom ops).
+Each takes float32 or float16 arrays (NumPy, or any DLPack tensor without autograd: torch, CuPy,
+JAX, ... on the CPU or a CUDA device), C-contiguous, all of one dtype and device, and returns a
+named tuple of its outputs in TF's order, in the inputs' dtype and device, without copying: as
+arrays of x's framework for NumPy, torch, CuPy, JAX and TensorFlow, else NumPy arrays (CPU only).
+Errors are ValueError naming the op, the argument, what was expected and what was given; nothing
+is written on error. The functions are generated from the library's op registry
+(blocklstm.ops()). PyTorch, with autograd: blocklstm.torch (an nn.LSTM-like module, custom ops).
+
+Threads and memory: set_num_threads (the CPU kernels' threads; default one per core, or the
+environment variable HL_NUM_THREADS), set_host_cache_limit / host_cache_bytes (CPU workspaces
+kept between calls), set_cpu_target / cpu_target_in_use / cpu_targets (the x86 instruction set
+the kernels run as; also the environment variable BLOCKLSTM_CPU_TARGET).
 """
 import collections
 import inspect
+import numbers
 import re
 
 from . import _core
 
 __version__ = _core.__version__
-__all__ = ["ops", "cuda_available", "cpu_target_in_use"]
+__all__ = ["ops", "cuda_available", "cpu_target_in_use", "cpu_target_pinned", "set_cpu_target", "cpu_targets",
+           "set_num_threads", "set_host_cache_limit", "host_cache_bytes"]
 
 
 def ops():
@@ -26,8 +35,56 @@ def ops():
     return _core.ops()
 
 
-cuda_available = _core.cuda_available
-cpu_target_in_use = _core.cpu_target_in_use
+def cuda_available():
+    """Whether a CUDA device can run the ops (a build with CUDA, a driver and a device)."""
+    return _core.cuda_available()
+
+
+def cpu_target_in_use():
+    """The CPU target the kernels run as now, e.g. 'avx2-fma-f16c'."""
+    return _core.cpu_target_in_use()
+
+
+def cpu_target_pinned():
+    """Whether a CPU target is pinned (set_cpu_target or BLOCKLSTM_CPU_TARGET)."""
+    return _core.cpu_target_pinned()
+
+
+def set_cpu_target(target):
+    """Pins the CPU kernels of every later call to one compiled target ('avx512', 'avx2', 'sse41',
+    a name from cpu_targets(), or its Halide target); '' returns to the automatic choice. A target
+    this CPU cannot run is a ValueError saying what it lacks."""
+    _core.set_cpu_target(target)
+
+
+def cpu_targets():
+    """Every compiled CPU target, best first, as a dict: name, halide_target, tuning_table,
+    tuned_on, check_only, runs_here, missing (what this CPU or its OS lacks)."""
+    return _core.cpu_targets()
+
+
+def set_num_threads(threads):
+    """Threads of the CPU kernels (Halide's thread pool): 0 is one per core, the default unless the
+    environment variable HL_NUM_THREADS sets it. Set it before the first op call; in a process per
+    rank or worker, give each its share of the cores."""
+    _core.set_num_threads(_integer("set_num_threads", "threads", threads))
+
+
+def set_host_cache_limit(max_bytes):
+    """At most max_bytes of CPU workspace memory are kept between calls (default 1 GiB); 0 releases
+    it all and keeps none from then on."""
+    _core.set_host_cache_limit(_integer("set_host_cache_limit", "max_bytes", max_bytes))
+
+
+def host_cache_bytes():
+    """Bytes of CPU workspace memory kept for the next call now."""
+    return _core.host_cache_bytes()
+
+
+def _integer(function, name, value):
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{function}: argument '{name}': expected an integer, got {type(value).__name__}")
+    return int(value)
 
 
 def _snake(name):
@@ -36,25 +93,37 @@ def _snake(name):
     return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
-def _int_scalar(name, value):
-    """seq_len_max as TF takes it: an int, or a 0-d / 1-element integer array or tensor."""
+def _seq_len_max(op, value, x):
+    """seq_len_max as TF takes it: an int, or a 0-d / 1-element integer array or tensor; in int64,
+    as the library takes it (a larger value is out of range, named, not a TypeError)."""
+    arg = f"{op}: argument 'seq_len_max'"
     if isinstance(value, bool):
-        raise ValueError(f"argument '{name}': expected an integer, got bool")
-    if isinstance(value, int):
-        return value
-    shape = tuple(getattr(value, "shape", ()))
-    dtype = str(getattr(value, "dtype", ""))
-    if "int" not in dtype or len([d for d in shape if d != 1]) > 0:
-        raise ValueError(f"argument '{name}': expected an int or a 0-d/1-element integer array, "
-                         f"got {type(value).__name__} of dtype {dtype or 'none'} and shape {shape}")
-    return int(value.reshape(()).item() if hasattr(value, "item") else value)
-
-
-def _int64(name, value):
-    """The library takes int64: a larger value is out of range, named, not a TypeError."""
+        raise ValueError(f"{arg}: expected an integer, got bool")
+    if not isinstance(value, int):
+        shape = tuple(getattr(value, "shape", ()))
+        dtype = str(getattr(value, "dtype", ""))
+        if "int" not in dtype or len([d for d in shape if d != 1]) > 0:
+            raise ValueError(f"{arg}: expected an int or a 0-d/1-element integer array, "
+                             f"got {type(value).__name__} of dtype {dtype or 'none'} and shape {shape}")
+        value = int(value.reshape(()).item() if hasattr(value, "item") else value)
     if not -2 ** 63 <= value < 2 ** 63:
-        raise ValueError(f"argument '{name}' is {value}: expected a value in [0, T] (x's time steps)")
+        T = getattr(x, "shape", (None,))[0] if len(getattr(x, "shape", ())) else None
+        raise ValueError(f"{arg} is {value}: expected a value in [0, T]" + (f" = [0, {T}]" if T is not None else ""))
     return value
+
+
+def _attrs(op, a):
+    """TF's attrs, type-checked here (the binding's own error would be a TypeError listing its
+    internal signature): forget_bias and cell_clip real numbers, use_peephole a bool."""
+    for name in ("forget_bias", "cell_clip"):
+        if name in a and (isinstance(a[name], bool) or not isinstance(a[name], numbers.Real)):
+            raise ValueError(f"{op}: argument '{name}': expected a float, got {type(a[name]).__name__}")
+    peephole = a["use_peephole"]
+    if not (isinstance(peephole, bool) or (getattr(peephole, "dtype", None) is not None and
+                                           getattr(peephole.dtype, "kind", "") == "b" and
+                                           tuple(getattr(peephole, "shape", ())) == ())):
+        raise ValueError(f"{op}: argument 'use_peephole': expected a bool, got {type(peephole).__name__}")
+    return ({k: (float(a[k]) if k in a else None) for k in ("forget_bias", "cell_clip")}, bool(peephole))
 
 
 def _make(op):
@@ -73,10 +142,11 @@ def _make(op):
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments
-        seq_len_max = _int64("seq_len_max", _int_scalar("seq_len_max", a["seq_len_max"])) if op["sequence"] else 0
+        seq_len_max = _seq_len_max(op["name"], a["seq_len_max"], a["x"]) if op["sequence"] else 0
+        attrs, use_peephole = _attrs(op["name"], a)
         tensors = {n: a[n] for n in inputs}
-        out = _core.invoke(op["name"], seq_len_max, tensors, None,
-                           a.get("forget_bias"), a.get("cell_clip"), bool(a["use_peephole"]))
+        out = _core.invoke(op["name"], seq_len_max, tensors, None, attrs["forget_bias"], attrs["cell_clip"],
+                           use_peephole)
         return Result(*(out[n] for n in outputs))
 
     fn.__name__ = fn.__qualname__ = _snake(op["name"])

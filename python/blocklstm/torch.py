@@ -53,7 +53,10 @@ def _schema(op):
     return f"({', '.join(args)}) -> ({outs})"
 
 
-def _call(op, args):
+def _inputs(op, args):
+    """The call's tensors by name, all tensors on x's device: checked by the kernels and by the fake
+    kernels alike (the dispatcher picks the fake one when any input is a meta tensor, whose
+    outputs would otherwise be uninitialised memory on x's device)."""
     inputs = {a["name"]: args[a["name"]] for a in op["inputs"]}
     x = inputs["x"]
     for name, t in inputs.items():
@@ -61,7 +64,12 @@ def _call(op, args):
             raise ValueError(f"{op['name']}: argument '{name}': expected a tensor, got {type(t).__name__}")
         if t.device != x.device:
             raise ValueError(f"{op['name']}: argument '{name}' is on {t.device}: expected {x.device}, as 'x'")
-    inputs = {name: t.detach() for name, t in inputs.items()}  # DLPack takes no autograd tensors
+    return inputs
+
+
+def _call(op, args):
+    inputs = {name: t.detach() for name, t in _inputs(op, args).items()}  # DLPack takes no autograd tensors
+    x = inputs["x"]
     shapes = _output_shapes(op, _dims(op, inputs))
     outs = [torch.empty(s, dtype=x.dtype, device=x.device) for s in shapes]
     # On torch's current stream, for this call only: the thread's stream is put back after, so a
@@ -105,7 +113,7 @@ def _register(op):
 
     def fake(*args, **kwargs):
         a = _bind(op, names, args, kwargs)
-        x = a["x"]
+        x = _inputs(op, a)["x"]
         shapes = _output_shapes(op, _dims(op, {k: a[k] for k in ("x", "w")}))
         return tuple(x.new_empty(s) for s in shapes)
 
@@ -238,6 +246,9 @@ class LSTM(nn.Module):
             if prefix + name in missing_keys:
                 missing_keys.remove(prefix + name)
 
+    def flatten_parameters(self):
+        """nn.LSTM's cuDNN weight compaction: nothing to do here (the weights are used as they are)."""
+
     def tf_weights(self):
         """TF's w [I+H, 4H] and b [4H] (IFCO gate blocks, BlockLSTMV2's layout) from nn.LSTM's."""
         w = torch.cat([self.weight_ih_l0, self.weight_hh_l0], 1).t().contiguous()
@@ -256,6 +267,13 @@ class LSTM(nn.Module):
         if input.shape[-1] != self.input_size:
             raise RuntimeError(f"LSTM: input.size(-1) must be equal to input_size. Expected {self.input_size}, "
                              f"got {input.shape[-1]}")
+        weight = self.weight_ih_l0
+        if input.dtype != weight.dtype:  # nn.LSTM's words
+            raise ValueError(f"LSTM: input dtype ({input.dtype}) does not match weight dtype ({weight.dtype}). "
+                             f"Convert input: input.to({weight.dtype}), or convert model: model.to({input.dtype})")
+        if input.device != weight.device:
+            raise RuntimeError(f"LSTM: Input and parameter tensors are not at the same device, found input "
+                               f"tensor at {input.device} and parameter tensor at {weight.device}")
         batched = input.dim() == 3  # unbatched [T, I]: one batch row, as nn.LSTM
         x = (input.transpose(0, 1) if self.batch_first else input) if batched else input.unsqueeze(1)
         x = x.contiguous()
@@ -269,6 +287,9 @@ class LSTM(nn.Module):
             for k, t in enumerate(hx):
                 if tuple(t.shape) != want:
                     raise RuntimeError(f"LSTM: Expected hidden[{k}] size {want}, got {list(t.shape)}")
+                if t.dtype != input.dtype or t.device != input.device:
+                    raise RuntimeError(f"LSTM: Expected hidden[{k}] to be {input.dtype} on {input.device} as the "
+                                       f"input, got {t.dtype} on {t.device}")
             h0, c0 = (t.reshape(B, H).contiguous() for t in hx)
         if T == 0:  # no step: the state passes through
             output = x.new_zeros(0, B, H)

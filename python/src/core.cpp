@@ -29,28 +29,42 @@ std::string dtype_name(const nb::dlpack::dtype &t) {
     return kind + std::to_string(t.bits);
 }
 
-std::string framework_of(const nb::handle &obj) {
-    const std::string module = nb::cast<std::string>(nb::type_name(obj.type()));
-    return module.rfind("torch.", 0) == 0 ? "torch" : "numpy";
+// The framework the allocating form returns its outputs in: x's, where nanobind can make its arrays
+// (NumPy, torch, CuPy, JAX, TensorFlow); for another DLPack producer NumPy, which holds CPU memory
+// only, so such an x on a GPU is refused.
+enum class Framework { numpy, torch, cupy, jax, tensorflow };
+Framework framework_of(const std::string &op, const nb::handle &x, Device device) {
+    const std::string type = nb::cast<std::string>(nb::type_name(x.type()));
+    auto from = [&](const char *module) { return type.rfind(module, 0) == 0; };
+    if (from("torch.")) return Framework::torch;
+    if (from("cupy.")) return Framework::cupy;
+    if (from("jax.") || from("jaxlib.")) return Framework::jax;
+    if (from("tensorflow.")) return Framework::tensorflow;
+    if (device == Device::cuda)
+        throw ArgumentError(op + ": argument 'x' is a CUDA array of type " + type +
+                            ": expected torch, CuPy, JAX or TensorFlow, whose arrays the outputs can be");
+    return Framework::numpy;
 }
 
 // A view of a C-contiguous float16/float32 array on the CPU or a CUDA device, zero-copy. Array:
 // nb::ndarray<nb::ro> for inputs (read-only arrays are fine: inputs are never written), or
 // nb::ndarray<> for outputs.
 template <typename Array>
-TensorView view_of(const std::string &name, const Array &a) {
+TensorView view_of(const std::string &op, const std::string &name, const Array &a) {
+    const std::string arg = op + ": argument '" + name + "'";
     TensorView v;
     if (a.dtype() == nb::dtype<float>()) v.dtype = DType::f32;
     else if (a.dtype().code == uint8_t(nb::dlpack::dtype_code::Float) && a.dtype().bits == 16) v.dtype = DType::f16;
-    else throw ArgumentError("argument '" + name + "': expected float32 or float16 data, got " + dtype_name(a.dtype()));
+    else throw ArgumentError(arg + ": expected float32 or float16 data, got " + dtype_name(a.dtype()));
     if (a.device_type() == nb::device::cpu::value) v.device = Device::cpu;
     else if (a.device_type() == nb::device::cuda::value) v.device = Device::cuda;
-    else throw ArgumentError("argument '" + name + "': expected a CPU or CUDA tensor");
+    else throw ArgumentError(arg + ": expected a CPU or CUDA tensor, got DLPack device type " +
+                             std::to_string(a.device_type()));
     int64_t expected_stride = 1;
     const bool empty = a.size() == 0;  // any strides (NumPy gives empty arrays zero strides)
     for (std::size_t d = a.ndim(); d-- > 0 && !empty;) {
         if (a.shape(d) > 1 && a.stride(d) != expected_stride)
-            throw ArgumentError("argument '" + name + "' is not C-contiguous: expected a dense row-major array (call .contiguous() or numpy.ascontiguousarray)");
+            throw ArgumentError(arg + " is not C-contiguous: expected a dense row-major array (call .contiguous() or numpy.ascontiguousarray)");
         expected_stride *= static_cast<int64_t>(a.shape(d));
     }
     for (std::size_t d = 0; d < a.ndim(); ++d) v.shape.push_back(static_cast<int64_t>(a.shape(d)));
@@ -75,6 +89,24 @@ nb::object to_array(Tensor t, int32_t device_id) {
 // Why `value` is not an array of the kind a call takes: what DLPack cannot describe of a NumPy
 // array (its byte order, strides that are not whole elements), a read-only output, or not an
 // array at all.
+// What refuses a tensor before it is asked for DLPack (whose own errors for these, a meta tensor's
+// among them, do not reach the caller as such): autograd, or a device other than a CPU or CUDA one.
+std::string refused_tensor(const nb::handle &value) {
+    if (nb::hasattr(value, "requires_grad") && PyObject_IsTrue(nb::object(value.attr("requires_grad")).ptr()) == 1)
+        return " requires grad: expected a tensor without autograd (pass .detach(), or call the op through "
+               "blocklstm.torch, whose ops have TF's gradients)";
+    if (nb::hasattr(value, "device")) {
+        const nb::object device = value.attr("device");
+        if (nb::hasattr(device, "type")) {
+            const std::string type = nb::str(nb::object(device.attr("type"))).c_str();
+            if (type != "cpu" && type != "cuda")
+                return std::string(" is on device ") + nb::str(device).c_str() + ": expected a CPU or CUDA tensor";
+        }
+    }
+    PyErr_Clear();  // PyObject_IsTrue's, if any
+    return "";
+}
+
 std::string why_not_an_array(const nb::handle &value, bool output) {
     if (nb::hasattr(value, "dtype") && nb::hasattr(value, "strides") && nb::hasattr(value, "itemsize")) {
         const nb::object dtype = value.attr("dtype");
@@ -94,14 +126,18 @@ std::string why_not_an_array(const nb::handle &value, bool output) {
 }
 
 template <typename Array>
-std::map<std::string, TensorView> views(const nb::dict &tensors, std::vector<Array> &keep, bool output) {
+std::map<std::string, TensorView> views(const std::string &op, const nb::dict &tensors, std::vector<Array> &keep,
+                                        bool output) {
     std::map<std::string, TensorView> out;
     for (auto [key, value] : tensors) {
         const std::string name = nb::cast<std::string>(key);
+        if (const std::string why = refused_tensor(value); !why.empty())
+            throw ArgumentError(op + ": argument '" + name + "'" + why);
         Array a;
-        if (!nb::try_cast(value, a)) throw ArgumentError("argument '" + name + "'" + why_not_an_array(value, output));
+        if (!nb::try_cast(value, a))
+            throw ArgumentError(op + ": argument '" + name + "'" + why_not_an_array(value, output));
         keep.push_back(a);
-        out[name] = view_of(name, a);
+        out[name] = view_of(op, name, a);
     }
     return out;
 }
@@ -149,23 +185,27 @@ NB_MODULE(_core, m) {
         return out;
     }, "Every op: its inputs and outputs (TF names and shapes), attr defaults, layout.");
 
-    // outputs None: allocated by the library and returned zero-copy as arrays of the inputs'
-    // framework (NumPy, or torch for torch tensors); else written into the given arrays.
+    // outputs None: allocated by the library and returned zero-copy as arrays of x's framework
+    // (framework_of); else written into the given arrays.
     m.def("invoke",
           [](const std::string &op, int64_t seq_len_max, const nb::dict &inputs,
              std::optional<nb::dict> outputs, std::optional<float> forget_bias,
              std::optional<float> cell_clip, bool use_peephole) -> nb::object {
               std::vector<nb::ndarray<nb::ro>> keep_inputs;
               std::vector<nb::ndarray<>> keep_outputs;
-              const auto in = views(inputs, keep_inputs, false);
+              const auto in = views(op, inputs, keep_inputs, false);
               OpAttrs attrs{forget_bias, cell_clip, use_peephole};
-              const std::string framework = inputs.size() ? framework_of(inputs.values()[0]) : "numpy";
+
               if (outputs) {
-                  const auto out = views(*outputs, keep_outputs, true);
+                  const auto out = views(op, *outputs, keep_outputs, true);
                   nb::gil_scoped_release no_gil;
                   invoke(op, seq_len_max, in, out, attrs);
                   return nb::none();
               }
+              const auto x = in.find("x");
+              const Framework framework = x == in.end() || !inputs.contains("x")
+                                              ? Framework::numpy
+                                              : framework_of(op, inputs["x"], x->second.device);
               std::map<std::string, Tensor> result;
               {
                   nb::gil_scoped_release no_gil;
@@ -174,9 +214,17 @@ NB_MODULE(_core, m) {
               // The outputs are on the inputs' device (all inputs share one; CPU: 0).
               const int32_t device_id = keep_inputs.empty() ? 0 : keep_inputs.front().device_id();
               nb::dict d;
-              for (auto &[name, t] : result)
-                  d[name.c_str()] = framework == "torch" ? to_array<nb::pytorch>(std::move(t), device_id)
-                                                         : to_array<nb::numpy>(std::move(t), device_id);
+              for (auto &[name, t] : result) {
+                  switch (framework) {
+                  case Framework::torch: d[name.c_str()] = to_array<nb::pytorch>(std::move(t), device_id); break;
+                  case Framework::cupy: d[name.c_str()] = to_array<nb::cupy>(std::move(t), device_id); break;
+                  case Framework::jax: d[name.c_str()] = to_array<nb::jax>(std::move(t), device_id); break;
+                  case Framework::tensorflow:
+                      d[name.c_str()] = to_array<nb::tensorflow>(std::move(t), device_id);
+                      break;
+                  case Framework::numpy: d[name.c_str()] = to_array<nb::numpy>(std::move(t), device_id); break;
+                  }
+              }
               return d;
           },
           nb::arg("op"), nb::arg("seq_len_max"), nb::arg("inputs"), nb::arg("outputs").none(),
@@ -188,5 +236,30 @@ NB_MODULE(_core, m) {
           "This thread's CUDA stream (set_cuda_stream).");
     m.def("cuda_available", [] { return cuda_device_count() > 0; });
     m.def("cpu_target_in_use", [] { return cpu_target_in_use(); });
+    m.def("cpu_target_pinned", [] { return cpu_target_pinned(); });
+    m.def("set_cpu_target", [](const std::string &target) { set_cpu_target(target); }, nb::arg("target"));
+    m.def("cpu_targets", [] {
+        nb::list out;
+        for (const CpuTarget &t : cpu_targets()) {
+            nb::dict d;
+            d["name"] = t.name;
+            d["halide_target"] = t.halide_target;
+            d["tuning_table"] = t.tuning_table;
+            d["tuned_on"] = t.tuned_on;
+            d["check_only"] = t.check_only;
+            d["runs_here"] = t.runs_here;
+            d["missing"] = t.missing;
+            out.append(d);
+        }
+        return out;
+    });
+    m.def("set_num_threads", [](int threads) { set_num_threads(threads); }, nb::arg("threads"));
+    m.def("set_host_cache_limit", [](int64_t max_bytes) {
+        if (max_bytes < 0)
+            throw ArgumentError("set_host_cache_limit: max_bytes is " + std::to_string(max_bytes) +
+                                ": expected 0 (keep none) or more");
+        set_host_cache_limit(static_cast<std::size_t>(max_bytes));
+    }, nb::arg("max_bytes"));
+    m.def("host_cache_bytes", [] { return host_cache_bytes(); });
     m.attr("__version__") = version();
 }

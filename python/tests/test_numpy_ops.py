@@ -1,6 +1,7 @@
 """The six ops on NumPy arrays: against TensorFlow 2.21's own outputs (tests/data/tf), against an
 independent float64 forward, and on bad input."""
 import inspect
+import re
 import pathlib
 
 import numpy as np
@@ -128,17 +129,74 @@ def test_seq_len_max_as_array_and_zero_past_it():
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda a: a.update(x=a["x"].astype(np.float64)), "argument 'x': expected float32 or float16 data, got float64"),
-    (lambda a: a.update(w=a["w"][:, :-4]), "argument 'w'"),
-    (lambda a: a.update(x=np.asfortranarray(a["x"])), "argument 'x' is not C-contiguous"),
-    (lambda a: a.update(b=a["b"].astype(np.float16)), "BlockLSTM"),
-    (lambda a: a.update(x=[[1.0]]), "argument 'x': expected an array"),
+    (lambda a: a.update(x=a["x"].astype(np.float64)),
+     "BlockLSTM: argument 'x': expected float32 or float16 data, got float64"),
+    (lambda a: a.update(w=np.ascontiguousarray(a["w"][:, :-4])), "BlockLSTM: argument 'w' has shape [9,16]: expected [9,20]"),
+    (lambda a: a.update(x=np.asfortranarray(a["x"])), "BlockLSTM: argument 'x' is not C-contiguous"),
+    (lambda a: a.update(b=a["b"].astype(np.float16)), "BlockLSTM: argument 'b' has dtype float16"),
+    (lambda a: a.update(x=[[1.0]]), "BlockLSTM: argument 'x': expected an array"),
+    (lambda a: a.update(forget_bias="1"), "BlockLSTM: argument 'forget_bias': expected a float, got str"),
+    (lambda a: a.update(cell_clip=None), "BlockLSTM: argument 'cell_clip': expected a float, got NoneType"),
+    (lambda a: a.update(use_peephole="no"), "BlockLSTM: argument 'use_peephole': expected a bool, got str"),
+    (lambda a: a.update(use_peephole=1), "BlockLSTM: argument 'use_peephole': expected a bool, got int"),
 ])
 def test_bad_input_is_a_value_error(change, message):
     a = random_inputs(np.random.default_rng(2), 3, 2, 4, 5)
     change(a)
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         blocklstm.block_lstm(3, **a)
+
+
+def test_attrs_of_numpy_types_are_taken():
+    a = random_inputs(np.random.default_rng(2), 3, 2, 4, 5)
+    want = blocklstm.block_lstm(3, **a, forget_bias=0.5, cell_clip=2.0, use_peephole=True)
+    got = blocklstm.block_lstm(3, **a, forget_bias=np.float32(0.5), cell_clip=np.int64(2), use_peephole=np.bool_(True))
+    np.testing.assert_array_equal(got.h, want.h)
+
+
+def test_threads_cache_and_cpu_target_controls():
+    a = random_inputs(np.random.default_rng(8), 4, 3, 5, 6)
+    want = blocklstm.block_lstm(4, **a)
+    targets = blocklstm.cpu_targets()
+    assert [t["name"] for t in targets if t["runs_here"]] and all(t["runs_here"] == (t["missing"] == "") for t in targets)
+    try:
+        for t in targets:  # every target this CPU runs gives the same outputs within float32's rounding
+            if t["runs_here"]:
+                blocklstm.set_cpu_target(t["name"])
+                assert blocklstm.cpu_target_in_use() == t["name"] and blocklstm.cpu_target_pinned()
+                np.testing.assert_allclose(blocklstm.block_lstm(4, **a).h, want.h, atol=1e-6, err_msg=t["name"])
+            else:
+                with pytest.raises(ValueError, match=f"CPU target '{re.escape(t['name'])}' .* which this CPU lacks"):
+                    blocklstm.set_cpu_target(t["name"])
+    finally:
+        blocklstm.set_cpu_target("")
+    assert not blocklstm.cpu_target_pinned()
+    blocklstm.set_host_cache_limit(0)
+    assert blocklstm.host_cache_bytes() == 0
+    blocklstm.set_host_cache_limit(1 << 30)
+    for bad, message in ((-1, "set_num_threads: threads is -1: expected 0"), (1.5, "set_num_threads: argument "
+                                                                                    "'threads': expected an integer")):
+        with pytest.raises(ValueError, match=re.escape(message)):
+            blocklstm.set_num_threads(bad)
+    with pytest.raises(ValueError, match=re.escape("set_host_cache_limit: max_bytes is -5: expected 0")):
+        blocklstm.set_host_cache_limit(-5)
+
+
+def test_other_dlpack_producers_get_numpy_arrays_on_the_cpu():
+    class Producer:  # a DLPack producer nanobind does not know as a framework
+        def __init__(self, a):
+            self.a = a
+
+        def __dlpack__(self, **kwargs):
+            return self.a.__dlpack__(**kwargs)
+
+        def __dlpack_device__(self):
+            return self.a.__dlpack_device__()
+
+    a = random_inputs(np.random.default_rng(9), 3, 2, 4, 5)
+    got = blocklstm.block_lstm(3, **{**a, "x": Producer(a["x"])})
+    assert isinstance(got.h, np.ndarray)
+    np.testing.assert_array_equal(got.h, blocklstm.block_lstm(3, **a).h)
 
 
 def test_bad_seq_len_max():
@@ -149,7 +207,8 @@ def test_bad_seq_len_max():
     with pytest.raises(ValueError, match="seq_len_max"):
         blocklstm.block_lstm(4, **a)  # more than T
     for huge in (2 ** 70, np.array(2 ** 63, dtype=np.uint64)):  # past int64: named, not a TypeError
-        with pytest.raises(ValueError, match=f"argument 'seq_len_max' is {int(huge)}: expected"):
+        with pytest.raises(ValueError, match=f"BlockLSTM: argument 'seq_len_max' is {int(huge)}: expected a value "
+                                             r"in \[0, T\] = \[0, 3\]"):
             blocklstm.block_lstm(huge, **a)
 
 

@@ -193,6 +193,42 @@ def test_bad_input_is_a_value_error_and_nothing_runs(change, message):
         torch.ops.blocklstm.block_lstm(3, *args)
 
 
+def test_a_meta_input_among_cpu_ones_is_refused_not_uninitialised_outputs():
+    # The dispatcher runs the fake kernel when any input is a meta tensor; it returned empty CPU
+    # tensors (uninitialised memory) for a CPU x.
+    args = inputs(3, 2, 4, 5)
+    args[1] = args[1].to("meta")
+    with pytest.raises(ValueError, match="BlockLSTM: argument 'cs_prev' is on meta: expected cpu, as 'x'"):
+        torch.ops.blocklstm.block_lstm(3, *args)
+    meta = [a.to("meta") for a in inputs(3, 2, 4, 5)]  # all meta: shapes only, as torch.compile's tracing
+    assert torch.ops.blocklstm.block_lstm(3, *meta)[6].shape == (3, 2, 5)
+
+
+def test_plain_functions_say_why_a_torch_tensor_is_refused():
+    import blocklstm
+    names = ["x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b"]
+    args = dict(zip(names, inputs(3, 2, 4, 5)))
+    with pytest.raises(ValueError, match="BlockLSTM: argument 'w' requires grad: expected a tensor without "
+                                         "autograd \\(pass .detach\\(\\), or call the op through blocklstm.torch"):
+        blocklstm.block_lstm(3, **{**args, "w": torch.nn.Parameter(args["w"])})
+    with pytest.raises(ValueError, match="BlockLSTM: argument 'b' is on device meta: expected a CPU or CUDA tensor"):
+        blocklstm.block_lstm(3, **{**args, "b": args["b"].to("meta")})
+    assert isinstance(blocklstm.block_lstm(3, **args).h, torch.Tensor)  # x's framework
+
+
+def test_module_refuses_dtype_and_state_mismatches_as_nn_lstm():
+    ours = bt.LSTM(4, 5)
+    ours.flatten_parameters()  # nn.LSTM's, called by ported code: nothing to do
+    with pytest.raises(ValueError, match=r"input dtype \(torch.float64\) does not match weight dtype \(torch.float32\)"):
+        ours(torch.randn(3, 2, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"input dtype \(torch.float64\)"):  # nn.LSTM says the same
+        torch.nn.LSTM(4, 5)(torch.randn(3, 2, 4, dtype=torch.float64))
+    h0 = torch.zeros(1, 2, 5)
+    with pytest.raises(RuntimeError, match=r"Expected hidden\[1\] to be torch.float32 on cpu as the input, "
+                                           r"got torch.float16 on cpu"):
+        ours(torch.randn(3, 2, 4), (h0, h0.half()))
+
+
 @pytest.mark.skipif(not CUDA, reason="no CUDA device: the mixed-device case is skipped")
 def test_mixed_devices_are_a_value_error():
     args = inputs(3, 2, 4, 5)

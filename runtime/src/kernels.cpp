@@ -229,6 +229,10 @@ std::vector<KernelInfo> kernels() {
     return out;
 }
 
-void set_num_threads(int threads) { halide_set_num_threads(threads); }
+void set_num_threads(int threads) {
+    if (threads < 0)
+        throw Error("set_num_threads: threads is " + std::to_string(threads) + ": expected 0 (one per core) or more");
+    halide_set_num_threads(threads);
+}
 
 }  // namespace blocklstm

@@ -288,7 +288,8 @@ BLOCKLSTM_API bool cpu_target_pinned();
 
 // ---- Threads and memory --------------------------------------------------------------------
 
-// Threads of the CPU kernels (Halide's thread pool); 0 = one per core. Call before any op.
+// Threads of the CPU kernels (Halide's thread pool); 0 = one per core (the default, or the
+// environment variable HL_NUM_THREADS where set). Call before any op. Negative: blocklstm::Error.
 BLOCKLSTM_API void set_num_threads(int threads);
 
 // CPU workspaces (the gate gradients of a sequence, packed weights, GEMM panels) are kept for the
