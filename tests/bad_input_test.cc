@@ -279,6 +279,52 @@ TEST(BadInput, NullDataWithNonZeroSize) {
     }
 }
 
+// A data pointer not aligned to its element (a float32 one byte off, a float16 one byte off):
+// refused naming the argument, before any kernel reads it.
+TEST(BadInput, MisalignedData) {
+    for (OpId op : kAllOps) {
+        for (DType dt : {DType::f32, DType::f16}) {
+            const Call base = valid_call(op, dt);
+            for (const auto &n : base.names) {
+                SCOPED_TRACE(label(op, n + " data one byte off"));
+                Call c = valid_call(op, dt);
+                if (c.v[n].num_elements() == 0) continue;
+                c.v[n].data = static_cast<std::byte *>(c.v[n].data) + 1;
+                expect_rejected(c, {n});
+                try {
+                    c.invoke();
+                } catch (const Error &e) {
+                    EXPECT_NE(std::string(e.what()).find("expected an address aligned to " +
+                                                         std::to_string(size_of(dt)) + " bytes"),
+                              std::string::npos) << e.what();
+                }
+            }
+        }
+    }
+}
+
+// A negative dimension in any argument is refused before any kernel runs (its element count can
+// be positive: [-2,-3] has 6).
+TEST(BadInput, NegativeDimension) {
+    for (OpId op : kAllOps) {
+        const Call base = valid_call(op);
+        for (const auto &n : base.names) {
+            for (std::size_t k = 0; k < base.v.at(n).shape.size(); ++k) {
+                for (bool both : {false, true}) {
+                    Call c = valid_call(op);
+                    std::vector<int64_t> &shape = c.v[n].shape;
+                    if (both && shape.size() < 2) continue;
+                    shape[k] = -std::max<int64_t>(shape[k], 1);
+                    if (both) shape[(k + 1) % shape.size()] = -std::max<int64_t>(shape[(k + 1) % shape.size()], 1);
+                    SCOPED_TRACE(label(op, n + " shape " + shape_str(shape)));
+                    expect_rejected(c, defining_dim(op, n, k) || both ? std::set<std::string>{} : std::set<std::string>{n},
+                                    /*check_outputs=*/!c.is_output(n));  // a negative output has no bytes to compare
+                }
+            }
+        }
+    }
+}
+
 // A tensor marked cuda whose data is host memory (or, on a machine without a GPU, any cuda tensor)
 // is rejected before any kernel runs, naming the argument: the driver is asked what the pointer
 // is. Mixed devices name the first tensor on the other device.
@@ -512,6 +558,16 @@ TEST(Copy, ChecksBothSidesAndCopies) {
 }
 
 // An owning tensor of an unknown dtype or device is refused, not allocated as something else.
+// The library's tensors start on a 64-byte boundary (a cache line, an AVX-512 vector) and are zeroed.
+TEST(OwningTensor, SixtyFourByteAlignedAndZeroed) {
+    for (int64_t n : {1, 3, 1000, 100003}) {
+        const Tensor t(DType::f32, {n});
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u) << n;
+        const float *f = static_cast<const float *>(t.data());
+        EXPECT_TRUE(std::all_of(f, f + n, [](float v) { return v == 0.0f; })) << n;
+    }
+}
+
 TEST(OwningTensor, UnknownDtypeOrDevice) {
     EXPECT_THROW(Tensor(static_cast<DType>(7), {4}), Error);
     EXPECT_THROW(Tensor(DType::f32, {4}, static_cast<Device>(5)), Error);

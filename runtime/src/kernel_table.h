@@ -45,7 +45,7 @@ const KernelEntry &find_kernel(const char *family, Device backend, DType dtype, 
 // One call of a kernel with its arguments bound by name (the generator's input/output names;
 // Tuple outputs as "name.0", "name.1", ...). Binding is checked against the kernel's metadata, so
 // a mismatch between runtime and generator is an error, not a silent misread. A call object may
-// be run many times; the bound buffers may be moved (Buf::set_host) between runs.
+// be run many times; the bound buffers may be moved (Buf::set_data) between runs.
 class KernelCall {
 public:
     // CUDA kernels take the Exec's user_context (context and stream).

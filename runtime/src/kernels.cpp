@@ -72,8 +72,8 @@ const KernelEntry kernel_table[] = {
 const char *layout_name(Layout layout) { return layout == Layout::icfo ? "icfo" : "ifco"; }
 
 // Halide reports errors through a global handler, on the calling thread or on a worker of its
-// thread pool; keep the message for the exception instead of printing it (kernels only fail on
-// a runtime bug: validation runs first).
+// thread pool; keep the message for the exception instead of printing it (validation runs first,
+// so a kernel fails only for the machine's limits (memory), a device error, or a bug).
 std::mutex halide_error_mutex;
 std::string last_halide_error;
 void capture_halide_error(void *, const char *message) {
@@ -201,10 +201,25 @@ void KernelCall::run() {
     if (int code = code_.argv(args_.data())) {
         std::lock_guard<std::mutex> lock(halide_error_mutex);
         const std::string where = cpu_target_ >= 0 ? " (CPU target " + cpu_target_name(cpu_target_) + ")" : "";
-        throw Error(std::string("blocklstm: internal error in kernel ") + kernel_.name + where + ": " +
-                    last_halide_error + " (Halide error " + std::to_string(code) +
-                    "). This is a bug in blocklstm, not in the call's input: please report it with "
-                    "the call that caused it.");
+        const std::string what = last_halide_error + " (Halide error " + std::to_string(code) + ")";
+        switch (code) {
+        case halide_error_code_out_of_memory:
+        case halide_error_code_device_malloc_failed:  // the machine's limits, not the call's input or a bug
+            throw Error(std::string("blocklstm: out of ") +
+                        (code == halide_error_code_out_of_memory ? "host" : "device") + " memory in kernel " +
+                        kernel_.name + where + ": " + what + "; the outputs may be partly written");
+        case halide_error_code_copy_to_host_failed:
+        case halide_error_code_copy_to_device_failed:
+        case halide_error_code_device_sync_failed:
+        case halide_error_code_device_free_failed:
+        case halide_error_code_device_run_failed:  // the driver's word: a lost context, an earlier fault
+            throw Error(std::string("blocklstm: CUDA error in kernel ") + kernel_.name + ": " + what +
+                        "; the outputs may be partly written");
+        default:
+            throw Error(std::string("blocklstm: internal error in kernel ") + kernel_.name + where + ": " + what +
+                        ". This is a bug in blocklstm, not in the call's input: please report it with "
+                        "the call that caused it.");
+        }
     }
 }
 

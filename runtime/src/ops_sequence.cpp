@@ -121,9 +121,10 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     const KernelEntry &step_kernel = find_kernel("seq_fwd_step", dev, dt, use_peephole, layout);
     Exec exec(dev, c.some_data);
 
-    // Every output is zero past seq_len_max (TF leaves i, f, o, ci, co unwritten there).
-    each_output(out, [&](const char *, const TV &t) { zero_steps(exec, t, L); });
-    if (L == 0 || B == 0) return;
+    // Every output is zero past seq_len_max (TF leaves i, f, o, ci, co unwritten there); written
+    // below once the workspaces are held, so that running out of memory for one writes nothing.
+    auto zero_past_seq_len_max = [&] { each_output(out, [&](const char *, const TV &t) { zero_steps(exec, t, L); }); };
+    if (L == 0 || B == 0) return zero_past_seq_len_max();
 
     // xw = x . W_x + b for all L steps in one GEMM.
     Scratch xw(exec, L * B * 4 * H * 4, Scratch::Fill::none);
@@ -151,6 +152,7 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     const char *names[7] = {"lstm.0", "lstm.1", "lstm.2", "lstm.3", "lstm.4", "lstm.5", "lstm.6"};
     for (int k = 0; k < 7; ++k) step.buffer(names[k], slices[k]);
 
+    zero_past_seq_len_max();  // the first write to an output
     const int64_t slice = B * H;
     for (int64_t t = 0; t < L; ++t) {
         xw_t.set_data(xw.floats() + t * B * 4 * H);
@@ -248,14 +250,17 @@ public:
           layout_(layout), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
           b_grad_from_w_grad_(c.device == Device::cpu && c.dims.I > 0) {}
 
-    // Zeroes what no phase writes: x_grad past seq_len_max, the peephole grads without
-    // peepholes, and with no step to run (L = 0 or B = 0) every gradient. False: nothing to run.
-    bool zero_unwritten() {
-        zero_steps(exec_, out_.x_grad, d_.L);
-        if (!use_peephole_) zero(exec_, out_.wci_grad), zero(exec_, out_.wcf_grad), zero(exec_, out_.wco_grad);
+    // With no step to run (L = 0 or B = 0) every gradient is zero. False: nothing to run.
+    bool anything_to_run() {
         if (d_.L > 0 && d_.B > 0) return true;
         each_output(out_, [&](const char *, const TV &t) { zero(exec_, t); });
         return false;
+    }
+
+    // Zeroes what no phase writes: x_grad past seq_len_max, the peephole grads without peepholes.
+    void zero_unwritten() {
+        zero_steps(exec_, out_.x_grad, d_.L);
+        if (!use_peephole_) zero(exec_, out_.wci_grad), zero(exec_, out_.wcf_grad), zero(exec_, out_.wco_grad);
     }
 
     // w^T [4H, I+H], so that the recurrent product reads contiguous rows of W_h^T (and the Halide
@@ -271,7 +276,7 @@ public:
     }
 
     // The recurrence, reverse time: dgates[t] for every t; the cell-state carry ping-pongs
-    // between two buffers and ends in final_carry_.
+    // between two buffers and ends in carry1_.
     void reverse_recurrence() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L;
         const KernelEntry &step_kernel = find_kernel("seq_bwd_step", dev_, dt_, use_peephole_, layout_);
@@ -410,9 +415,12 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     preflight(op, c.device, c.dtype, use_peephole);  // every kernel present before any output is written
     Exec exec(c.device, c.some_data);
     GradPass pass(exec, c, layout, in, act, out, use_peephole);
-    if (!pass.zero_unwritten()) return;
+    if (!pass.anything_to_run()) return;
+    // The weights' transpose and dgates (the largest workspace, L*B*4H floats) come before the
+    // first write to an output: running out of memory for them leaves the outputs as they were.
     pass.transpose_weights();
     pass.reverse_recurrence();
+    pass.zero_unwritten();
     pass.input_and_state_grads();
     pass.weight_grads();
     pass.reductions();
@@ -426,7 +434,7 @@ void input_projection(Exec &exec, DType dt, const void *x, int64_t rows, int64_t
     const Device dev = exec.device();
     if (rows > 0 && cublas_in_use(exec)) {
         // cuBLAS: xw = 1 . b (a rank-1 product: every row exactly b), then xw += x . W_x.
-        Scratch ones(exec, rows * static_cast<int64_t>(size_of(dt)));
+        Scratch ones(exec, rows * static_cast<int64_t>(size_of(dt)), Scratch::Fill::none);  // filled next
         exec.fill_ones(ones.data(), dt, rows);
         if (cublas_gemm(exec, rows, G, 1, {ones.data(), dt, 1}, {b, dt, G}, xw, DType::f32, G, 0.0f)) {
             // Each product asks again whether cuBLAS is in use: if another thread gave it up in

@@ -1,6 +1,8 @@
 // Tensor views, owning tensors, float16 conversions and Halide buffers over caller memory.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #include "runtime/src/buf.h"
 #include "runtime/src/exec.h"
@@ -49,7 +51,14 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> shape, Device device) {
     if (device == Device::cuda) {
         storage_ = detail::cuda::allocate_zeroed(bytes);
     } else {
-        storage_ = std::shared_ptr<std::byte[]>(new std::byte[bytes > 0 ? bytes : 1]());
+        // 64-byte aligned: a cache line and an AVX-512 vector (new[] gave 16, so every 64-byte load
+        // of a row start straddled two lines).
+        constexpr std::size_t kAlign = 64;
+        const std::size_t rounded = (std::max<std::size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+        void *p = std::aligned_alloc(kAlign, rounded);
+        if (!p) throw Error("Tensor: out of host memory for " + std::to_string(bytes) + " bytes");
+        std::memset(p, 0, rounded);
+        storage_ = std::shared_ptr<std::byte[]>(static_cast<std::byte *>(p), [](std::byte *q) { std::free(q); });
     }
     view_.data = storage_.get();
 }

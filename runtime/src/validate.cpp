@@ -2,6 +2,7 @@
 // blocklstm::Error naming the op, the argument, what was expected and what was given.
 #include <algorithm>
 #include <climits>
+#include <cstdio>
 
 #include "runtime/src/exec.h"
 #include "runtime/src/products.h"
@@ -101,7 +102,11 @@ void Validator::tensor(const char *arg, const TensorView &t) {
     }
     int64_t elements = 1;
     for (int64_t d : t.shape) {
-        if (d < 0) fail_arg(arg, "has shape " + shape_string(t.shape) + ": expected no negative dimension");
+        if (d < 0) {
+            std::string given;  // as given: shape_string writes a negative (expected) size as '?'
+            for (int64_t e : t.shape) given += (given.empty() ? "" : ",") + std::to_string(e);
+            fail_arg(arg, "has shape [" + given + "]: expected no negative dimension");
+        }
         // Also for an empty tensor: its sizes enter the other arguments' expected shapes (I + H,
         // 4 * H), which stay far from int64's limit this way.
         if (d > INT32_MAX) {
@@ -118,6 +123,13 @@ void Validator::tensor(const char *arg, const TensorView &t) {
     if (elements > 0 && t.data == nullptr) {
         fail_arg(arg, "has a null data pointer: expected data for " + std::to_string(elements) +
                           " elements");
+    }
+    if (elements > 0 && reinterpret_cast<uintptr_t>(t.data) % size_of(t.dtype) != 0) {
+        // A misaligned float: a fault on a GPU (a sticky one, which loses the context) and UB here.
+        char address[32];
+        std::snprintf(address, sizeof address, "%p", t.data);
+        fail_arg(arg, std::string("has data at ") + address + ": expected an address aligned to " +
+                          std::to_string(size_of(t.dtype)) + " bytes (" + to_string(t.dtype) + ")");
     }
     if (elements > 0 && t.device == Device::cuda) {
         // Device memory is checked with the driver, so a host pointer marked cuda (or memory of
