@@ -1,5 +1,7 @@
 // TensorFlow's own test cases (TF's kernel tests), ported.
+#include <cmath>
 #include <map>
+#include <tuple>
 
 #include <blocklstm/ops.h>
 
@@ -368,6 +370,70 @@ TEST(Float16Attrs, RoundedToHalfBeforeUse) {
             if (dt == DType::f32) EXPECT_GT(differing, 0) << "the attrs' half rounding does not reach the outputs";
         }
     }
+}
+
+// ---- float16: sums in float32 ------------------------------------------------------------------
+// The float16 kernels add in float32 and round once (docs/semantics.md). A float16 sum stalls where
+// its ulp reaches twice the addend (2048 x the addend), which the 4e-3 / 1e-2 tolerances of the
+// random-input tests cannot see at their sizes; these sums run far past that point.
+
+float value_at(const Tensor &t, int64_t k) {
+    return t.dtype() == DType::f16 ? half_to_float(static_cast<const uint16_t *>(t.data())[k])
+                                   : static_cast<const float *>(t.data())[k];
+}
+
+// The input projection over I = 4096 columns: x = 1 and the i gate's weights 2^-10 make z_i = 4
+// (a float16 sum stops at 2: i = 0.881 instead of 0.982).
+TEST(Float16Accumulation, InputProjection) {
+    const int64_t B = 2, I = 4096, H = 1;
+    Array w = ref::zeros({I + H, 4 * H});
+    for (int64_t r = 0; r < I; ++r) w.data[r * 4 * H] = 1.0 / 1024;  // gate block 0 is i in ICFO and IFCO
+    const Tensor w16 = ref::to_tensor(w, DType::f16), zeros_bh = filled(DType::f16, {B, H}, 0.0);
+    const Tensor zeros_h = filled(DType::f16, {H}, 0.0), b = filled(DType::f16, {4 * H}, 0.0);
+    const double want = 1.0 / (1.0 + std::exp(-4.0));
+    const Tensor x_seq = filled(DType::f16, {1, B, I}, 1.0), x_cell = filled(DType::f16, {B, I}, 1.0);
+    const auto v1 = BlockLSTM(1, x_seq, zeros_bh, zeros_bh, w16, zeros_h, zeros_h, zeros_h, b);
+    const auto v2 = BlockLSTMV2(1, x_seq, zeros_bh, zeros_bh, w16, zeros_h, zeros_h, zeros_h, b);
+    const auto cell = LSTMBlockCell(x_cell, zeros_bh, zeros_bh, w16, zeros_h, zeros_h, zeros_h, b);
+    for (const auto &[name, i] : {std::pair<const char *, const Tensor *>{"BlockLSTM", &v1.i},
+                                  {"BlockLSTMV2", &v2.i}, {"LSTMBlockCell", &cell.i}})
+        for (int64_t n = 0; n < B; ++n) EXPECT_NEAR(value_at(*i, n), want, 1e-3) << name << " row " << n;
+}
+
+// The weight and bias gradients sum B * L rows of the gate gradients: 16,384 equal rows here, so
+// every sum is exactly 8192 x the sum of B = 1 (two steps of one row), up to float16's rounding
+// of the two results.
+TEST(Float16Accumulation, WeightBiasAndPeepholeGradients) {
+    const int64_t T = 2, I = 1, H = 1, big = 8192;
+    for (bool v2 : {false, true})
+        for (bool peephole : {false, true}) {
+            SCOPED_TRACE(std::string(v2 ? "BlockLSTMGradV2" : "BlockLSTMGrad") + (peephole ? ", peephole" : ""));
+            auto grads = [&](int64_t B) {
+                const Tensor x = filled(DType::f16, {T, B, I}, 1.0), cs_prev = filled(DType::f16, {B, H}, 0.5);
+                const Tensor h_prev = filled(DType::f16, {B, H}, 0.25), w = filled(DType::f16, {I + H, 4 * H}, 0.3);
+                const Tensor p = filled(DType::f16, {H}, 0.2), b = filled(DType::f16, {4 * H}, 0.1);
+                const Tensor h_grad = filled(DType::f16, {T, B, H}, 1.0), cs_grad = filled(DType::f16, {T, B, H}, 0.5);
+                const auto f = v2 ? BlockLSTMV2(T, x, cs_prev, h_prev, w, p, p, p, b, {0.0f, peephole})
+                                  : BlockLSTM(T, x, cs_prev, h_prev, w, p, p, p, b, {1.0f, 3.0f, peephole});
+                return v2 ? BlockLSTMGradV2(T, x, cs_prev, h_prev, w, p, p, p, b, f.i, f.cs, f.f, f.o, f.ci, f.co,
+                                            f.h, cs_grad, h_grad, {peephole})
+                          : BlockLSTMGrad(T, x, cs_prev, h_prev, w, p, p, p, b, f.i, f.cs, f.f, f.o, f.ci, f.co, f.h,
+                                          cs_grad, h_grad, {peephole});
+            };
+            const auto one = grads(1), many = grads(big);
+            int checked = 0;
+            for (const auto &[name, a, b] :
+                 {std::tuple<const char *, const Tensor *, const Tensor *>{"w_grad", &one.w_grad, &many.w_grad},
+                  {"b_grad", &one.b_grad, &many.b_grad}, {"wci_grad", &one.wci_grad, &many.wci_grad},
+                  {"wcf_grad", &one.wcf_grad, &many.wcf_grad}, {"wco_grad", &one.wco_grad, &many.wco_grad}}) {
+                for (int64_t k = 0; k < a->view().num_elements(); ++k) {
+                    const double want = big * double(value_at(*a, k));
+                    EXPECT_NEAR(value_at(*b, k), want, 2e-3 * std::fabs(want) + 1e-6) << name << "[" << k << "]";
+                    checked += std::fabs(want) > 1.0;
+                }
+            }
+            EXPECT_GE(checked, peephole ? 10 : 8) << "too few sums large enough to tell";
+        }
 }
 
 }  // namespace
