@@ -20,10 +20,12 @@ build_dir=${BLOCKLSTM_BUILD_DIR:-$root/build}
 venv=$root/.venv
 jobs=$(nproc)
 
-# Debian packages: compiler, fmt, CLI11 (the tool's arguments), GoogleTest, Python's headers (the extension), and PoCL (OpenCL
-# on the CPU), which runs the GPU schedules' OpenCL twins in the tests; for `test` and `fuzz`
-# also clang with its libFuzzer runtime.
-apt_packages=(g++ libfmt-dev libcli11-dev libgtest-dev libgmock-dev python3 python3-dev pocl-opencl-icd)
+# Debian packages: compiler, fmt, CLI11 (the tool's arguments); but for `install` (the library
+# and tool alone) GoogleTest, Python's headers (the extension) and PoCL (OpenCL on the CPU), which
+# runs the GPU schedules' OpenCL twins in the tests; for `test` and `fuzz` also clang with its
+# libFuzzer runtime.
+apt_packages=(g++ libfmt-dev libcli11-dev python3)
+case "$action" in install) ;; *) apt_packages+=(libgtest-dev libgmock-dev python3-dev pocl-opencl-icd) ;; esac  # tests, Python
 case "$action" in test | fuzz) apt_packages+=(clang-14 libclang-rt-14-dev) ;; esac
 missing=()
 for p in "${apt_packages[@]}"; do

@@ -186,7 +186,8 @@ Device check_device(const std::string &device, const std::string &option) {
             throw CliError(option + " cuda: CUDA backend not built (this blocklstm has CPU kernels "
                                     "only; see `blocklstm list`)");
         if (cuda_device_count() == 0)
-            throw CliError(option + " cuda: no CUDA device on this machine (use --device cpu)");
+            throw CliError(option + " cuda: no CUDA device on this machine: " + cuda_unavailable_reason() +
+                           " (use --device cpu)");
         return Device::cuda;
     }
     throw CliError(fmt::format("{}: unknown device '{}' (expected cpu or cuda)", option, device));

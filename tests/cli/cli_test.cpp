@@ -855,6 +855,8 @@ TEST(Bench, DeviceCudaFailsLikeRun) {
     EXPECT_EQ(b.code, 2) << describe(b);
     EXPECT_EQ(r.code, 2) << describe(r);
     EXPECT_NE(b.err.find("cuda"), std::string::npos) << describe(b);
+    if (blocklstm::cuda_built())  // the reason, as `blocklstm list` gives it
+        EXPECT_NE(b.err.find(blocklstm::cuda_unavailable_reason()), std::string::npos) << describe(b);
     EXPECT_EQ(b.err, r.err);  // the same check, the same message
     EXPECT_EQ(b.out, "");
     args.back() = "tpu";
