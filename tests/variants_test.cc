@@ -226,7 +226,14 @@ const bool variant_cases_registered = [] {
         for (blocklstm::CudaGemm gemm : gemms) {
             for (const Use &u : us)
                 for (const ShapeCase &c : named_shapes()) add(u, c, gemm);
-            for (const ShapeCase &c : tile_boundary_shapes(v.products())) add(us.front(), c, gemm);
+            // The tiles' edges through the kernel's first use, and through its first sequence op
+            // too where that is another (the cell op runs one step: the recurrence at t > 0, with
+            // its carried state, only a sequence op runs).
+            const auto seq = std::find_if(us.begin(), us.end(), [](const Use &u) { return u.op == Op::seq || u.op == Op::seq_grad; });
+            for (const ShapeCase &c : tile_boundary_shapes(v.products())) {
+                add(us.front(), c, gemm);
+                if (seq != us.end() && seq != us.begin()) add(*seq, c, gemm);
+            }
         }
     }
     return true;
