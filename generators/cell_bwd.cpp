@@ -47,8 +47,7 @@ public:
         (*cs_prev_grad)(j, n) = cast(t, cell(j, n)[4]);
 
         const schedules::Machine m = machine();
-        cell.compute_root();
-        schedules::schedule_elementwise(cell, j, n, m);
+        schedules::schedule_shared_stage(cell, j, n, m);
         schedules::schedule_gate_blocks(*dicfo, j, g, n, m);
         schedules::schedule_elementwise(*cs_prev_grad, j, n, m);
 

@@ -72,6 +72,14 @@ inline void schedule_elementwise(Halide::Func f, Halide::Var j, Halide::Var n, c
     schedule_elementwise_cuda(f, j, n, m.cuda);
 }
 
+// A stage several outputs read (the cell's gradients: dicfo, cs_prev_grad and the peephole sums):
+// computed once, for all of them, then scheduled as schedule_elementwise.
+inline void schedule_shared_stage(Halide::Func f, Halide::Var j, Halide::Var n, const Machine &m) {
+    if (m.autoschedule) return;
+    f.compute_root();
+    schedule_elementwise(f, j, n, m);
+}
+
 inline void schedule_gate_blocks(Halide::Func f, Halide::Var j, Halide::Var gate, Halide::Var n,
                                  const Machine &m) {
     if (m.autoschedule) return;

@@ -290,7 +290,7 @@ TEST(BadInput, MisalignedData) {
                 Call c = valid_call(op, dt);
                 if (c.v[n].num_elements() == 0) continue;
                 c.v[n].data = static_cast<std::byte *>(c.v[n].data) + 1;
-                expect_rejected(c, {n});
+                expect_rejected(c, {n}, /*check_outputs=*/!c.is_output(n));  // a shifted output's last byte is past its storage
                 try {
                     c.invoke();
                 } catch (const Error &e) {

@@ -1,5 +1,8 @@
 // The float64 reference checked on its own: TF's golden numbers, finite differences of itself,
 // padding, and the V1/V2 relations. If these fail, nothing else in the suites can be trusted.
+#include <cmath>
+#include <tuple>
+
 #include "test_util.h"
 
 namespace blt {
@@ -58,6 +61,30 @@ TEST_P(ReferenceFD, SequenceGradMatchesFiniteDifferences) {
     EXPECT_TRUE(close("b_grad", g.b_grad, fd[7], 1e-7));
     // x_grad past L is exactly zero.
     for (int64_t k = s.L * s.B * s.I; k < s.T * s.B * s.I; ++k) ASSERT_EQ(g.x_grad.data[k], 0.0);
+}
+
+// The gate order, read off each gate with w = 0 and a different bias per block: ICFO is
+// [i | ci | f | o], IFCO [i | f | ci | o] (the blocks' order is the reference's own offsets
+// otherwise, which V1EqualsV2WithSwappedBlocks cannot check).
+TEST(Reference, GateOrderFromTheBias) {
+    const int64_t H = 3;
+    const Array x{{1, 1, 2}, {0.7, -0.2}}, state = ref::zeros({1, H}), w = ref::zeros({2 + H, 4 * H});
+    const Array z = ref::zeros({H});
+    Array b = ref::zeros({4 * H});
+    for (int64_t k = 0; k < 4 * H; ++k) b.data[k] = 0.1 * (k / H + 1);  // blocks 0.1, 0.2, 0.3, 0.4
+    auto sigma = [](double v) { return 1 / (1 + std::exp(-v)); };
+    for (const auto &[layout, c_block, f_block] : {std::tuple<ref::Layout, int, int>{ref::Layout::icfo, 1, 2},
+                                                   {ref::Layout::ifco, 2, 1}}) {
+        const auto out = ref::block_lstm(1, x, state, state, w, z, z, z, b, 0.0, 0.0, false, layout);
+        const auto cell = ref::lstm_block_cell(Array{{1, 2}, x.data}, state, state, w, z, z, z, b, 0.0, 0.0, false);
+        for (int64_t j = 0; j < H; ++j) {
+            EXPECT_DOUBLE_EQ(out.i.data[j], sigma(0.1));
+            EXPECT_DOUBLE_EQ(out.ci.data[j], std::tanh(0.1 * (c_block + 1)));
+            EXPECT_DOUBLE_EQ(out.f.data[j], sigma(0.1 * (f_block + 1)));
+            EXPECT_DOUBLE_EQ(out.o.data[j], sigma(0.4));
+            if (layout == ref::Layout::icfo) EXPECT_DOUBLE_EQ(cell.ci.data[j], std::tanh(0.2));  // the cell op is ICFO
+        }
+    }
 }
 
 TEST(Reference, CellGradMatchesFiniteDifferences) {

@@ -45,7 +45,17 @@ Scratch::Scratch(Exec &exec, int64_t bytes, Fill fill) : exec_(&exec) {
     const auto n = static_cast<std::size_t>(bytes > 0 ? bytes : 0);
     if (exec.device() == Device::cuda) {
         data_ = cuda::allocate(exec.cuda_call(), n);
-        if (fill == Fill::zeros) exec.zero_bytes(data_, bytes);
+        if (fill == Fill::zeros) {
+            try {
+                exec.zero_bytes(data_, bytes);
+            } catch (...) {  // a throwing constructor runs no destructor: give the block back here
+                try {
+                    cuda::free(exec.cuda_call(), data_);
+                } catch (...) {
+                }
+                throw;
+            }
+        }
         return;
     }
     data_ = host_allocate(n);
