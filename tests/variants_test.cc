@@ -447,6 +447,39 @@ TEST(CpuTargets, ThisCpuReadAsGccReadsIt) {
     }
 }
 
+// A pin changes the code that runs, not only the name cpu_target_in_use reports: targets of other
+// instruction sets (FMA or not) or other k blocks give BlockLSTMGrad's w_grad (a product over
+// many k blocks) in bits of their own. (Two targets that differ in tile widths alone add each
+// element in the same order: the same bits.)
+TEST(CpuTargets, EachPinRunsItsOwnCode) {
+    RestorePin restore;
+    const Shape s = *std::find_if(variant_shapes().begin(), variant_shapes().end(),
+                                  [](const Shape &v) { return std::string(v.note) == "multi-block GEMMs"; });
+    const Problem p = make_problem(seed_for("pins run their code"), s, DType::f32, false, false, Layout::icfo);
+    const Inputs in(p);
+    struct Run {
+        std::string name, rounding;  // rounding: instruction set and k block
+        Tensor w_grad;
+    };
+    std::vector<Run> runs;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (!t.runs_here) continue;
+        blocklstm::set_cpu_target(t.name);
+        const auto tuning = blocklstm::schedules::parse_cpu_tuning(t.tuning_table, t.tuning);
+        runs.push_back({t.name, t.halide_target + " k" + std::to_string(tuning.gemm_k_block), run_seq_grad(p, in).w_grad});
+    }
+    int compared = 0;
+    for (std::size_t a = 0; a < runs.size(); ++a)
+        for (std::size_t b = a + 1; b < runs.size(); ++b) {
+            if (runs[a].rounding == runs[b].rounding) continue;
+            ++compared;
+            const TensorView x = runs[a].w_grad.view(), y = runs[b].w_grad.view();
+            EXPECT_NE(std::memcmp(x.data, y.data, x.num_bytes()), 0)
+                << runs[a].name << " and " << runs[b].name << " gave the same bits: the same code ran";
+        }
+    if (compared == 0) GTEST_SKIP() << "this CPU runs no two targets that round differently";
+}
+
 // In one process, every CPU target this CPU runs computes the sequence ops within the tolerance
 // of the float64 reference (the multi-block shape: panels, tiles and k blocks past their edges).
 TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
