@@ -38,24 +38,21 @@ public:
         CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),
                                        f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)),
                                        in(h_grad), in(cs_grad), use_peephole);
-        Func cell("cell_grads");
-        cell(j, n) = Tuple(r.di, r.dci, r.df, r.do_, r.cs_prev_grad);
+        const CellGrads cell(r, j, n);
 
         const Type t = dtype;
-        (*dicfo)(j, g, n) = cast(t, gate_gradient_blocks(layout, g, cell(j, n)[0], cell(j, n)[1],
-                                                         cell(j, n)[2], cell(j, n)[3]));
-        (*cs_prev_grad)(j, n) = cast(t, cell(j, n)[4]);
+        (*dicfo)(j, g, n) = cast(t, cell.gate_blocks(layout, j, g, n));
+        (*cs_prev_grad)(j, n) = cast(t, cell.cs_prev_grad(j, n));
 
         const schedules::Machine m = machine();
-        schedules::schedule_shared_stage(cell, j, n, m);
+        schedules::schedule_shared_stage(cell.f, j, n, m);
         schedules::schedule_gate_blocks(*dicfo, j, g, n, m);
         schedules::schedule_elementwise(*cs_prev_grad, j, n, m);
 
         if (use_peephole) {
             RDom rows(0, cs_prev->dim(1).extent(), "rows");
             PeepholeGradTerms terms = peephole_grad_terms(
-                cell(j, rows)[0], cell(j, rows)[2], cell(j, rows)[3],
-                f32((*cs_prev)(j, rows)), f32((*cs)(j, rows)));
+                cell.di(j, rows), cell.df(j, rows), cell.do_(j, rows), f32((*cs_prev)(j, rows)), f32((*cs)(j, rows)));
             Func sums = peephole_sums(terms, j);
             (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
                                          cast(t, sums(j)[2]));

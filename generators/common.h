@@ -60,6 +60,23 @@ inline Expr gate_gradient_blocks(Layout layout, const Expr &block, const Expr &d
     return mux(block, blocks);
 }
 
+// One step's cell gradients as a Func of (j, n) that several outputs read (the gate gradients, the
+// gradient of the entering cell state, the peephole sums), each field by name.
+struct CellGrads {
+    Func f{"cell_grads"};  // Tuple (di, dci, df, do, cs_prev_grad)
+    CellGrads(const CellBackward &r, const Var &j, const Var &n) {
+        f(j, n) = Tuple(r.di, r.dci, r.df, r.do_, r.cs_prev_grad);
+    }
+    Expr di(const Expr &j, const Expr &n) const { return f(j, n)[0]; }
+    Expr df(const Expr &j, const Expr &n) const { return f(j, n)[2]; }
+    Expr do_(const Expr &j, const Expr &n) const { return f(j, n)[3]; }
+    Expr cs_prev_grad(const Expr &j, const Expr &n) const { return f(j, n)[4]; }
+    // dgates(j, block, n): the four gate gradients in the layout's block order.
+    Expr gate_blocks(Layout layout, const Expr &j, const Expr &block, const Expr &n) const {
+        return gate_gradient_blocks(layout, block, f(j, n)[0], f(j, n)[1], f(j, n)[2], f(j, n)[3]);
+    }
+};
+
 // sums(j) = Tuple (wci_grad, wcf_grad, wco_grad) in float32: the peephole terms summed over the
 // reduction domain they are written in (batch rows, or (rows, steps)), in order.
 inline Func peephole_sums(const PeepholeGradTerms &terms, const Var &j) {

@@ -60,12 +60,9 @@ public:
         CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),
                                        f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)), (*dh)(j, n),
                                        in(cs_grad) + (*dcs_carry)(j, n), use_peephole);
-        Func cell("cell_grads");
-        cell(j, n) = Tuple(r.di, r.dci, r.df, r.do_, r.cs_prev_grad);
-
-        (*dgates)(j, g, n) = gate_gradient_blocks(layout, g, cell(j, n)[0], cell(j, n)[1],
-                                                  cell(j, n)[2], cell(j, n)[3]);
-        (*dcs_carry_out)(j, n) = cell(j, n)[4];
+        const CellGrads cell(r, j, n);
+        (*dgates)(j, g, n) = cell.gate_blocks(layout, j, g, n);
+        (*dcs_carry_out)(j, n) = cell.cs_prev_grad(j, n);
 
         const schedules::Machine t = machine();
         schedules::schedule_gemm(
