@@ -164,7 +164,7 @@ inline const std::vector<Shape> &variant_shapes() {
         {1, 1, 1, 1, 1, 1, 0.0, 1.0, "all ones"},
         {2, 3, 5, 7, 2, 1, 3.0, 1.0, "TF defaults, odd sizes"},
         {5, 8, 16, 8, 5, 1, 0.0, 0.5, "aligned sizes"},
-        {5, 9, 31, 17, 3, 1, -1.0, -0.75, "L < T, negative clip = off"},
+        {5, 9, 31, 17, 3, 4, -1.0, -0.75, "L < T, negative clip = off"},  // |cs| past 1: a clip at |-1| shows
         {2, 17, 16, 16, 0, 1, 0.0, 1.0, "L = 0"},
         {5, 3, 0, 33, 4, 1, 0.0, 1.0, "I = 0, L < T"},
         {1, 8, 5, 64, 1, 1, 0.0, 2.0, "wide H"},
