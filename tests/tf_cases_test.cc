@@ -377,11 +377,6 @@ TEST(Float16Attrs, RoundedToHalfBeforeUse) {
 // its ulp reaches twice the addend (2048 x the addend), which the 4e-3 / 1e-2 tolerances of the
 // random-input tests cannot see at their sizes; these sums run far past that point.
 
-float value_at(const Tensor &t, int64_t k) {
-    return t.dtype() == DType::f16 ? half_to_float(static_cast<const uint16_t *>(t.data())[k])
-                                   : static_cast<const float *>(t.data())[k];
-}
-
 // The input projection over I = 4096 columns: x = 1 and the i gate's weights 2^-10 make z_i = 4
 // (a float16 sum stops at 2: i = 0.881 instead of 0.982).
 TEST(Float16Accumulation, InputProjection) {
@@ -397,7 +392,7 @@ TEST(Float16Accumulation, InputProjection) {
     const auto cell = LSTMBlockCell(x_cell, zeros_bh, zeros_bh, w16, zeros_h, zeros_h, zeros_h, b);
     for (const auto &[name, i] : {std::pair<const char *, const Tensor *>{"BlockLSTM", &v1.i},
                                   {"BlockLSTMV2", &v2.i}, {"LSTMBlockCell", &cell.i}})
-        for (int64_t n = 0; n < B; ++n) EXPECT_NEAR(value_at(*i, n), want, 1e-3) << name << " row " << n;
+        for (int64_t n = 0; n < B; ++n) EXPECT_NEAR(ref::to_array(*i).data[n], want, 1e-3) << name << " row " << n;
 }
 
 // The weight and bias gradients sum B * L rows of the gate gradients: 16,384 equal rows here, so
@@ -426,9 +421,10 @@ TEST(Float16Accumulation, WeightBiasAndPeepholeGradients) {
                  {std::tuple<const char *, const Tensor *, const Tensor *>{"w_grad", &one.w_grad, &many.w_grad},
                   {"b_grad", &one.b_grad, &many.b_grad}, {"wci_grad", &one.wci_grad, &many.wci_grad},
                   {"wcf_grad", &one.wcf_grad, &many.wcf_grad}, {"wco_grad", &one.wco_grad, &many.wco_grad}}) {
-                for (int64_t k = 0; k < a->view().num_elements(); ++k) {
-                    const double want = big * double(value_at(*a, k));
-                    EXPECT_NEAR(value_at(*b, k), want, 2e-3 * std::fabs(want) + 1e-6) << name << "[" << k << "]";
+                const Array from_one = ref::to_array(*a), from_many = ref::to_array(*b);
+                for (std::size_t k = 0; k < from_one.data.size(); ++k) {
+                    const double want = big * from_one.data[k];
+                    EXPECT_NEAR(from_many.data[k], want, 2e-3 * std::fabs(want) + 1e-6) << name << "[" << k << "]";
                     checked += std::fabs(want) > 1.0;
                 }
             }
