@@ -15,7 +15,7 @@ is written on error. The functions are generated from the library's op registry
 
 Threads and memory: set_num_threads (the CPU kernels' threads; default one per core, or the
 environment variable HL_NUM_THREADS), set_host_cache_limit / host_cache_bytes (CPU workspaces
-kept between calls), set_cpu_target / cpu_target_in_use / cpu_targets (the x86 instruction set
+kept between calls), cuda_release_memory (the device memory kept between CUDA calls), set_cpu_target / cpu_target_in_use / cpu_targets (the x86 instruction set
 the kernels run as; also the environment variable BLOCKLSTM_CPU_TARGET).
 """
 import collections
@@ -27,7 +27,7 @@ from . import _core
 
 __version__ = _core.__version__
 __all__ = ["ops", "cuda_available", "cpu_target_in_use", "cpu_target_pinned", "set_cpu_target", "cpu_targets",
-           "set_num_threads", "set_host_cache_limit", "host_cache_bytes"]
+           "set_num_threads", "set_host_cache_limit", "host_cache_bytes", "cuda_release_memory"]
 
 
 def ops():
@@ -79,6 +79,13 @@ def set_host_cache_limit(max_bytes):
 def host_cache_bytes():
     """Bytes of CPU workspace memory kept for the next call now."""
     return _core.host_cache_bytes()
+
+
+def cuda_release_memory():
+    """Gives back the device memory kept between CUDA calls for speed (this thread's cuBLAS
+    handles, the kernels' cached intermediates, the workspace pools' free memory); call it when no
+    blocklstm CUDA call is running. Later calls allocate again. Without a device it does nothing."""
+    _core.cuda_release_memory()
 
 
 def _integer(function, name, value):

@@ -174,6 +174,8 @@ def test_threads_cache_and_cpu_target_controls():
     blocklstm.set_host_cache_limit(0)
     assert blocklstm.host_cache_bytes() == 0
     blocklstm.set_host_cache_limit(1 << 30)
+    blocklstm.cuda_release_memory()  # bound; with or without a device, no error and later calls run
+    np.testing.assert_allclose(blocklstm.block_lstm(4, **a).h, want.h, atol=1e-6)
     for bad, message in ((-1, "set_num_threads: threads is -1: expected 0"), (1.5, "set_num_threads: argument "
                                                                                     "'threads': expected an integer")):
         with pytest.raises(ValueError, match=re.escape(message)):

@@ -24,6 +24,7 @@ namespace {
 
 struct Cublas {
     decltype(&::cublasCreate_v2) create = nullptr;
+    decltype(&::cublasDestroy_v2) destroy = nullptr;
     decltype(&::cublasSetStream_v2) set_stream = nullptr;
     decltype(&::cublasSetMathMode) set_math_mode = nullptr;
     cublasStatus_t (*gemm_ex)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
@@ -60,7 +61,8 @@ const Cublas &cublas() {
             if (!fn && c.why_not.empty()) c.why_not = std::string("the cuBLAS library lacks ") + name;
             return fn != nullptr;
         };
-        c.ok = load(c.create, "cublasCreate_v2") && load(c.set_stream, "cublasSetStream_v2") &&
+        c.ok = load(c.create, "cublasCreate_v2") && load(c.destroy, "cublasDestroy_v2") &&
+               load(c.set_stream, "cublasSetStream_v2") &&
                load(c.set_math_mode, "cublasSetMathMode") && load(c.gemm_ex, "cublasGemmEx");
         Dl_info info{};
         c.path = c.ok && dladdr(reinterpret_cast<void *>(c.create), &info) && info.dli_fname
@@ -100,8 +102,9 @@ void give_up_cublas(const std::string &why) {
 // One handle per (thread, context): a cuBLAS handle belongs to the context current at its
 // creation, and a handle shared between threads would race on cublasSetStream. nullptr (and
 // cuBLAS given up for the process) when cublasCreate fails.
+thread_local std::map<void *, cublasHandle_t> handles;  // by context
+
 cublasHandle_t cublas_handle(void *ctx) {
-    thread_local std::map<void *, cublasHandle_t> handles;
     auto it = handles.find(ctx);
     if (it != handles.end()) return it->second;
     cublasHandle_t h = nullptr;
@@ -113,6 +116,16 @@ cublasHandle_t cublas_handle(void *ctx) {
     handles[ctx] = h;
     return h;
 }
+
+}  // namespace
+
+// A handle holds a workspace of device memory (64 MiB on an H100: compute-sanitizer's leak check).
+void release_cublas_handles() {
+    for (const auto &[ctx, h] : handles) cuda::in_context(ctx, [h = h] { cublas().destroy(h); });
+    handles.clear();
+}
+
+namespace {
 
 cudaDataType cuda_type(DType t) { return t == DType::f16 ? CUDA_R_16F : CUDA_R_32F; }
 

@@ -46,6 +46,7 @@ std::string cuda_device_name(int) { throw Error("blocklstm: this build has no CU
 void set_cuda_stream(CudaStream) {}
 CudaStream cuda_stream() { return nullptr; }
 void cuda_synchronize() {}
+void cuda_release_memory() {}
 void set_cuda_gemm(CudaGemm) {}
 CudaGemm cuda_gemm() { return CudaGemm::halide; }
 bool cublas_available() { return false; }

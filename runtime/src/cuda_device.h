@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -40,9 +41,18 @@ void *allocate(const Call &call, std::size_t bytes);
 void free(const Call &call, void *data);
 void synchronize(const Call &call);
 
+// Runs fn with `context` (a CUcontext) current on this thread.
+void in_context(void *context, const std::function<void()> &fn);
+
 // Halide's CUDA device interface.
 const halide_device_interface_t *halide_interface();
 // Zeroed memory on the calling thread's current device, freed (cuMemFree) with the last reference.
 std::shared_ptr<std::byte[]> allocate_zeroed(std::size_t bytes);
 
 }  // namespace blocklstm::detail::cuda
+
+namespace blocklstm::detail {
+// cublasDestroy of the calling thread's cuBLAS handles (runtime/src/cublas.cpp), each in its
+// context: cuda_release_memory.
+void release_cublas_handles();
+}  // namespace blocklstm::detail

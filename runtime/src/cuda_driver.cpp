@@ -29,7 +29,7 @@ struct Driver {
     X(cuMemAlloc) X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemsetD8Async)             \
     X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuMemcpyAsync) X(cuStreamSynchronize)                \
     X(cuStreamGetCtx) X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuDeviceGetDefaultMemPool)            \
-    X(cuMemPoolSetAttribute)
+    X(cuMemPoolSetAttribute) X(cuMemPoolTrimTo)
 #define BLOCKLSTM_CU_FIELD(fn) decltype(&::fn) fn = nullptr;
     BLOCKLSTM_CU_FUNCTIONS(BLOCKLSTM_CU_FIELD)
 #undef BLOCKLSTM_CU_FIELD
@@ -276,6 +276,39 @@ std::string cuda_device_name(int device) {
     char name[256] = {};
     check(d.cuDeviceGetName(name, sizeof(name) - 1, dev), "cuDeviceGetName");
     return name;
+}
+
+namespace detail::cuda {
+void in_context(void *context, const std::function<void()> &fn) {
+    const auto &d = usable_driver();
+    check(d.cuCtxPushCurrent(static_cast<CUcontext>(context)), "cuCtxPushCurrent");
+    struct Pop {
+        ~Pop() {
+            CUcontext popped;
+            driver().cuCtxPopCurrent(&popped);
+        }
+    } pop;
+    fn();
+}
+}  // namespace detail::cuda
+
+void cuda_release_memory() {
+    using namespace detail::cuda;
+    if (driver().device_count == 0) return;  // no device: nothing was allocated
+    detail::release_cublas_handles();
+    in_context(current_context(), [] {
+        // Halide's allocation cache (install_halide_hooks) holds blocks of every device; cuMemFree,
+        // which synchronises the device, takes any context under unified addressing.
+        halide_cuda_release_unused_device_allocations(nullptr);
+    });
+    // The workspaces' pools (primary_context keeps all they are given back): trimmed to nothing.
+    const auto &d = driver();
+    for (int ordinal = 0; ordinal < d.device_count; ++ordinal) {
+        CUdevice dev;
+        CUmemoryPool pool;
+        if (d.cuDeviceGet(&dev, ordinal) == CUDA_SUCCESS && d.cuDeviceGetDefaultMemPool(&pool, dev) == CUDA_SUCCESS)
+            d.cuMemPoolTrimTo(pool, 0);
+    }
 }
 
 void set_cuda_stream(CudaStream stream) {

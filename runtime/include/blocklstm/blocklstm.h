@@ -220,6 +220,12 @@ BLOCKLSTM_API std::string cuda_unavailable_reason();
 BLOCKLSTM_API void set_cuda_stream(CudaStream stream);
 BLOCKLSTM_API CudaStream cuda_stream();
 BLOCKLSTM_API void cuda_synchronize();
+// Gives back the device memory blocklstm keeps between CUDA calls for speed: the calling thread's
+// cuBLAS handles (a 64 MiB workspace each on an H100), the kernels' cached intermediates (every
+// thread's) and the workspace pools' free memory. Call it when no blocklstm CUDA call is running
+// (e.g. before handing the GPU to other work, or before exit under a leak checker); later calls
+// allocate again. Waits for the devices. Without a device it does nothing.
+BLOCKLSTM_API void cuda_release_memory();
 
 // The batched matrix products of the sequence ops on CUDA (input projection, x_grad, h_prev_grad,
 // w_grad): cuBLAS (loaded at run time; float32 without TF32) where it can take the operands,
