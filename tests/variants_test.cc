@@ -458,10 +458,11 @@ TEST(CpuTargets, ThisCpuReadAsGccReadsIt) {
     }
 }
 
-// A pin changes the code that runs, not only the name cpu_target_in_use reports: targets of other
-// instruction sets (FMA or not) or other k blocks give BlockLSTMGrad's w_grad (a product over
-// many k blocks) in bits of their own. (Two targets that differ in tile widths alone add each
-// element in the same order: the same bits.)
+// A pin changes the code that runs, not only the name cpu_target_in_use reports: targets that
+// must round differently give BlockLSTMGrad's w_grad (a product over many rows) in bits of their
+// own: fused multiply-adds against separate ones, or one instruction set with two k blocks (the
+// check targets). Two instruction sets that both fuse may add each element in the same order
+// whatever their widths: AVX-512 and AVX2 + FMA gave the same bits on a Xeon with AVX-512.
 TEST(CpuTargets, EachPinRunsItsOwnCode) {
     RestorePin restore;
     const Shape s = *std::find_if(variant_shapes().begin(), variant_shapes().end(),
@@ -469,7 +470,9 @@ TEST(CpuTargets, EachPinRunsItsOwnCode) {
     const Problem p = make_problem(seed_for("pins run their code"), s, DType::f32, false, false, Layout::icfo);
     const Inputs in(p);
     struct Run {
-        std::string name, rounding;  // rounding: instruction set and k block
+        std::string name, halide_target;
+        bool fma;
+        int k_block;
         Tensor w_grad;
     };
     std::vector<Run> runs;
@@ -477,18 +480,20 @@ TEST(CpuTargets, EachPinRunsItsOwnCode) {
         if (!t.runs_here) continue;
         blocklstm::set_cpu_target(t.name);
         const auto tuning = blocklstm::schedules::parse_cpu_tuning(t.tuning_table, t.tuning);
-        runs.push_back({t.name, t.halide_target + " k" + std::to_string(tuning.gemm_k_block), run_seq_grad(p, in).w_grad});
+        const bool fma = contains(t.halide_target, "fma") || contains(t.halide_target, "avx512");
+        runs.push_back({t.name, t.halide_target, fma, tuning.gemm_k_block, run_seq_grad(p, in).w_grad});
     }
     int compared = 0;
     for (std::size_t a = 0; a < runs.size(); ++a)
         for (std::size_t b = a + 1; b < runs.size(); ++b) {
-            if (runs[a].rounding == runs[b].rounding) continue;
+            const Run &x = runs[a], &y = runs[b];
+            const bool must_differ = x.fma != y.fma || (x.halide_target == y.halide_target && x.k_block != y.k_block);
+            if (!must_differ) continue;
             ++compared;
-            const TensorView x = runs[a].w_grad.view(), y = runs[b].w_grad.view();
-            EXPECT_NE(std::memcmp(x.data, y.data, x.num_bytes()), 0)
-                << runs[a].name << " and " << runs[b].name << " gave the same bits: the same code ran";
+            EXPECT_NE(std::memcmp(x.w_grad.view().data, y.w_grad.view().data, x.w_grad.view().num_bytes()), 0)
+                << x.name << " and " << y.name << " gave the same bits: the same code ran";
         }
-    if (compared == 0) GTEST_SKIP() << "this CPU runs no two targets that round differently";
+    if (compared == 0) GTEST_SKIP() << "this CPU runs no two targets that must round differently";
 }
 
 // In one process, every CPU target this CPU runs computes the sequence ops within the tolerance
@@ -510,6 +515,29 @@ TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
         ++ran;
     }
     EXPECT_GT(ran, 0);
+}
+
+// cuda_release_memory gives back the cuBLAS handles, the kernels' cached intermediates and the
+// pools' memory; the calls after it allocate again and give the same bits (the CUDA kernels and
+// cuBLAS's default algorithm are deterministic on one GPU). Its name has "cuda" in it, so that it
+// runs with the CUDA cases (variants.cuda_cases, tools/gpu_check.sh).
+TEST(CudaMemory, cuda_ReleaseThenRunAgain) {
+    if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device: " << blocklstm::cuda_unavailable_reason();
+    const Shape s = *std::find_if(variant_shapes().begin(), variant_shapes().end(),
+                                  [](const Shape &v) { return std::string(v.note) == "multi-block GEMMs"; });
+    BLT_SEED(seed, "CudaMemory/release");
+    const Problem p = make_problem(seed, s, DType::f32, false, true, Layout::icfo);
+    const Inputs in(p, Device::cuda);
+    auto w_grad = [&] { return on_host(run_seq_grad(p, in).w_grad.view()); };
+    const Tensor before = w_grad();
+    blocklstm::cuda_release_memory();
+    blocklstm::cuda_release_memory();  // twice: nothing left to give back
+    const Tensor after = w_grad();
+    EXPECT_EQ(std::memcmp(before.view().data, after.view().data, before.view().num_bytes()), 0);
+    const uint64_t products = blocklstm::cublas_product_count();
+    blocklstm::cuda_release_memory();
+    (void)w_grad();
+    EXPECT_GT(blocklstm::cublas_product_count(), products) << "cuBLAS not used again after its handle was destroyed";
 }
 
 }  // namespace
