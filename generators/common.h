@@ -158,7 +158,7 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
                                : p.b_panel(x, kk, 0);
     p.part(x, y, kb) = 0.0f;
     p.part(x, y, kb) += a_kk * b_kk;
-    if (k_block > 0) {
+    if (k_block > 0 && !blocking.init_apart) {
         // Blocked k (the CPU): the initial value joins the first block's update, so that no pass
         // of its own writes c before the products do (a parallel loop that zeroed w_grad and
         // x_grad, 1 % of BlockLSTMGrad at 50,8,128). The select reads c's old value, unused, in

@@ -27,20 +27,57 @@ Var gpu_tile_flat(F &&f, Var x, Var y, Var xi, Var yi, int cols, int rows) {
     return block;
 }
 
-// A matrix product (generators/common.h: matrix_product) built with one k block (k_block 0):
-// `part` holds the whole dot products of one thread's register tile, the operand panels are
-// inlined (read straight from global memory: the columns' operand coalesced across the warp, the
-// rows' operand broadcast), and `sum` adds them to its initial value.
+// A matrix product (generators/common.h: matrix_product): `part` holds a thread's register tile
+// of dot products, the operand panels are inlined (read straight from global memory: the columns'
+// operand coalesced across the warp, the rows' operand broadcast), and `sum` adds them to its
+// initial value.
 // A thread block is 32 threads along the columns, each rx adjacent columns (so a warp's loads of
 // a weight row are one coalesced segment), times thread_rows along the rows; the rows' operand is
 // the same for a whole warp (a broadcast load).
-inline void schedule_gemm_cuda(GemmFuncs g, bool sum_is_output, int rx, int ry, int thread_rows) {
+// One k block (k_blocks false): each thread runs the whole depth and `sum` adds its tile (two
+// launches: the initial value, the product). Several (the product built with a k_block and
+// init_apart): each k block's tiles are computed in parallel, one launch, into a float32
+// workspace of depth / k_block planes, and `sum` adds the planes in order to its initial value,
+// one output per thread (three launches): a step's B x H outputs are too few threads to cover a
+// depth of 4H one product after another.
+inline void schedule_gemm_cuda(GemmFuncs g, bool sum_is_output, int rx, int ry, int thread_rows,
+                               bool k_blocks = false) {
     const int tile_cols = 32 * rx, tile_rows = thread_rows * ry;
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xt("xt"), yt("yt"), xr("xr"), yr("yr"), block("block");
     Var x = g.x, y = g.y;
 
+    // The accumulators: rx x ry registers per thread, constant extent even at the edges.
+    auto accumulators_at = [&](Func f, Var at) {
+        g.part.compute_at(f, at)
+            .bound_extent(x, rx)
+            .bound_extent(y, ry)
+            .unroll(x)
+            .unroll(y);
+        g.part.update().reorder(x, y, g.k).unroll(x).unroll(y);
+    };
     if (!sum_is_output) g.sum.compute_root();
-    gpu_tile_flat(g.sum, x, y, xi, yi, 32, 8);
+    gpu_tile_flat(g.sum, x, y, xi, yi, 32, 8);  // the initial value
+    if (k_blocks) {
+        Func planes = g.part.in(g.sum);
+        const std::vector<Var> args = planes.args();  // (x, y, kb)
+        Var kb = args[2], tile("tile");
+        planes.compute_root()
+            .tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
+            .split(xi, xt, xr, rx, TailStrategy::GuardWithIf)
+            .split(yi, yt, yr, ry, TailStrategy::GuardWithIf)
+            .reorder(xr, yr, xt, yt, xo, yo, kb)
+            .unroll(xr)
+            .unroll(yr)
+            .fuse(xo, yo, tile)
+            .fuse(tile, kb, block)  // one grid dimension, as gpu_tile_flat
+            .gpu_blocks(block)
+            .gpu_threads(xt, yt);
+        accumulators_at(planes, xt);
+        Stage add = g.sum.update();
+        add.reorder(g.blocks, x, y);
+        gpu_tile_flat(add, x, y, xi, yi, 32, 8);
+        return;
+    }
     g.sum.update()
         .tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
         .split(xi, xt, xr, rx, TailStrategy::GuardWithIf)
@@ -51,14 +88,7 @@ inline void schedule_gemm_cuda(GemmFuncs g, bool sum_is_output, int rx, int ry, 
         .fuse(xo, yo, block)  // one grid dimension, as gpu_tile_flat
         .gpu_blocks(block)
         .gpu_threads(xt, yt);
-
-    // The accumulators: rx x ry registers per thread, constant extent even at the edges.
-    g.part.compute_at(g.sum, xt)
-        .bound_extent(x, rx)
-        .bound_extent(y, ry)
-        .unroll(x)
-        .unroll(y);
-    g.part.update().reorder(x, y, g.k).unroll(x).unroll(y);
+    accumulators_at(g.sum, xt);
 }
 
 // Element-wise stages over (unit j, batch row n).

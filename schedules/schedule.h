@@ -40,16 +40,21 @@ inline Machine machine(const Halide::Target &t, const std::string &table, const 
 // How a matrix product's k and operands are blocked, which its algorithm is written for
 // (generators/common.h: matrix_product).
 struct GemmBlocking {
-    // Steps of k per block (0: all of k in one block). On the GPU a thread keeps its
-    // accumulators in registers for the whole dot product, so there is nothing to block for.
+    // Steps of k per block (0: all of k in one block). On the CPU for the cache; on the GPU for
+    // parallelism (the step products: CudaTuning::step_k_block).
     int k_block = 0;
+    // The initial value written by a stage of its own, before the blocks are added (the GPU: the
+    // CPU's first block adds it, which reads the output's old value in the other blocks, and an
+    // output read before it is written would be copied from the host, which a GPU kernel's
+    // device-only outputs do not have).
+    bool init_apart = false;
     // Rows / columns per packed panel of the operands (0: no panels): the CPU's batched products
     // pack their operands in one panel per register tile.
     int panel_rows = 0, panel_cols = 0;
 };
 
 inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m) {
-    if (m.gpu()) return {};
+    if (m.gpu()) return {.k_block = shape == GemmShape::step ? m.cuda.step_k_block : 0, .init_apart = true};
     if (shape == GemmShape::step) return {.k_block = m.cpu.gemm_step_k_block};
     return {.k_block = m.cpu.gemm_k_block, .panel_rows = m.cpu.gemm_tile_rows,
             .panel_cols = m.cpu.gemm_tile_cols()};
@@ -63,7 +68,7 @@ inline void schedule_gemm(const GemmFuncs &g, const GemmUse &use, const Machine 
         return schedule_gemm_cuda(g, use.sum_is_output, c.batched_cols_per_thread,
                                   c.batched_rows_per_thread, c.batched_thread_rows);
     schedule_gemm_cuda(g, use.sum_is_output, c.step_cols_per_thread, c.step_rows_per_thread,
-                       c.step_thread_rows);
+                       c.step_thread_rows, /*k_blocks=*/c.step_k_block > 0);
 }
 
 inline void schedule_elementwise(Halide::Func f, Halide::Var j, Halide::Var n, const Machine &m) {

@@ -51,6 +51,10 @@ struct CudaTuning {
     std::string table;
     int batched_cols_per_thread = 0, batched_rows_per_thread = 0, batched_thread_rows = 0;
     int step_cols_per_thread = 0, step_rows_per_thread = 0, step_thread_rows = 0;
+    // The step products' depth in blocks of this many (0: one block), summed in parallel, then
+    // in order: B x H outputs are too few threads for an H100 (B = 64, H = 512: 2 warps per
+    // multiprocessor with 1 x 4 tiles) to cover a depth of 4H = 2048 one after another.
+    int step_k_block = 0;
     // Element-wise kernels: units x rows per thread block.
     int elementwise_cols = 0, elementwise_rows = 0;
     // Column sums: rows summed per chunk (one thread each, in parallel), then the chunks in order.
@@ -88,6 +92,7 @@ inline const std::vector<Knob<CudaTuning>> &cuda_knobs() {
         {"step_cols_per_thread", &CudaTuning::step_cols_per_thread, 1, 16},
         {"step_rows_per_thread", &CudaTuning::step_rows_per_thread, 1, 16},
         {"step_thread_rows", &CudaTuning::step_thread_rows, 1, 32},
+        {"step_k_block", &CudaTuning::step_k_block, 0, 8192},
         {"elementwise_cols", &CudaTuning::elementwise_cols, 1, 1024},
         {"elementwise_rows", &CudaTuning::elementwise_rows, 1, 1024},
         {"sum_rows_per_chunk", &CudaTuning::sum_rows_per_chunk, 1, 65536},

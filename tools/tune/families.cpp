@@ -174,7 +174,7 @@ std::vector<Family> gpu_families() {
     const std::vector<std::string> batched{"batched_cols_per_thread", "batched_rows_per_thread",
                                            "batched_thread_rows"};
     const std::vector<std::string> step{"step_cols_per_thread", "step_rows_per_thread", "step_thread_rows",
-                                        "elementwise_cols", "elementwise_rows"};
+                                        "step_k_block", "elementwise_cols", "elementwise_rows"};
     const std::vector<std::string> sums{"sum_rows_per_chunk", "elementwise_cols", "elementwise_rows"};
     std::vector<Family> f;
     // The per-step products with their gate math: the recurrence, T launches per op.

@@ -97,7 +97,7 @@ std::string rule_broken(const Table &t) {
 std::atomic<bool> interrupted{false};
 
 struct Options {
-    std::string shapes = "100,64,512,512;200,16,256,256;100,32,256,256;50,8,128,128";
+    std::string shapes;  // default: the CPU peer benchmark's shapes, with --device cuda the GPU one's
     double minutes = 5;
     std::vector<std::string> families;
     std::string target = "host";
@@ -788,6 +788,7 @@ std::vector<int> candidates(const std::string &knob) {
     if (knob == "elementwise_cols") return {32, 64, 128, 256};
     if (knob == "elementwise_rows") return {1, 2, 4, 8};
     if (knob == "sum_rows_per_chunk") return {16, 32, 64, 128, 256, 512};
+    if (knob == "step_k_block") return {0, 128, 256, 512, 1024};
     return {};
 }
 
@@ -797,7 +798,7 @@ const std::vector<std::string> &descent_order(bool gpu) {
                                               "gemm_row_block_tiles", "gemm_column_chunks", "gemm_step_k_block",
                                               "column_sum_vectors"};
     static const std::vector<std::string> gpu_order{"step_rows_per_thread", "step_cols_per_thread", "step_thread_rows",
-                                                    "elementwise_cols", "elementwise_rows", "sum_rows_per_chunk",
+                                                    "step_k_block", "elementwise_cols", "elementwise_rows", "sum_rows_per_chunk",
                                                     "batched_rows_per_thread", "batched_cols_per_thread",
                                                     "batched_thread_rows"};
     return gpu ? gpu_order : cpu;
@@ -1150,7 +1151,8 @@ int main(int argc, char **argv) {
     });
     Options o;
     CLI::App app("blocklstm tune: fit the schedules' tuning table to this machine's CPU or GPU (docs/tuning.md)");
-    app.add_option("--shapes", o.shapes, "LSTM shapes 'T,B,I,H;...' to time the kernels on");
+    app.add_option("--shapes", o.shapes, "LSTM shapes 'T,B,I,H;...' to time the kernels on (default: the "
+                                         "benchmark's, tools/peers/bench.py's or with --device cuda gpu_bench.py's)");
     app.add_option("--minutes", o.minutes, "time budget of the search")->check(CLI::Range(0.0, 100000.0));
     app.add_option("--families", o.families, "kernel families to tune (default: all but, on a GPU, the batched "
                                              "products cuBLAS does)")->delimiter(',');
@@ -1192,6 +1194,11 @@ int main(int argc, char **argv) {
     }
     try {
         if (o.threads > 0) setenv("HL_NUM_THREADS", std::to_string(o.threads).c_str(), 1);
+        // A table tuned on the CPU shapes alone (H <= 512) picked 1 x 1 step tiles on an H100 that
+        // ran BlockLSTM 1.5x slower at H = 2048: the GPU's table is tuned on the GPU's shapes.
+        if (o.shapes.empty())
+            o.shapes = o.device == "cuda" ? "100,64,512,512;100,64,1024,1024;50,128,2048,2048;200,16,256,256;100,32,256,256"
+                                          : "100,64,512,512;200,16,256,256;100,32,256,256;50,8,128,128";
         const bool gpu = o.device != "cpu";
         std::string target_text = o.target;
         if (target_text == "host" && o.device == "cuda") target_text = "host-cuda-cuda_capability_80";
