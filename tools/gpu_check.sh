@@ -5,6 +5,13 @@
 #   tools/gpu_check.sh run [--quick] there: the GPU tests, then the cuDNN benchmark
 #                                    (tools/peers/gpu_bench.py); logs and tables go to $OUT
 #                                    if set, else gpu-carry/results
+#   tools/gpu_check.sh cpu           there: the CPU test suites on the GPU machine's host CPU, once
+#                                    per CPU target it can run (its AVX-512, where ours has none)
+#   tools/gpu_check.sh sanitize      there: the CUDA variant tests under compute-sanitizer
+#   tools/gpu_check.sh profile [T,B,H]  there: each kernel's GPU time in one call (ncu) against
+#                                    the call's wall time
+#   tools/gpu_check.sh cpu-peers [ARGS]  there: ours against oneDNN on the host CPU
+#                                    (tools/peers/bench.py ARGS), with the packed oneDNN harness
 #   tools/gpu_check.sh pack-tune     here: the tuner and its libHalide (xz, about 45 MB) into
 #                                    gpu-carry-tune/ (kept apart from gpu-carry/, which stays small)
 #   tools/gpu_check.sh tune [ARGS]   there: `blocklstm tune --device cuda` on the GPU (default
@@ -13,7 +20,7 @@
 set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-carry=$root/gpu-carry
+carry=${GPU_CARRY:-$root/gpu-carry}  # GPU_CARRY: another packed build (an A/B run)
 tune_carry=$root/gpu-carry-tune
 build=${BLOCKLSTM_BUILD_DIR:-$root/build}
 
@@ -24,25 +31,41 @@ carry_lib() {
     line=$(ldd "$1" | awk -v l="$2" '$1 ~ "^"l {print $1, $3; exit}')
     path=${line#* }
     [ -f "$path" ] || { echo "gpu_check: $(basename "$1")'s $2 not found (ldd: '$line')" >&2; exit 1; }
-    if [ "${XZ:-0}" = 1 ]; then xz -T0 -6 -c "$path" >"$3/${line%% *}.xz"
+    if [ "${XZ:-0}" = 1 ]; then xz -T0 -9e -c "$path" >"$3/${line%% *}.xz"
     else cp -L "$path" "$3/${line%% *}"; fi
+}
+
+# unpack_libs DIR: the carried libraries, decompressed into a fresh folder; prints the folder.
+unpack_libs() {
+    local lib f
+    lib=$(mktemp -d)
+    for f in "$1"/lib/*; do
+        case "$f" in *.xz) xz -dc "$f" >"$lib/$(basename "$f" .xz)" ;; *) cp "$f" "$lib/" ;; esac
+    done
+    echo "$lib"
 }
 
 case "${1:-}" in
 pack)
     set -e
     rm -rf "$carry" && mkdir -p "$carry/lib" "$carry/bin"
-    cp -a "$build"/runtime/libblocklstm.so.* "$carry/lib/"
     cp "$build/tools/blocklstm" "$carry/bin/"
+    XZ=1 carry_lib "$build/tools/blocklstm" libblocklstm.so "$carry/lib"
     carry_lib "$build/tools/blocklstm" libfmt.so "$carry/lib"  # Debian's fmt 9: not in a CUDA image
-    for t in variants_test bad_input_test thread_safety_test; do cp "$build/tests/$t" "$carry/bin/"; done
+    # The CPU peer benchmark's oneDNN harness (tools/peers/run.sh builds it) and Debian's oneDNN.
+    if [ -x "$build/peers/onednn_lstm" ]; then
+        cp "$build/peers/onednn_lstm" "$carry/bin/"
+        XZ=1 carry_lib "$build/peers/onednn_lstm" libdnnl.so "$carry/lib"
+        carry_lib "$build/peers/onednn_lstm" libgomp.so "$carry/lib"
+    fi
+    for t in variants finite_diff tf_cases bad_input thread_safety ops; do cp "$build/tests/${t}_test" "$carry/bin/"; done
     cp "$build/tests/cli/blocklstm_cli_test" "$carry/bin/"
     du -sh "$carry"
     ;;
 run)
     out=${OUT:-$carry/results}
     mkdir -p "$out"
-    export LD_LIBRARY_PATH=$carry/lib:${LD_LIBRARY_PATH:-}
+    export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
     export BLOCKLSTM_CLI=$carry/bin/blocklstm
     nvidia-smi -L
     nvidia-smi --query-gpu=driver_version --format=csv,noheader | sed 's/^/driver /'  # CUDA 13 needs >= 580
@@ -68,6 +91,122 @@ run)
     python3 tools/peers/gpu_bench.py --blocklstm "$carry/bin/blocklstm" --out "$out" "$@" || status=1
     exit $status
     ;;
+cpu)
+    out=${OUT:-$carry/results}
+    mkdir -p "$out"
+    export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
+    lscpu | grep -E '^(Model name|CPU\(s\)|Flags)' | sed -E 's/^(Flags: *).*/\1'"$(grep -o -w -E 'avx512(f|cd|dq|bw|vl|_fp16|_bf16)' /proc/cpuinfo | sort -u | tr '\n' ' ')"'/'
+    "$carry/bin/blocklstm" list | sed -n '/^CPU targets/,/^CPU target in use/p'
+    status=0
+    logs=$(mktemp -d)  # some 30 logs, returned as one archive ($OUT returns few files)
+    # Each target this CPU runs (the list's "runs here"), each suite's CPU cases pinned to it; the
+    # targets side by side (a host of 16 cores), each suite's exit code in its own file.
+    targets=$("$carry/bin/blocklstm" list | awk '/^CPU targets/{on=1; next} /^Tuning/{on=0} on && /runs here/{print $1}')
+    for target in $targets; do
+        for t in variants finite_diff tf_cases bad_input thread_safety ops; do
+            BLOCKLSTM_CPU_TARGET=$target "$carry/bin/${t}_test" --gtest_filter=-*cuda* >"$logs/${target}_${t}.log" 2>&1
+            echo $? >"$logs/${target}_${t}.rc"
+        done &
+    done
+    wait
+    for target in $targets; do
+        for t in variants finite_diff tf_cases bad_input thread_safety ops; do
+            rc=$(cat "$logs/${target}_${t}.rc")
+            echo "$target $t: $(grep -E '^\[  (PASSED|FAILED) ' "$logs/${target}_${t}.log" | tr '\n' ' ')exit $rc"
+            [ "$rc" -eq 0 ] || { status=1; grep -E -m5 -B2 'Failure|FAILED' "$logs/${target}_${t}.log"; }
+        done
+    done
+    rm -f "$logs"/*.rc && tar -C "$logs" -czf "$out/cpu_logs.tgz" .
+    exit $status
+    ;;
+sanitize)
+    # compute-sanitizer over the CUDA variant tests (some ten times slower): memcheck (out-of-bounds
+    # and misaligned device accesses, leaks) on three shapes per kernel, racecheck on the kernel
+    # with shared memory (the transpose's tile), initcheck (reads of device memory nothing wrote:
+    # the workspaces are not zeroed) on one shape per kernel.
+    out=${OUT:-$carry/results}
+    mkdir -p "$out"
+    export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
+    declare -A cases=([memcheck]='*cuda*TF_defaults_odd_sizes*:*cuda*multi_block_GEMMs*:*cuda*B_1_L_T*'
+                      [racecheck]='transpose__cuda*' [initcheck]='*cuda*TF_defaults_odd_sizes*')
+    status=0
+    for tool in memcheck racecheck initcheck; do
+        extra=()
+        [ $tool = memcheck ] && extra=(--leak-check full)
+        compute-sanitizer --tool $tool "${extra[@]}" --error-exitcode 3 \
+            "$carry/bin/variants_test" --gtest_filter="${cases[$tool]}" >"$out/sanitize_$tool.log" 2>&1
+        rc=$?
+        echo "compute-sanitizer $tool: exit $rc; $(grep -E '^========= (ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY)' "$out/sanitize_$tool.log" | tr '\n' ' ')$(grep -E '^\[  (PASSED|FAILED) ' "$out/sanitize_$tool.log" | tr '\n' ' ')"
+        [ $rc -eq 0 ] || { status=1; grep -m 20 -E '^=========' "$out/sanitize_$tool.log"; }
+    done
+    exit $status
+    ;;
+profile)
+    # Where one call's time goes: each kernel's GPU time (Nsight Compute's gpu__time_duration,
+    # clocks and caches as found: by default ncu locks base clocks and flushes the L2 before each
+    # kernel, which made the kernels' sum 1.4-1.8x the calls' wall time on an H100) in BlockLSTM and BlockLSTMGrad at T,B,I=H (default 100,64,512), float32 and
+    # float16, per call, against the call's wall time (blocklstm bench without the profiler).
+    # Per call: a step kernel runs T times a call; BlockLSTMGrad's bench also runs BlockLSTM for
+    # its activations, whose kernels are subtracted by name.
+    out=${OUT:-$carry/results}
+    mkdir -p "$out"
+    export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
+    IFS=, read -r T B H <<<"${2:-100,64,512}"
+    for dtype in float32 float16; do
+        for op in BlockLSTM BlockLSTMGrad; do
+            args=(bench "$op" --time "$T" --batch "$B" --input "$H" --cell "$H" --dtype $dtype --device cuda)
+            wall=$("$carry/bin/blocklstm" "${args[@]}" | sed -n 's/^median_ms=\([0-9.]*\).*/\1/p')
+            ncu --clock-control none --cache-control none --metrics gpu__time_duration.sum --csv "$carry/bin/blocklstm" "${args[@]}" \
+                --warmup 1 --reps 1 >"$out/profile_${op}_$dtype.csv" 2>/dev/null
+            python3 - "$op $dtype $T,$B,$H" "$wall" "$out/profile_${op}_$dtype.csv" \
+                $([ $op = BlockLSTMGrad ] && echo "$out/profile_BlockLSTM_$dtype.csv") <<'PY'
+import csv, sys, collections
+scale = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0}
+def kernels(path):  # name -> [launches, ms] over the whole profiled run
+    rows = [r for r in csv.reader(open(path)) if len(r) > 10]
+    col = {n: i for i, n in enumerate(rows[0])}
+    per = collections.defaultdict(lambda: [0.0, 0.0])
+    for r in rows[1:]:
+        k = per[r[col["Kernel Name"]][:60]]
+        k[0] += 1
+        k[1] += float(r[col["Metric Value"]].replace(",", "")) * scale[r[col["Metric Unit"]]]
+    return per
+T = int(sys.argv[1].split()[-1].split(",")[0])
+def per_call(per):  # a step kernel runs T times a call: the most launched kernel counts the calls
+    calls = max(c for c, t in per.values()) / T
+    return {n: [c / calls, t / calls] for n, (c, t) in per.items()}, calls
+per = kernels(sys.argv[3])
+if len(sys.argv) > 4:  # less the forward calls that made the activations (by kernel name)
+    fwd, _ = per_call(kernels(sys.argv[4]))
+    step = max(fwd, key=lambda n: fwd[n][0])
+    fwd_calls = per.get(step, [0, 0])[0] / T
+    for name, (c, t) in fwd.items():
+        if name in per:
+            per[name] = [per[name][0] - c * fwd_calls, per[name][1] - t * fwd_calls]
+    per = {n: v for n, v in per.items() if v[0] > 0.5}
+per, calls = per_call(per)
+gpu = sum(t for c, t in per.values())
+n = sum(c for c, t in per.values())
+wall = float(sys.argv[2])
+print(f"{sys.argv[1]}: wall {wall:.3f} ms per call (median), {n:.0f} kernels, their GPU time {gpu:.3f} ms "
+      f"({100 * gpu / wall:.0f} % of the wall time; {calls:.0f} calls profiled)")
+for name, (c, t) in sorted(per.items(), key=lambda kv: -kv[1][1])[:6]:
+    print(f"  {t:8.3f} ms  {c:5.0f} x {1e3 * t / c:7.1f} us  {name}")
+PY
+        done
+    done
+    ;;
+cpu-peers)
+    # The CPU peer benchmark (tools/peers/bench.py: ours against oneDNN, 2 threads each) on the
+    # host CPU, with the carried build; ARGS go to bench.py (e.g. --shapes, --rounds).
+    out=${OUT:-$carry/results}
+    mkdir -p "$out"
+    [ -x "$carry/bin/onednn_lstm" ] || { echo "gpu_check: no oneDNN harness packed (tools/peers/run.sh builds it)" >&2; exit 1; }
+    export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
+    shift
+    python3 tools/peers/bench.py --cli "$carry/bin/blocklstm" --onednn "$carry/bin/onednn_lstm" \
+        --out "$out" --name cpu_peers --skip tf,torch,ours_v2 --command "tools/gpu_check.sh cpu-peers $*" "$@"
+    ;;
 pack-tune)
     set -e
     rm -rf "$tune_carry" && mkdir -p "$tune_carry/lib" "$tune_carry/bin"
@@ -80,10 +219,7 @@ pack-tune)
 tune)
     out=${OUT:-$tune_carry/results}
     mkdir -p "$out"
-    lib=$(mktemp -d)
-    for f in "$tune_carry"/lib/*; do
-        case "$f" in *.xz) xz -dc "$f" >"$lib/$(basename "$f" .xz)" ;; *) cp "$f" "$lib/" ;; esac
-    done
+    lib=$(unpack_libs "$tune_carry")
     nvidia-smi -L
     shift
     # The tuner's defaults first, so that ARGS (e.g. --minutes 20, --families ...) override them.
@@ -92,7 +228,7 @@ tune)
     exit "${PIPESTATUS[0]}"
     ;;
 *)
-    echo "usage: tools/gpu_check.sh pack | run [--quick] | pack-tune | tune [blocklstm tune options]" >&2
+    echo "usage: tools/gpu_check.sh pack | run [--quick] | sanitize | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
     exit 2
     ;;
 esac

@@ -74,13 +74,40 @@ def cudnn(T, B, H, dtype, reps):
     return f, max(fb - f, 0.0)
 
 
+def step_products(shapes):
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    print("one step's product h[B,H] . W_h[H,4H] through torch.mm (cuBLAS), CUDA events around 100 products, median of 20")
+    for dtype in (torch.float32, torch.float16):
+        for (T, B, H) in shapes:
+            h = torch.randn(B, H, device="cuda", dtype=dtype)
+            w = torch.randn(H, 4 * H, device="cuda", dtype=dtype)
+            for _ in range(20):
+                torch.mm(h, w)
+            times = []
+            for _ in range(20):  # 100 products back to back: the GPU's time, not the launches'
+                e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                e0.record()
+                for _ in range(100):
+                    torch.mm(h, w)
+                e1.record()
+                e1.synchronize()
+                times.append(e0.elapsed_time(e1) * 10)  # ms per 100 -> us per product
+            print(f"  {str(dtype)[6:]:8s} B={B:4d} H={H:5d}: {statistics.median(times):8.1f} us per step")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocklstm", default="build/tools/blocklstm")
     ap.add_argument("--out", default="tools/peers/results")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="first shape only, 5 reps")
+    ap.add_argument("--step-products", action="store_true",
+                    help="only time one step's recurrent product h[B,H] . W_h[H,4H] on cuBLAS "
+                         "(torch.mm), the floor of a step that ours computes in a Halide kernel")
     a = ap.parse_args()
+    if a.step_products:
+        return step_products(SHAPES[:1] if a.quick else SHAPES)
     shapes = SHAPES[:1] if a.quick else SHAPES
     reps = 5 if a.quick else a.reps
     import torch
