@@ -214,6 +214,9 @@ pack-tune)
     # The libraries a bare machine may lack: libHalide (JIT, with LLVM's PTX back end) and fmt.
     XZ=1 carry_lib "$build/tools/blocklstm-tune" libHalide.so "$tune_carry/lib"
     carry_lib "$build/tools/blocklstm-tune" libfmt.so "$tune_carry/lib"
+    # Halide's autoscheduler plugins (--baseline autoschedulers), found beside libHalide.
+    halide_lib=$(ldd "$build/tools/blocklstm-tune" | awk '/libHalide/{print $3}')
+    cp "$(dirname "$(readlink -f "$halide_lib")")"/libautoschedule_*.so "$tune_carry/lib/"
     du -sh "$tune_carry"
     ;;
 tune)
