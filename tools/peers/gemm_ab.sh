@@ -52,9 +52,14 @@ for rev in "${revs[@]}"; do
         || { tail -20 "$work/ninja-$name.log"; exit 1; }
     out=$work/gen-$name
     mkdir -p "$out"
+    # The revision's own tuning table for the target's vector width (as generators/CMakeLists.txt
+    # picks it), as the generator params `tuning_table` and `tuning` (knob:value,...).
+    case $target in *avx512*) table=x86-64-avx512 ;; *avx2*) table=x86-64-avx2 ;; *) table=x86-64-sse41 ;; esac
+    knobs=$(python3 -c 'import json, sys; k = json.load(open(sys.argv[1]))["knobs"]; print(",".join(f"{n}:{k[n]}" for n in sorted(k)))' \
+        "$src/schedules/tuned/$table.json")
     for form in tn nn; do
         "$gen_build/generators/blocklstm_generators" -g gemm -f gemm_$form -e object -o "$out" \
-            target="$target" dtype=float32 form=$form
+            target="$target" dtype=float32 form=$form tuning_table=$table tuning="$knobs"
     done
     g++ -shared -o "$work/$name.so" "$out/gemm_tn.o" "$out/gemm_nn.o"
     libs+=("$work/$name.so")
