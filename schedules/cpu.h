@@ -71,8 +71,19 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
         .vectorize(xv)
         .unroll(yi);
+    // The tile loop the accumulators are computed at: the inner one of the two tile loops.
+    Var inner_tiles = yo;
     if (batched) {
         Var xc("xc"), work("work");
+        // The two tile loops, innermost first, as the table orders them (tuning.h).
+        const bool columns_inner = tuning.gemm_columns_inner != 0;
+        auto tiles_then = [&](std::vector<VarOrRVar> outer) {
+            std::vector<VarOrRVar> order{xo};
+            if (columns_inner) order.push_back(yo);
+            order.insert(order.end(), outer.begin(), outer.end());
+            return order;
+        };
+        if (columns_inner) inner_tiles = xo;
         Expr col_tiles = (use.cols + tile_cols - 1) / tile_cols;
         update.split(xo, xc, xo, (col_tiles + tuning.gemm_column_chunks - 1) / tuning.gemm_column_chunks,
                      TailStrategy::GuardWithIf);
@@ -98,7 +109,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             // being swept from memory once per k block; b is packed whole, once. float32 rows
             // of a are read in place (a packed copy costs more than the L2 reuse it buys);
             // float16 ones are converted once per work item and k block.
-            update.reorder(xo, g.blocks, yb, xc).fuse(yb, xc, work).parallel(work);
+            update.reorder(tiles_then({g.blocks, yb, xc})).fuse(yb, xc, work).parallel(work);
             if (use.a_converted) pack_a_at(LoopLevel(g.sum, g.blocks));
             pack_b_at(LoopLevel::root());
         } else {
@@ -106,7 +117,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             // L2) is packed once and reused by every column tile; the row blocks run in
             // parallel; b is packed once per k block for all row blocks. Measured on this
             // machine: transposed-A products 19 -> 31 GFLOP per core-second (OpenBLAS: 31-36).
-            update.reorder(xo, yb, xc).fuse(yb, xc, work).parallel(work);
+            update.reorder(tiles_then({yb, xc})).fuse(yb, xc, work).parallel(work);
             pack_a_at(LoopLevel(g.sum, work));
             if (!use.b_in_panels) pack_b_at(LoopLevel(g.sum, g.blocks));
         }
@@ -127,7 +138,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     }
 
     // Accumulators: tile_cols/vec x tile_rows vector registers, constant extent even at the edges.
-    g.part.compute_at(g.sum, yo)
+    g.part.compute_at(g.sum, inner_tiles)
         .bound_extent(x, tile_cols)
         .bound_extent(y, tile_rows)
         .vectorize(x, vec)

@@ -36,6 +36,11 @@ struct CpuTuning {
     // a batched product's work items are row blocks x column chunks (its parallel grain).
     int gemm_row_block_tiles = 0;
     int gemm_column_chunks = 0;
+    // The order of a batched product's register tiles within a work item and k block: 0, the
+    // row block's tiles innermost under each column tile (the column tile's B panel stays in L1
+    // while A streams); 1, the column chunk's tiles innermost under each row tile (the row tile's
+    // A stays in L1 while the B panels stream from L2).
+    int gemm_columns_inner = 0;
     // A column sum's parallel chunk, in vectors of one row (summed in groups that fit the registers).
     int column_sum_vectors = 0;
 
@@ -79,6 +84,7 @@ inline const std::vector<Knob<CpuTuning>> &cpu_knobs() {
         {"gemm_step_k_block", &CpuTuning::gemm_step_k_block, 16, 8192},
         {"gemm_row_block_tiles", &CpuTuning::gemm_row_block_tiles, 1, 256},
         {"gemm_column_chunks", &CpuTuning::gemm_column_chunks, 1, 64},
+        {"gemm_columns_inner", &CpuTuning::gemm_columns_inner, 0, 1},
         {"column_sum_vectors", &CpuTuning::column_sum_vectors, 1, 256},
     };
     return knobs;

@@ -60,7 +60,7 @@ file(WRITE "${WORK}/poor.json" [=[{
   "table": "x86-64-sse41",
   "knobs": {"vector_floats": 4, "gemm_tile_rows": 1, "gemm_tile_vectors": 1, "gemm_step_tile_rows": 1,
             "gemm_k_block": 512, "gemm_step_k_block": 2048, "gemm_row_block_tiles": 16,
-            "gemm_column_chunks": 2, "column_sum_vectors": 16}
+            "gemm_column_chunks": 2, "gemm_columns_inner": 0, "column_sum_vectors": 16}
 }]=])
 set(args tune --minutes 0.3 --target x86-64-linux-sse41 --from "${WORK}/poor.json" --shapes 4,16,64,64
          --families gemm_nn --threads 1 --out "${WORK}/from_poor.json")

@@ -2,7 +2,7 @@
 # program runs as the build runs it (cmake/BlocklstmTuning.cmake reads the table) on gemm form=nn
 # for AVX2, once with the checked-in table and once with a small table of other tile sizes; the
 # statements must show each table's register tile (the accumulator allocation, columns x rows)
-# and k block (the block count, (K + k_block - 1) / k_block). A table that breaks the tables'
+# and k block (the block count, (K + k_block - 1) / k_block), and the order of its tile loops. A table that breaks the tables'
 # rules (a tile wider than a panel group) must be refused, naming the table and the rule.
 #   cmake -DGENERATOR=<blocklstm_generators> -DSOURCE=<source root> -DWORK=<dir> -P check_tuning_table.cmake
 cmake_minimum_required(VERSION 3.25)
@@ -33,7 +33,12 @@ function(expect stmt what pattern)
     message(STATUS "ok: ${what}")
 endfunction()
 
+# A test table; an optional fifth argument gives gemm_columns_inner (default 0).
 function(write_table file tile_rows tile_vectors k_block)
+    set(columns_inner 0)
+    if (ARGC GREATER 4)
+        set(columns_inner "${ARGV4}")
+    endif ()
     file(WRITE "${file}" "{
   \"table\": \"x86-64-avx2\",
   \"measured\": false,
@@ -41,7 +46,8 @@ function(write_table file tile_rows tile_vectors k_block)
   \"knobs\": {
     \"vector_floats\": 8, \"gemm_tile_rows\": ${tile_rows}, \"gemm_tile_vectors\": ${tile_vectors},
     \"gemm_step_tile_rows\": 4, \"gemm_k_block\": ${k_block}, \"gemm_step_k_block\": 2048,
-    \"gemm_row_block_tiles\": 16, \"gemm_column_chunks\": 2, \"column_sum_vectors\": 16
+    \"gemm_row_block_tiles\": 16, \"gemm_column_chunks\": 2, \"gemm_columns_inner\": ${columns_inner},
+    \"column_sum_vectors\": 16
   }
 }
 ")
@@ -68,6 +74,26 @@ expect_follows("${WORK}/small.json" small 4 128 stmt)
 if (stmt MATCHES "\\+ 511\\)/512")
     message(FATAL_ERROR "small table: the statement still blocks k by 512")
 endif ()
+
+# The order of the tile loops (gemm_columns_inner): the loop over column tiles is inside the loop
+# over row tiles with 1, outside it with 0 (the small table's).
+function(expect_tile_order stmt what columns_inner)
+    string(FIND "${stmt}" "for (c.s1.x.xo.xo," column_loop)
+    string(FIND "${stmt}" "for (c.s1.y.yo.yo," row_loop)
+    if (column_loop EQUAL -1 OR row_loop EQUAL -1)
+        message(FATAL_ERROR "${what}: the lowered statement has no loop over column or row tiles")
+    endif ()
+    if (columns_inner AND NOT column_loop GREATER row_loop)
+        message(FATAL_ERROR "${what}: the column tiles' loop is not inside the row tiles' loop")
+    elseif (NOT columns_inner AND NOT column_loop LESS row_loop)
+        message(FATAL_ERROR "${what}: the row tiles' loop is not inside the column tiles' loop")
+    endif ()
+    message(STATUS "ok: ${what}")
+endfunction()
+expect_tile_order("${stmt}" "small: row tiles innermost" 0)
+write_table("${WORK}/columns_inner.json" 4 2 128 1)
+expect_follows("${WORK}/columns_inner.json" columns_inner 4 128 stmt)
+expect_tile_order("${stmt}" "columns_inner: column tiles innermost" 1)
 
 # A table the generator must refuse, with an error matching `pattern` (the table and the rule).
 function(expect_refused table_file name what pattern)

@@ -56,7 +56,8 @@ int weight_grad_chunks(const LstmShape &s) {
 
 const std::vector<std::string> batched_knobs{"vector_floats",        "gemm_tile_rows",
                                              "gemm_tile_vectors",    "gemm_k_block",
-                                             "gemm_row_block_tiles", "gemm_column_chunks"};
+                                             "gemm_row_block_tiles", "gemm_column_chunks",
+                                             "gemm_columns_inner"};
 const std::vector<std::string> step_knobs{"vector_floats", "gemm_tile_vectors", "gemm_step_tile_rows",
                                           "gemm_step_k_block", "gemm_row_block_tiles"};
 

@@ -142,6 +142,33 @@ std::string table_of(const Halide::Target &t) {
     }
 }
 
+// Why this machine cannot run `target`'s CPU code ("" when it can): another architecture or OS,
+// or an instruction set this CPU lacks.
+std::string why_this_cpu_cannot_run(const Halide::Target &target) {
+    const Halide::Target host = Halide::get_host_target();
+    if (target.arch != host.arch || target.os != host.os || target.bits != host.bits)
+        return target.to_string() + " cannot run on this " + host.to_string() + " machine";
+    for (int f = 0; f < Halide::Target::FeatureEnd; ++f) {
+        const auto feature = static_cast<Halide::Target::Feature>(f);
+        const std::string name = Halide::Target::feature_to_name(feature);
+        if (target.has_feature(feature) && !host.has_feature(feature) &&
+            std::regex_match(name, std::regex("(sse|avx|fma|f16c|x86_apx|vnni).*")))
+            return target.to_string() + " needs " + name + ", which this CPU lacks (" + host.to_string() + ")";
+    }
+    return "";
+}
+
+// The default CPU target: the first of the build's production targets (best first) that this CPU
+// runs, as the runtime chooses. The host's own target (e.g. ...-avx512_zen4-tune_znver4) adds
+// instructions and LLVM scheduling that the shipped kernels do not have, so its times would tune
+// other code than the library runs.
+Halide::Target built_cpu_target_of_this_cpu() {
+    for (const char *name : {BLOCKLSTM_BUILT_CPU_TARGETS})
+        if (const Halide::Target t(name); why_this_cpu_cannot_run(t).empty()) return t;
+    throw std::invalid_argument("this CPU runs none of the build's CPU targets (" +
+                                std::string(Halide::get_host_target().to_string()) + ")");
+}
+
 struct BuiltTable {
     const char *name, *knobs, *tuned_on;
 };
@@ -781,6 +808,7 @@ std::vector<int> candidates(const std::string &knob) {
     if (knob == "gemm_step_k_block") return {256, 512, 1024, 2048, 4096};
     if (knob == "gemm_row_block_tiles") return {4, 8, 16, 32};
     if (knob == "gemm_column_chunks") return {1, 2, 4};
+    if (knob == "gemm_columns_inner") return {0, 1};
     if (knob == "column_sum_vectors") return {4, 8, 16, 32};
     if (knob == "batched_cols_per_thread" || knob == "step_cols_per_thread") return {1, 2, 4, 8};
     if (knob == "batched_rows_per_thread" || knob == "step_rows_per_thread") return {1, 2, 4, 8, 16};
@@ -795,7 +823,8 @@ std::vector<int> candidates(const std::string &knob) {
 // The order of coordinate descent: the knobs that move the most time first.
 const std::vector<std::string> &descent_order(bool gpu) {
     static const std::vector<std::string> cpu{"gemm_k_block", "gemm_step_tile_rows", "gemm_tile_rows",
-                                              "gemm_row_block_tiles", "gemm_column_chunks", "gemm_step_k_block",
+                                              "gemm_columns_inner", "gemm_row_block_tiles", "gemm_column_chunks",
+                                              "gemm_step_k_block",
                                               "column_sum_vectors"};
     static const std::vector<std::string> gpu_order{"step_rows_per_thread", "step_cols_per_thread", "step_thread_rows",
                                                     "step_k_block", "elementwise_cols", "elementwise_rows", "sum_rows_per_chunk",
@@ -814,8 +843,13 @@ std::vector<std::pair<Table, std::string>> Tuner::grid(const Table &best) const 
         if (!read("gemm_tile_vectors")) return out;
         const int registers = best.get("vector_floats") >= 16 ? 32 : 16;
         for (int vectors : candidates("gemm_tile_vectors")) {
-            for (int fewer : {0, 2}) {
-                const int rows = (registers - vectors - 1) / vectors - fewer;
+            // The most rows the registers hold, two fewer, and 16 accumulators: one FMA port's
+            // latency needs fewer than two ports' (AMD Zen 4 ran its batched products 1.2x
+            // faster on 8 x 2 vectors than on 12 x 2; a step of -1 from 12 never gets there).
+            const int most = (registers - vectors - 1) / vectors;
+            std::vector<int> rows_tried{most, most - 2};
+            if (16 / vectors < most - 2) rows_tried.push_back(16 / vectors);
+            for (int rows : rows_tried) {
                 if (rows < 1) continue;
                 Table t = best;
                 t.set("gemm_tile_vectors", vectors);
@@ -1156,7 +1190,8 @@ int main(int argc, char **argv) {
     app.add_option("--minutes", o.minutes, "time budget of the search")->check(CLI::Range(0.0, 100000.0));
     app.add_option("--families", o.families, "kernel families to tune (default: all but, on a GPU, the batched "
                                              "products cuBLAS does)")->delimiter(',');
-    app.add_option("--target", o.target, "Halide target to tune for (default: host; with --device cuda "
+    app.add_option("--target", o.target, "Halide target to tune for (default: the build's best CPU target this CPU "
+                                         "runs, as the runtime picks it; with --device cuda "
                                          "host-cuda-cuda_capability_80, as the CUDA kernels are built)");
     app.add_option("--from", o.from, "table to start from (default: the one this build used for the target)");
     app.add_option("--out", o.out, "table to write (default: ./<table>.json)");
@@ -1205,27 +1240,18 @@ int main(int argc, char **argv) {
         if (target_text == "host" && o.device == "opencl") target_text = "host-opencl";
         if (target_text != "host" && !Halide::Target::validate_target_string(target_text))
             throw std::invalid_argument("--target: '" + target_text + "' is not a Halide target (e.g. x86-64-linux-avx2-fma-f16c)");
-        const Halide::Target target = target_text == "host" ? Halide::get_host_target() : Halide::Target(target_text);
+        const Halide::Target target = target_text != "host"        ? Halide::Target(target_text)
+                                      : o.device == "cpu"           ? built_cpu_target_of_this_cpu()
+                                                                    : Halide::get_host_target();
         const bool fits = o.device == "cuda"     ? target.has_feature(Halide::Target::CUDA)
                           : o.device == "opencl" ? target.has_feature(Halide::Target::OpenCL)
                                                  : !target.has_gpu_feature();
         if (!fits)
             throw std::invalid_argument("--target: " + target.to_string() + " does not fit --device " + o.device +
                                         " (cpu: no GPU feature, cuda: cuda, opencl: opencl)");
-        if (!gpu) {  // its kernels run here: an instruction set this CPU lacks would end in SIGILL
-            const Halide::Target host = Halide::get_host_target();
-            if (target.arch != host.arch || target.os != host.os || target.bits != host.bits)
-                throw std::invalid_argument("--target: " + target.to_string() + " cannot run on this " +
-                                            host.to_string() + " machine (the tuner times its kernels here)");
-            for (int f = 0; f < Halide::Target::FeatureEnd; ++f) {
-                const auto feature = static_cast<Halide::Target::Feature>(f);
-                const std::string name = Halide::Target::feature_to_name(feature);
-                if (target.has_feature(feature) && !host.has_feature(feature) &&
-                    std::regex_match(name, std::regex("(sse|avx|fma|f16c|x86_apx|vnni).*")))
-                    throw std::invalid_argument("--target: " + target.to_string() + " needs " + name +
-                                                ", which this CPU lacks (" + host.to_string() + "): the tuner times its kernels here");
-            }
-        }
+        if (!gpu)  // its kernels run here: an instruction set this CPU lacks would end in SIGILL
+            if (const std::string why = why_this_cpu_cannot_run(target); !why.empty())
+                throw std::invalid_argument("--target: " + why + ": the tuner times its kernels here");
         const std::vector<LstmShape> shapes = parse_shapes(o.shapes);
         o.shapes = "";  // as parsed (any whitespace the option had never reaches the table's JSON)
         for (const LstmShape &s : shapes) o.shapes += (o.shapes.empty() ? "" : " ") + s.text();
