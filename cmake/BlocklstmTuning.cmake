@@ -3,7 +3,9 @@
 # the files of BLOCKLSTM_TUNING, each replacing the table its "table" field names.
 
 # blocklstm_read_tuning(FILE PREFIX): PREFIX_TABLE (the table's name), PREFIX_KNOBS
-# ("name:value,..." in the file's order), PREFIX_TUNED_ON (where and how it was tuned, or why not).
+# ("name:value,..." in the file's order), PREFIX_TUNED_ON (where and how it was tuned, or why not),
+# PREFIX_CPU ("VENDOR:FAMILY" from the optional "cpu" object, the CPUs a target with this table is
+# chosen on automatically, e.g. "AuthenticAMD:25"; "" for any CPU).
 function(blocklstm_read_tuning file prefix)
     if (NOT EXISTS "${file}")
         message(FATAL_ERROR "tuning table ${file}: no such file")
@@ -31,6 +33,18 @@ function(blocklstm_read_tuning file prefix)
         list(APPEND knobs "${name}:${value}")
     endforeach ()
     list(JOIN knobs "," knobs)
+    set(cpu "")
+    string(JSON cpu_type ERROR_VARIABLE error TYPE "${json}" cpu)
+    if (NOT error)
+        string(JSON vendor ERROR_VARIABLE error GET "${json}" cpu vendor)
+        string(JSON family ERROR_VARIABLE error2 GET "${json}" cpu family)
+        if (NOT cpu_type STREQUAL "OBJECT" OR error OR error2 OR NOT vendor MATCHES "^[A-Za-z]+$"
+            OR NOT family MATCHES "^[0-9]+$")
+            message(FATAL_ERROR "tuning table ${file}: \"cpu\" must be {\"vendor\": \"<cpuid vendor, e.g. "
+                    "AuthenticAMD>\", \"family\": <cpuid family, e.g. 25>}")
+        endif ()
+        set(cpu "${vendor}:${family}")
+    endif ()
     if (NOT measured)
         set(tuned_on "(not measured) ${tuned_on}")
     endif ()
@@ -41,10 +55,11 @@ function(blocklstm_read_tuning file prefix)
     set(${prefix}_TABLE "${table}" PARENT_SCOPE)
     set(${prefix}_KNOBS "${knobs}" PARENT_SCOPE)
     set(${prefix}_TUNED_ON "${tuned_on}" PARENT_SCOPE)
+    set(${prefix}_CPU "${cpu}" PARENT_SCOPE)
 endfunction()
 
 # blocklstm_load_tuning_tables(): BLOCKLSTM_TUNING_TABLES (their names) and, for each,
-# BLOCKLSTM_TUNING_<name>_KNOBS / _TUNED_ON / _FILE, in the caller's scope. A relative path in
+# BLOCKLSTM_TUNING_<name>_KNOBS / _TUNED_ON / _CPU / _FILE, in the caller's scope. A relative path in
 # BLOCKLSTM_TUNING is taken from the source tree's root.
 macro(blocklstm_load_tuning_tables)
     file(GLOB blocklstm_files "${PROJECT_SOURCE_DIR}/schedules/tuned/*.json")
@@ -63,6 +78,7 @@ macro(blocklstm_load_tuning_tables)
         endif ()
         set(BLOCKLSTM_TUNING_${blocklstm_t_TABLE}_KNOBS "${blocklstm_t_KNOBS}")
         set(BLOCKLSTM_TUNING_${blocklstm_t_TABLE}_TUNED_ON "${blocklstm_t_TUNED_ON}")
+        set(BLOCKLSTM_TUNING_${blocklstm_t_TABLE}_CPU "${blocklstm_t_CPU}")
         set(BLOCKLSTM_TUNING_${blocklstm_t_TABLE}_FILE "${blocklstm_file}")
     endforeach ()
     foreach (blocklstm_file IN LISTS blocklstm_own_files)

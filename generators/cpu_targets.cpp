@@ -4,9 +4,10 @@
 // from a target string, and the tuning table its kernels were built with (checked here by the
 // tables' rules, schedules/tuning.h, before any kernel is generated from it).
 //
-//   blocklstm_cpu_targets OUT.inc TAG|NAME|HALIDE_TARGET|TABLE|KNOBS|TUNED_ON|CHECK ...
+//   blocklstm_cpu_targets OUT.inc TAG|NAME|HALIDE_TARGET|TABLE|KNOBS|TUNED_ON|CHECK|CPU ...
 // CHECK 1 marks a test build's extra target (another table's tiles on this instruction set),
-// never chosen automatically.
+// never chosen automatically. CPU: "VENDOR:FAMILY", the CPUs the table is for (chosen
+// automatically only there), or "" for any.
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -40,20 +41,26 @@ std::string quoted(const std::string &s) {
 
 int main(int argc, char **argv) {
     if (argc < 3) {
-        std::cerr << "usage: blocklstm_cpu_targets OUT.inc TAG|NAME|HALIDE_TARGET|TABLE|KNOBS|TUNED_ON|CHECK ...\n";
+        std::cerr << "usage: blocklstm_cpu_targets OUT.inc TAG|NAME|HALIDE_TARGET|TABLE|KNOBS|TUNED_ON|CHECK|CPU ...\n";
         return 2;
     }
     std::ostringstream symbols;
     std::vector<std::string> specs;
     for (int a = 2; a < argc; ++a) {
         const std::vector<std::string> f = split(argv[a], '|');
-        if (f.size() != 7) {
+        if (f.size() != 8) {
             std::cerr << "blocklstm_cpu_targets: malformed entry '" << argv[a] << "'\n";
             return 2;
         }
         const std::string &tag = f[0], &name = f[1], &target_string = f[2];
         const std::string &table = f[3], &knobs = f[4], &tuned_on = f[5];
         const bool check = f[6] == "1";
+        const std::vector<std::string> cpu = split(f[7], ':');  // vendor, family
+        if (!f[7].empty() && (cpu.size() != 2 || cpu[1].empty() ||
+                              cpu[1].find_first_not_of("0123456789") != std::string::npos)) {
+            std::cerr << "blocklstm_cpu_targets: table " << table << ": cpu '" << f[7] << "' is not VENDOR:FAMILY\n";
+            return 2;
+        }
         if (!Halide::Target::validate_target_string(target_string)) {
             std::cerr << "blocklstm_cpu_targets: '" << target_string << "' is not a Halide target\n";
             return 2;
@@ -74,7 +81,8 @@ int main(int argc, char **argv) {
         symbols << " \\\n    M(kernel, " << tag << ")";
         std::ostringstream spec;
         spec << "    {" << quoted(name) << ", " << quoted(target_string) << ", " << quoted(table) << ", "
-             << quoted(knobs) << ", " << quoted(tuned_on) << ", " << (check ? "true" : "false") << ", {"
+             << quoted(knobs) << ", " << quoted(tuned_on) << ", " << (check ? "true" : "false") << ", "
+             << quoted(f[7].empty() ? "" : cpu[0]) << ", " << (f[7].empty() ? "0" : cpu[1]) << ", {"
              << features.str() << "}},";
         specs.push_back(spec.str());
     }
@@ -85,7 +93,7 @@ int main(int argc, char **argv) {
            "#define BLOCKLSTM_FOR_EACH_CPU_TARGET(M, kernel)"
         << symbols.str() << "\n\n"
         << "// {name, Halide target, tuning table, its knobs, where it was tuned, check_only,\n"
-           "//  {{feature bit, feature name}, ...}}\n"
+           "//  the table's CPU vendor and family (\"\", 0: any CPU), {{feature bit, feature name}, ...}}\n"
            "#define BLOCKLSTM_CPU_TARGET_SPECS";
     for (const std::string &spec : specs) out << " \\\n" << spec;
     out << "\n";

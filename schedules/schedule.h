@@ -32,8 +32,22 @@ struct Machine {
 inline Machine machine(const Halide::Target &t, const std::string &table, const std::string &knobs,
                        bool autoschedule = false) {
     Machine m{t, {}, {}, autoschedule};
-    if (m.gpu()) m.cuda = parse_cuda_tuning(table, knobs);
-    else m.cpu = parse_cpu_tuning(table, knobs);
+    if (m.gpu()) {
+        m.cuda = parse_cuda_tuning(table, knobs);
+        return m;
+    }
+    m.cpu = parse_cpu_tuning(table, knobs);
+    // A batched product reads its output back between k blocks, and Halide 21 gives that load the
+    // alignment its index implies (a load of an output carries no host alignment, a store does):
+    // with tiles of a multiple of a vector's floats in rows, the load is an aligned vector load,
+    // which faults on an output aligned to its elements only, as callers may pass. A check target
+    // (another instruction set's table) may: its tests pass aligned outputs.
+    const int native = t.natural_vector_size<float>();
+    if (m.cpu.vector_floats == native && m.cpu.gemm_tile_rows % native == 0)
+        throw std::invalid_argument(tuning_error(
+            table, "gemm_tile_rows " + std::to_string(m.cpu.gemm_tile_rows) + " is a multiple of the " +
+                       std::to_string(native) + " floats of a vector: Halide would read the batched products' "
+                       "outputs back with aligned loads, which fault on outputs aligned to their elements only"));
     return m;
 }
 

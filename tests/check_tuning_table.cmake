@@ -109,6 +109,12 @@ write_table("${WORK}/broken.json" 2 5 128)
 expect_refused("${WORK}/broken.json" broken "a broken table is refused, naming the table and the rule"
                "tuning table x86-64-avx2: register tiles of gemm_tile_vectors 5 x 8 = 40 columns do not divide a panel group of 32 columns")
 
+# A table whose batched tiles have a multiple of a vector's floats in rows (8 with AVX2): Halide
+# would read the products' outputs back with aligned loads (schedules/schedule.h: machine).
+write_table("${WORK}/aligned_rows.json" 8 1 128)
+expect_refused("${WORK}/aligned_rows.json" aligned_rows "tiles of a vector's floats in rows are refused"
+               "tuning table x86-64-avx2: gemm_tile_rows 8 is a multiple of the 8 floats of a vector")
+
 # A table whose vectors are not its instruction set's: 16 floats in the AVX2 table (the tiles
 # would fit AVX-512's 32 registers, not AVX2's 16).
 file(READ "${WORK}/small.json" small)

@@ -3,6 +3,7 @@
 // <kernel>.<Op>_<plain|peephole>__<shape case>, over the named shapes and the tile-boundary
 // shapes derived from the schedules' tile parameters (test_util.h).
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -330,18 +331,21 @@ TEST(CpuTargets, ListedWithWhatThisCpuRuns) {
         // Every table compiled in keeps the tables' rules (schedules/tuning.h).
         EXPECT_NO_THROW(blocklstm::schedules::parse_cpu_tuning(t.tuning_table, t.tuning)) << t.name;
         EXPECT_FALSE(t.tuned_on.empty()) << t.name;
-        EXPECT_EQ(t.check_only, contains(t.name, "@")) << t.name;
+        // "@<table>": a check target always; a production one only with a table for some CPUs
+        // (otherwise it would take its instruction set's place everywhere).
+        EXPECT_EQ(contains(t.name, "@"), t.check_only || !t.tuned_for.empty()) << t.name;
+        if (t.tuned_for.empty()) EXPECT_TRUE(t.tuned_for_this_cpu) << t.name;
     }
 }
 
-// Unpinned, a call runs the first production target this CPU supports.
+// Unpinned, a call runs the first production target this CPU supports whose table is for it.
 TEST(CpuTargets, AutomaticIsTheBestRunnableProductionTarget) {
     RestorePin restore;
     blocklstm::set_cpu_target("");
     EXPECT_FALSE(blocklstm::cpu_target_pinned());
     std::string best;
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
-        if (t.runs_here && !t.check_only && best.empty()) best = t.name;
+        if (t.runs_here && !t.check_only && t.tuned_for_this_cpu && best.empty()) best = t.name;
     }
     EXPECT_EQ(blocklstm::cpu_target_in_use(), best);
 }
@@ -354,12 +358,16 @@ TEST(CpuTargets, PinnedByNameHalideTargetOrLeadingPart) {
         blocklstm::set_cpu_target(t.name);
         EXPECT_EQ(blocklstm::cpu_target_in_use(), t.name);
         EXPECT_TRUE(blocklstm::cpu_target_pinned());
-        if (t.check_only) continue;
-        blocklstm::set_cpu_target("");
-        blocklstm::set_cpu_target(t.halide_target);
-        EXPECT_EQ(blocklstm::cpu_target_in_use(), t.name);
-        // "avx2-fma-f16c" is also "avx2"; "avx512_skylake" also "avx512".
-        const std::string lead = t.name.substr(0, t.name.find_first_of("-_"));
+        // "avx2-fma-f16c" is also "avx2"; "avx512_skylake" also "avx512"; "avx2-fma-f16c@avx512"
+        // also "avx2@avx512". The Halide target names the instruction set's own table.
+        const std::size_t at = t.name.find('@');
+        const std::string isa = t.name.substr(0, at);
+        const std::string lead = isa.substr(0, isa.find_first_of("-_")) + (at == std::string::npos ? "" : t.name.substr(at));
+        if (at == std::string::npos) {
+            blocklstm::set_cpu_target("");
+            blocklstm::set_cpu_target(t.halide_target);
+            EXPECT_EQ(blocklstm::cpu_target_in_use(), t.name);
+        }
         blocklstm::set_cpu_target("");
         blocklstm::set_cpu_target(lead);
         EXPECT_EQ(blocklstm::cpu_target_in_use(), t.name) << "pinned as '" << lead << "'";
@@ -431,6 +439,16 @@ TEST(CpuTargets, FeaturesDecodedFromCpuidAndXcr0) {
     EXPECT_EQ(lacks(sse41_only, "sse41"), "");
     EXPECT_EQ(lacks(sse41_only, "f16c"), "OSXSAVE, OS support for AVX state (XCR0 bits 1-2), F16C");
     EXPECT_FALSE(x86_missing(skylake_x, "avx512_zen5").has_value());  // not described: Halide's answer
+    // The CPUs a table is for: vendor and family (AMD's family 0x19 with AVX-512 is Zen 4; Zen 5
+    // is 0x1a, with a 512-bit datapath like Intel's).
+    using blocklstm::detail::x86_is;
+    X86State zen4{avx_ecx, skx_ebx, 0xe7, "AuthenticAMD", 0x19}, zen5 = zen4, sapphire_rapids = zen4;
+    zen5.family = 0x1a;
+    sapphire_rapids.vendor = "GenuineIntel", sapphire_rapids.family = 6;
+    EXPECT_TRUE(x86_is(zen4, "AuthenticAMD", 0x19));
+    EXPECT_FALSE(x86_is(zen5, "AuthenticAMD", 0x19));
+    EXPECT_FALSE(x86_is(sapphire_rapids, "AuthenticAMD", 0x19));
+    EXPECT_TRUE(x86_is(sapphire_rapids, "", 0));  // a table for any CPU
 }
 
 // On this machine, the runtime's reading agrees with GCC's (libgcc reads cpuid and XCR0 itself), and
@@ -449,6 +467,20 @@ TEST(CpuTargets, ThisCpuReadAsGccReadsIt) {
     const blocklstm::detail::X86State here = blocklstm::detail::read_x86_state();
     for (const auto &[feature, supported] : gcc)
         EXPECT_EQ(blocklstm::detail::x86_missing(here, feature)->empty(), supported) << feature;
+    // The vendor and family the tables' CPUs are told by.
+    EXPECT_EQ(here.vendor == "AuthenticAMD", __builtin_cpu_is("amd") != 0) << here.vendor;
+    EXPECT_EQ(here.vendor == "GenuineIntel", __builtin_cpu_is("intel") != 0) << here.vendor;
+    if (here.vendor == "AuthenticAMD") {
+        EXPECT_EQ(here.family == 0x19, __builtin_cpu_is("amdfam19h") != 0) << here.family;
+        EXPECT_EQ(here.family == 0x17, __builtin_cpu_is("amdfam17h") != 0) << here.family;
+    }
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (t.tuned_for.empty()) continue;
+        char vendor[32] = {};
+        unsigned family = 0;
+        ASSERT_EQ(std::sscanf(t.tuned_for.c_str(), "%31s family 0x%x", vendor, &family), 2) << t.tuned_for;
+        EXPECT_EQ(t.tuned_for_this_cpu, here.vendor == vendor && here.family == int(family)) << t.name;
+    }
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
         const bool avx512 = contains(t.halide_target, "avx512_skylake"), avx2 = contains(t.halide_target, "avx2");
         const bool expected = avx512 ? gcc.at("avx512_skylake")
@@ -459,10 +491,12 @@ TEST(CpuTargets, ThisCpuReadAsGccReadsIt) {
 }
 
 // A pin changes the code that runs, not only the name cpu_target_in_use reports: targets that
-// must round differently give BlockLSTMGrad's w_grad (a product over many rows) in bits of their
-// own: fused multiply-adds against separate ones, or one instruction set with two k blocks (the
-// check targets). Two instruction sets that both fuse may add each element in the same order
-// whatever their widths: AVX-512 and AVX2 + FMA gave the same bits on a Xeon with AVX-512.
+// must round differently give BlockLSTMGrad's w_grad and x_grad (products over many rows and
+// over 4H = 260) in bits of their own: fused multiply-adds against separate ones, or one
+// instruction set with k blocks of another size (x_grad: two blocks of 256 against one of 512;
+// w_grad's depth, L*B = 119, is one block in every table). Two instruction sets that both fuse
+// may add each element in the same order whatever their widths: AVX-512 and AVX2 + FMA gave the
+// same bits on a Xeon with AVX-512.
 TEST(CpuTargets, EachPinRunsItsOwnCode) {
     RestorePin restore;
     const Shape s = *std::find_if(variant_shapes().begin(), variant_shapes().end(),
@@ -473,7 +507,7 @@ TEST(CpuTargets, EachPinRunsItsOwnCode) {
         std::string name, halide_target;
         bool fma;
         int k_block;
-        Tensor w_grad;
+        Tensor w_grad, x_grad;
     };
     std::vector<Run> runs;
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
@@ -481,7 +515,9 @@ TEST(CpuTargets, EachPinRunsItsOwnCode) {
         blocklstm::set_cpu_target(t.name);
         const auto tuning = blocklstm::schedules::parse_cpu_tuning(t.tuning_table, t.tuning);
         const bool fma = contains(t.halide_target, "fma") || contains(t.halide_target, "avx512");
-        runs.push_back({t.name, t.halide_target, fma, tuning.gemm_k_block, run_seq_grad(p, in).w_grad});
+        auto grads = run_seq_grad(p, in);
+        runs.push_back({t.name, t.halide_target, fma, tuning.gemm_k_block, std::move(grads.w_grad),
+                        std::move(grads.x_grad)});
     }
     int compared = 0;
     for (std::size_t a = 0; a < runs.size(); ++a)
@@ -490,7 +526,10 @@ TEST(CpuTargets, EachPinRunsItsOwnCode) {
             const bool must_differ = x.fma != y.fma || (x.halide_target == y.halide_target && x.k_block != y.k_block);
             if (!must_differ) continue;
             ++compared;
-            EXPECT_NE(std::memcmp(x.w_grad.view().data, y.w_grad.view().data, x.w_grad.view().num_bytes()), 0)
+            auto same = [](const Tensor &u, const Tensor &v) {
+                return std::memcmp(u.view().data, v.view().data, u.view().num_bytes()) == 0;
+            };
+            EXPECT_FALSE(same(x.w_grad, y.w_grad) && same(x.x_grad, y.x_grad))
                 << x.name << " and " << y.name << " gave the same bits: the same code ran";
         }
     if (compared == 0) GTEST_SKIP() << "this CPU runs no two targets that must round differently";

@@ -337,17 +337,20 @@ void list_kernels(bool kernel_rows) {
         }
     }
     // The CPU targets every CPU kernel was compiled for, and which one runs.
-    std::printf("\nCPU targets (best first; check targets: an instruction set with another target's\n"
-                "tuning table, for the tests):\n");
+    std::printf("\nCPU targets (best first; <instruction set>@<table>: the instruction set with that\n"
+                "tuning table, chosen only on the CPUs the table is for; check targets: for the tests):\n");
     std::map<std::string, std::string> tables;  // the tuning tables compiled in, and where they were tuned
     for (const CpuTarget &t : cpu_targets()) {
-        fmt::print("  {:<22} {:<30} table {:<14} {}{}{}\n", t.name, t.halide_target, t.tuning_table,
-                   t.runs_here ? "runs here" : "this CPU lacks " + t.missing, t.check_only ? ", check target" : "",
-                   t.name == in_use ? "  <- in use" : "");
-        tables[t.tuning_table] = t.tuned_on;
+        const std::string chosen = t.tuned_for.empty() || t.check_only ? ""
+                                   : t.tuned_for_this_cpu          ? ", tuned for this CPU"
+                                                                   : ", tuned for " + t.tuned_for + " only";
+        fmt::print("  {:<26} {:<30} table {:<18} {}{}{}{}\n", t.name, t.halide_target, t.tuning_table,
+                   t.runs_here ? "runs here" : "this CPU lacks " + t.missing, chosen,
+                   t.check_only ? ", check target" : "", t.name == in_use ? "  <- in use" : "");
+        tables[t.tuning_table] = (t.tuned_for.empty() ? "" : "for " + t.tuned_for + ": ") + t.tuned_on;
     }
     std::printf("Tuning tables (blocklstm tune writes them; docs/tuning.md):\n");
-    for (const auto &[table, tuned_on] : tables) fmt::print("  {:<14} {}\n", table, tuned_on);
+    for (const auto &[table, tuned_on] : tables) fmt::print("  {:<18} {}\n", table, tuned_on);
     std::printf("CPU target in use: %s (%s)\n", in_use.c_str(),
                 cpu_target_pinned() ? "pinned" : "automatic; pin with BLOCKLSTM_CPU_TARGET");
     if (cuda_built()) {

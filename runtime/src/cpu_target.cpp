@@ -4,6 +4,7 @@
 // process and keep the choice: so a pin takes effect at the next call, and one test process can
 // run every target this CPU supports.
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <utility>
@@ -21,15 +22,29 @@ namespace {
 struct CpuTargetSpec {
     const char *name, *halide_target, *tuning_table, *tuning, *tuned_on;
     bool check_only;
+    const char *cpu_vendor;  // the CPUs the table is for: cpuid vendor and family ("", 0: any)
+    int cpu_family;
     std::vector<std::pair<int, const char *>> features;  // Halide feature bit, name
 };
+
+const X86State &this_cpu() {
+    static const X86State state = read_x86_state();
+    return state;
+}
+
+// "AuthenticAMD family 0x19" ("" for any CPU).
+std::string cpu_description(const char *vendor, int family) {
+    if (!*vendor) return "";
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "0x%x", unsigned(family));
+    return std::string(vendor) + " family " + hex;
+}
 
 // What this CPU lacks of one Halide feature: "" if nothing, else the feature's name with the
 // missing parts. The runtime's own reading of cpuid and XCR0 decides (x86_features.h says why
 // Halide's is not enough); Halide's answer only for a feature that reading does not describe.
 std::string cpu_lacks(int bit, const char *feature) {
-    static const X86State state = read_x86_state();
-    if (const auto missing = x86_missing(state, feature)) {
+    if (const auto missing = x86_missing(this_cpu(), feature)) {
         std::string parts;
         for (const std::string &m : *missing) parts += (parts.empty() ? "" : ", ") + m;
         return parts.empty() ? "" : std::string(feature) + " (" + parts + ")";
@@ -49,6 +64,8 @@ const std::vector<CpuTarget> &compiled() {
             t.name = s.name, t.halide_target = s.halide_target;
             t.tuning_table = s.tuning_table, t.tuning = s.tuning, t.tuned_on = s.tuned_on;
             t.check_only = s.check_only;
+            t.tuned_for = cpu_description(s.cpu_vendor, s.cpu_family);
+            t.tuned_for_this_cpu = x86_is(this_cpu(), s.cpu_vendor, s.cpu_family);
             for (const auto &[bit, name] : s.features) {
                 const std::string lacks = cpu_lacks(bit, name);
                 if (!lacks.empty()) t.missing += (t.missing.empty() ? "" : "; ") + lacks;
@@ -74,8 +91,9 @@ std::string what_there_is() {
     return "This library has (best first): " + names(false) + "; this CPU runs: " + names(true);
 }
 
-// `pin` is a target's name or Halide target, or the leading part of a name up to a '-' or '_'
-// (before and after an '@' separately: "avx2@avx512" names avx2-fma-f16c@avx512).
+// `pin` is a target's name or Halide target (the target with that instruction set's own table),
+// or the leading part of a name up to a '-' or '_' (before an '@'; the table after it in full:
+// "avx2@avx512" names avx2-fma-f16c@avx512).
 int match(const std::string &pin) {
     const std::vector<CpuTarget> &ts = compiled();
     auto split = [](const std::string &s) {
@@ -89,7 +107,8 @@ int match(const std::string &pin) {
     };
     std::vector<int> found;
     for (int k = 0; k < static_cast<int>(ts.size()); ++k) {
-        if (pin == ts[k].name || pin == ts[k].halide_target) {
+        // A Halide target string names its instruction set with its own table (no "@<table>").
+        if (pin == ts[k].name || (pin == ts[k].halide_target && ts[k].name.find('@') == std::string::npos)) {
             found = {k};
             break;
         }
@@ -136,7 +155,7 @@ int automatic() {
     static const int best = [] {
         const std::vector<CpuTarget> &ts = compiled();
         for (int k = 0; k < static_cast<int>(ts.size()); ++k) {
-            if (ts[k].runs_here && !ts[k].check_only) return k;
+            if (ts[k].runs_here && !ts[k].check_only && ts[k].tuned_for_this_cpu) return k;
         }
         return -1;
     }();

@@ -2,6 +2,7 @@
 // runs per step; the input projection (forward) and x_grad, w_grad, b_grad
 // and the peephole grads (backward) are batched over the whole sequence.
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 
@@ -202,11 +203,18 @@ void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const float *x, const 
     // h_prev_seq's rows r are h_prev's for r < B, then h's: a chunk that starts in h_prev is
     // copied, every later one read in place.
     Scratch h_head(exec, chunk * H * 4, Scratch::Fill::none);
+    // The h product's rows start at w_grad's row I. A product reads its output back between k
+    // blocks with the alignment its index implies (schedules/schedule.h: machine), which a check
+    // target's tiles may make a whole vector, so where row I is not aligned to a cache line
+    // (I * 4H floats in) the h product runs in a workspace, copied to row I at the end.
+    const bool row_i_aligned = reinterpret_cast<std::uintptr_t>(w_grad + I * G) % 64 == 0;
+    std::optional<Scratch> h_rows;
+    if (!row_i_aligned) h_rows.emplace(exec, H * G * 4, Scratch::Fill::none);
+    float *row_i = row_i_aligned ? w_grad + I * G : h_rows->floats();
     // The x product's extra row (b_grad's sum) and the h product's first row are both w_grad's
     // row I: while the x product runs, the h product's partial row waits here, and the other
     // way round.
     Scratch other_row(exec, G * 4, Scratch::Fill::none);
-    float *row_i = w_grad + I * G;
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t n = std::min(chunk, rows - r0);
         float accumulate = r0 > 0 ? 1.0f : 0.0f;
@@ -221,9 +229,10 @@ void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const float *x, const 
                 .scalar("accumulate", &accumulate).run();
         };
         if (I > 0) {
-            std::swap_ranges(row_i, row_i + G, other_row.floats());
+            float *shared_row = w_grad + I * G;  // row_i itself, unless the h product is elsewhere
+            std::swap_ranges(shared_row, shared_row + G, other_row.floats());
             product_into(x + r0 * I, I, w_grad, I + 1);
-            std::swap_ranges(row_i, row_i + G, other_row.floats());
+            std::swap_ranges(shared_row, shared_row + G, other_row.floats());
         }
         if (r0 >= B) {
             product_into(h + (r0 - B) * H, H, row_i, H);
@@ -236,6 +245,7 @@ void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const float *x, const 
         }
     }
     if (I > 0) std::copy_n(other_row.floats(), G, b_grad);
+    if (!row_i_aligned) std::copy_n(row_i, H * G, w_grad + I * G);
 }
 
 // One BlockLSTMGrad call, in its phases: transpose the weights, the recurrence in reverse time

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,7 +26,14 @@ struct X86State {
     uint32_t leaf1_ecx = 0;  // cpuid(1).ecx
     uint32_t leaf7_ebx = 0;  // cpuid(7, 0).ebx; 0 where leaf 7 does not exist
     uint64_t xcr0 = 0;       // XGETBV(0); 0 where the OS has not enabled XSAVE (no OSXSAVE)
+    std::string vendor;      // cpuid(0)'s vendor string, e.g. "AuthenticAMD", "GenuineIntel"
+    int family = 0;          // cpuid(1)'s family: base + extended (0x19: AMD Zen 3 and Zen 4)
 };
+
+// Whether the CPU is `vendor`'s family `family` (a table tuned for it; "" and 0: any CPU).
+inline bool x86_is(const X86State &state, const std::string &vendor, int family) {
+    return vendor.empty() || (state.vendor == vendor && state.family == family);
+}
 
 // One requirement of a feature: a bit of one register, and its name for messages.
 struct X86Bit {
@@ -80,7 +88,16 @@ inline X86State read_x86_state() {
     X86State s;
 #if defined(__x86_64__) || defined(__i386__)
     unsigned a = 0, b = 0, c = 0, d = 0;
-    if (__get_cpuid(1, &a, &b, &c, &d)) s.leaf1_ecx = c;
+    if (__get_cpuid(0, &a, &b, &c, &d)) {
+        char vendor[12];
+        std::memcpy(vendor, &b, 4), std::memcpy(vendor + 4, &d, 4), std::memcpy(vendor + 8, &c, 4);
+        s.vendor.assign(vendor, 12);
+    }
+    if (__get_cpuid(1, &a, &b, &c, &d)) {
+        s.leaf1_ecx = c;
+        const int base = (a >> 8) & 0xf;  // the extended family counts only above base 0xf
+        s.family = base == 0xf ? base + int((a >> 20) & 0xff) : base;
+    }
     if (__get_cpuid_max(0, nullptr) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
         s.leaf7_ebx = b;

@@ -42,6 +42,7 @@
 #include "tools/tune/families.h"
 
 // The tuning tables this build was made with: {name, knob string, tuned on} (CMake).
+#include "runtime/src/x86_features.h"
 #include "tuning_tables.inc"
 
 namespace blocklstm::tune {
@@ -158,15 +159,39 @@ std::string why_this_cpu_cannot_run(const Halide::Target &target) {
     return "";
 }
 
-// The default CPU target: the first of the build's production targets (best first) that this CPU
-// runs, as the runtime chooses. The host's own target (e.g. ...-avx512_zen4-tune_znver4) adds
-// instructions and LLVM scheduling that the shipped kernels do not have, so its times would tune
-// other code than the library runs.
+// The build's production CPU targets, best first, and the CPUs each one's table is for.
+struct BuiltCpuTarget {
+    const char *halide_target, *table, *cpu_vendor;
+    int cpu_family;
+    bool tuned_for_this_cpu() const {
+        static const blocklstm::detail::X86State here = blocklstm::detail::read_x86_state();
+        return blocklstm::detail::x86_is(here, cpu_vendor, cpu_family);
+    }
+};
+const std::vector<BuiltCpuTarget> &built_cpu_targets() {
+    static const std::vector<BuiltCpuTarget> targets{BLOCKLSTM_BUILT_CPU_TARGETS};
+    return targets;
+}
+
+// The default CPU target: the one the runtime chooses here, the first of the build's production
+// targets that this CPU runs and whose table is for it. The host's own target (e.g.
+// ...-avx512_zen4-tune_znver4) adds instructions and LLVM scheduling that the shipped kernels do
+// not have, so its times would tune other code than the library runs.
 Halide::Target built_cpu_target_of_this_cpu() {
-    for (const char *name : {BLOCKLSTM_BUILT_CPU_TARGETS})
-        if (const Halide::Target t(name); why_this_cpu_cannot_run(t).empty()) return t;
+    for (const BuiltCpuTarget &b : built_cpu_targets())
+        if (const Halide::Target t(b.halide_target); why_this_cpu_cannot_run(t).empty() && b.tuned_for_this_cpu())
+            return t;
     throw std::invalid_argument("this CPU runs none of the build's CPU targets (" +
                                 std::string(Halide::get_host_target().to_string()) + ")");
+}
+
+// The table a CPU target's kernels run with on this CPU: that of the first production target of
+// this instruction set whose table is for this CPU (an AMD Zen 4 runs AVX-512 with its own), or
+// else the one of its vector width.
+std::string cpu_table_for(const Halide::Target &t) {
+    for (const BuiltCpuTarget &b : built_cpu_targets())
+        if (Halide::Target(b.halide_target) == t && b.tuned_for_this_cpu()) return b.table;
+    return table_of(t);
 }
 
 struct BuiltTable {
@@ -743,7 +768,13 @@ void Tuner::write_table(const Table &t, int tried) const {
     if (!t.gpu) j << ", " << (o_.threads ? std::to_string(o_.threads) : std::string("all")) << " threads";
     j << ": blocklstm tune " << (t.gpu ? "--device " + o_.device + " " : std::string()) << "--minutes " << o_.minutes
       << " --shapes '" << o_.shapes << "', " << tried << " candidates\",\n";
-    j << "  \"date\": \"" << today() << "\",\n  \"knobs\": {\n";
+    j << "  \"date\": \"" << today() << "\",\n";
+    for (const BuiltCpuTarget &b : built_cpu_targets())  // the CPUs the table is for, as it was built
+        if (!t.gpu && t.table == b.table && *b.cpu_vendor) {
+            j << "  \"cpu\": {\"vendor\": \"" << b.cpu_vendor << "\", \"family\": " << b.cpu_family << "},\n";
+            break;
+        }
+    j << "  \"knobs\": {\n";
     for (size_t k = 0; k < t.knobs.size(); ++k)
         j << "    \"" << t.knobs[k].first << "\": " << t.knobs[k].second << (k + 1 < t.knobs.size() ? ",\n" : "\n");
     j << "  }\n}\n";
@@ -1260,7 +1291,7 @@ int main(int argc, char **argv) {
                 throw std::invalid_argument("--device " + o.device + ": cannot run kernels here: " + why);
         const std::vector<Family> families = select_families(gpu ? gpu_families() : cpu_families(), o.families);
         // The GPU schedules (CUDA, and their OpenCL twins) read one table.
-        const std::string table = gpu ? "cuda" : table_of(target);
+        const std::string table = gpu ? "cuda" : cpu_table_for(target);
         Table base;
         if (!o.from.empty()) {
             base = read_table_file(o.from, gpu);

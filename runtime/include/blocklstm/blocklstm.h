@@ -265,7 +265,8 @@ BLOCKLSTM_API std::vector<KernelInfo> kernels();
 // ---- CPU targets ---------------------------------------------------------------------------
 
 // Every CPU kernel is compiled once per CPU target (CMake: BLOCKLSTM_CPU_TARGETS, best first).
-// By default each op call runs the first one this CPU supports; a pin picks one for the process.
+// By default each op call runs the first one this CPU supports (of those whose table is for this
+// CPU: tuned_for); a pin picks one for the process.
 struct CpuTarget {
     std::string name;           // what a pin names, e.g. "avx2-fma-f16c", "avx2-fma-f16c@avx512"
     std::string halide_target;  // e.g. "x86-64-linux-avx2-fma-f16c"
@@ -274,6 +275,9 @@ struct CpuTarget {
     std::string tuned_on;       // where and how the table was tuned, or "(not measured) ..."
     bool check_only = false;    // a test build's check target: its instruction set with another
                                 // target's table; never chosen automatically
+    std::string tuned_for;      // the CPUs its table is for, e.g. "AuthenticAMD family 0x19" (AMD
+                                // Zen 4); "" for any CPU. Chosen automatically only on them.
+    bool tuned_for_this_cpu = true;  // tuned_for is "" or this CPU
     bool runs_here = false;     // this CPU has every feature it needs
     std::string missing;        // what this CPU (or its OS) lacks, '; '-separated, e.g.
                                 // "avx512_skylake (AVX-512BW, AVX-512VL)"; "" if runs_here
