@@ -78,6 +78,9 @@ if [ $quick -eq 1 ]; then
 else
     out=(--out "$peers/results" --name latest --readme "$root/docs/performance.md")
 fi
-cmdline="tools/peers/run.sh${*:+ $*}"
+cmdline="tools/peers/run.sh"  # as a shell takes it back: an argument with ';' or spaces in quotes
+for a in "$@"; do
+    case $a in *[\;\ \&\|\*\?]*) cmdline+=" '$a'" ;; *) cmdline+=" $a" ;; esac
+done
 exec "$venv/bin/python" "$peers/bench.py" --cli "$build_dir/tools/blocklstm" --onednn "$onednn" \
     --python "$venv/bin/python" "${out[@]}" --command "$cmdline" "$@"
