@@ -40,13 +40,17 @@ done
 python=$root/.venv/bin/python
 [ -x "$python" ] || python=python3
 table=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["table"])' "$table_file")
-# The CPU target each table's kernels are built for (cmake/BlocklstmTuning.cmake's rule, reversed).
+# The CPU target each table's kernels are built for (cmake/BlocklstmTuning.cmake's rule, reversed;
+# a CPU's own table, x86-64-avx512-<cpu>, is its instruction set's target naming it: "@avx512-<cpu>"),
+# and the name both builds are pinned to.
 case "$table" in
 x86-64-avx512) target=x86-64-linux-avx512_skylake ;;
+x86-64-avx512-*) target=x86-64-linux-avx512_skylake@${table#x86-64-} ;;
 x86-64-avx2) target=x86-64-linux-avx2-fma-f16c ;;
 x86-64-sse41) target=x86-64-linux-sse41 ;;
 *) echo "confirm.sh: $table_file is table '$table'; only the CPU tables are confirmed here" >&2; exit 2 ;;
 esac
+pin=${target#x86-64-linux-}
 
 # The tuned build: the current build's Halide, the table's target only.
 if [ ! -f "$tuned_build/CMakeCache.txt" ]; then
@@ -67,7 +71,7 @@ fi
 
 bench_log=$tuned_build/confirm-bench.log
 best_ms() {  # best_ms BIN OP ARGS...: the fastest call of one `blocklstm bench`
-    "$1" bench "${@:2}" --threads "$threads" --cpu-target "$target" 2>"$bench_log" | awk '/^  min /{print $2}'
+    "$1" bench "${@:2}" --threads "$threads" --cpu-target "$pin" 2>"$bench_log" | awk '/^  min /{print $2}'
 }
 echo "Tuned ($tuned_build) against current ($build), $target, $threads threads, best of $rounds alternations, ms:"
 printf '  %-24s %-16s %10s %10s %8s\n' op "T,B,I,H" current tuned ratio

@@ -41,8 +41,10 @@
 #include "schedules/tuning.h"
 #include "tools/tune/families.h"
 
-// The tuning tables this build was made with: {name, knob string, tuned on} (CMake).
-#include "runtime/src/x86_features.h"
+#include "runtime/src/x86_features.h"  // the CPU's vendor and family: which table it runs
+
+// The tuning tables this build was made with: {name, knob string, tuned on}, and its production
+// CPU targets (CMake).
 #include "tuning_tables.inc"
 
 namespace blocklstm::tune {
