@@ -71,6 +71,11 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
         .vectorize(xv)
         .unroll(yi);
+    // A batched product's tile fully unrolled, in its accumulators' zeroing too: with a loop over
+    // a tile's vectors LLVM zeroed the accumulators through a 1 KiB memset and a stack round trip
+    // per tile and k block (2.7 % of BlockLSTM on a Zen 4, perf); unrolled, they stay in
+    // registers: the batched products 1-5 % faster. The per-step products were level or slower.
+    if (batched) update.unroll(xl);
     // The tile loop the accumulators are computed at: the inner one of the two tile loops.
     Var inner_tiles = yo;
     if (batched) {
@@ -141,8 +146,10 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     g.part.compute_at(g.sum, inner_tiles)
         .bound_extent(x, tile_cols)
         .bound_extent(y, tile_rows)
-        .vectorize(x, vec)
+        .split(x, xl, xv, vec)
+        .vectorize(xv)
         .unroll(y);
+    if (batched) g.part.unroll(xl);  // see the tile's unrolling above
     g.part.update()
         .reorder(x, y, g.k)
         .split(x, xl, xv, vec)
