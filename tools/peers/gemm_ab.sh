@@ -7,7 +7,8 @@
 #                                              of the input projection at the benchmark shapes)
 #
 # Each revision's generator is built in a git worktree under build/gemm_ab/ (git-ignored) and run
-# for gemm_tn / gemm_nn, float32, for BLOCKLSTM_AB_TARGET (default x86-64-linux-avx2-fma-f16c).
+# for gemm_tn / gemm_nn, float32, for BLOCKLSTM_AB_TARGET (default x86-64-linux-avx2-fma-f16c), with
+# the revision's table of that target's vector width (BLOCKLSTM_AB_TABLE names another).
 # GEMM_AB_THREADS=1 times one core (default 2).
 # Needs the main build (tools/bootstrap.sh build) for Halide's runtime, and libdnnl-dev.
 set -euo pipefail
@@ -55,6 +56,7 @@ for rev in "${revs[@]}"; do
     # The revision's own tuning table for the target's vector width (as generators/CMakeLists.txt
     # picks it), as the generator params `tuning_table` and `tuning` (knob:value,...).
     case $target in *avx512*) table=x86-64-avx512 ;; *avx2*) table=x86-64-avx2 ;; *) table=x86-64-sse41 ;; esac
+    table=${BLOCKLSTM_AB_TABLE:-$table}  # another table of the same vector width, e.g. x86-64-avx512-zen4
     knobs=$(python3 -c 'import json, sys; k = json.load(open(sys.argv[1]))["knobs"]; print(",".join(f"{n}:{k[n]}" for n in sorted(k)))' \
         "$src/schedules/tuned/$table.json")
     for form in tn nn; do
