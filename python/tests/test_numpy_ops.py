@@ -171,6 +171,10 @@ def test_threads_cache_and_cpu_target_controls():
     finally:
         blocklstm.set_cpu_target("")
     assert not blocklstm.cpu_target_pinned()
+    # unpinned: the first production target this CPU runs whose table is for it (tuned_for '' or this CPU)
+    best = next(t["name"] for t in targets if t["runs_here"] and not t["check_only"] and t["tuned_for_this_cpu"])
+    assert blocklstm.cpu_target_in_use() == best
+    assert all(t["tuned_for_this_cpu"] for t in targets if t["tuned_for"] == "")
     blocklstm.set_host_cache_limit(0)
     assert blocklstm.host_cache_bytes() == 0
     blocklstm.set_host_cache_limit(1 << 30)
