@@ -1,6 +1,8 @@
 // The float64 reference checked on its own: TF's golden numbers, finite differences of itself,
 // padding, and the V1/V2 relations. If these fail, nothing else in the suites can be trusted.
 #include <cmath>
+#include <cstdio>
+#include <cstring>
 #include <tuple>
 
 #include "test_util.h"
@@ -173,6 +175,86 @@ TEST(Reference, TensorRoundTrip) {
     EXPECT_EQ(h.shape, a.shape);
     EXPECT_EQ(h.data[4], 65504.0);
     EXPECT_NEAR(h.data[0], 0.1, 0.1 * 1e-3);
+}
+
+// ---- float16 conversions, against the compiler's ------------------------------------------------
+// The library's float_to_half and half_to_float (used by the reference to round its inputs, and by
+// every float16 test) against GCC's _Float16 conversions (libgcc's __truncsfhf2 and
+// __extendhfsf2, or F16C's), an implementation of IEEE 754 written apart from ours.
+
+uint16_t compiler_half(float v) {
+    const volatile float in = v;  // volatile: converted at run time, not folded by the compiler
+    const _Float16 h = static_cast<_Float16>(in);
+    uint16_t bits;
+    std::memcpy(&bits, &h, sizeof bits);
+    return bits;
+}
+
+float compiler_float(uint16_t bits) {
+    _Float16 h;
+    std::memcpy(&h, &bits, sizeof bits);
+    const volatile _Float16 in = h;
+    return static_cast<float>(in);
+}
+
+float float_of_bits(uint32_t bits) {
+    float f;
+    std::memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+// One conversion of a float32 (given by its bits) against the compiler's: the same bits, or both
+// a NaN (the payload may differ: ours makes every NaN quiet).
+::testing::AssertionResult converts_as_the_compiler(uint32_t bits) {
+    const float f = float_of_bits(bits);
+    const uint16_t ours = blocklstm::float_to_half(f), want = compiler_half(f);
+    const bool both_nan = (ours & 0x7c00u) == 0x7c00u && (ours & 0x3ffu) && std::isnan(f);
+    if (ours == want || both_nan) return ::testing::AssertionSuccess();
+    char text[160];
+    std::snprintf(text, sizeof text, "float_to_half(%.9g, bits 0x%08x) = 0x%04x, the compiler gives 0x%04x",
+                  static_cast<double>(f), bits, ours, want);
+    return ::testing::AssertionFailure() << text;
+}
+
+TEST(Float16Conversion, EveryHalfToFloatAndBack) {
+    for (uint32_t u = 0; u <= 0xffffu; ++u) {
+        const uint16_t h = static_cast<uint16_t>(u);
+        const float ours = blocklstm::half_to_float(h), want = compiler_float(h);
+        if (std::isnan(want)) {
+            ASSERT_TRUE(std::isnan(ours)) << "half 0x" << std::hex << u;
+            continue;
+        }
+        ASSERT_EQ(std::memcmp(&ours, &want, sizeof ours), 0) << "half_to_float(0x" << std::hex << u << ")";
+        ASSERT_EQ(blocklstm::float_to_half(ours), h) << "half 0x" << std::hex << u << " back from float";
+    }
+}
+
+// Round to nearest, ties to even: for every pair of neighbouring halves (subnormals, the largest
+// finite, and past it toward infinity included) the float32s at their midpoint and one and two
+// float32 ulps either side of it, both signs; then every 65,521st float32 (a prime stride: every
+// exponent, and mantissas of every pattern).
+TEST(Float16Conversion, FloatToHalfRoundsToNearestEvenAsTheCompiler) {
+    int64_t checked = 0;
+    for (uint32_t u = 0; u < 0x7c00u; ++u) {
+        const double lo = blocklstm::half_to_float(static_cast<uint16_t>(u));
+        const double hi = u + 1 < 0x7c00u ? blocklstm::half_to_float(static_cast<uint16_t>(u + 1)) : 65536.0;
+        const float mid = static_cast<float>((lo + hi) / 2);  // exact: 12 significant bits at most
+        uint32_t m;
+        std::memcpy(&m, &mid, sizeof m);
+        for (uint32_t bits = m - 2; bits <= m + 2; ++bits)
+            for (uint32_t sign : {0u, 0x80000000u}) {
+                ASSERT_TRUE(converts_as_the_compiler(sign | bits));
+                ++checked;
+            }
+    }
+    for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 65521) {
+        ASSERT_TRUE(converts_as_the_compiler(static_cast<uint32_t>(bits)));
+        ++checked;
+    }
+    for (uint32_t bits : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffc12345u, 0x477fefffu,
+                          0x477ff000u, 0x33000000u, 0x33000001u, 0x32ffffffu})  // inf, NaN, overflow, 2^-25
+        ASSERT_TRUE(converts_as_the_compiler(bits));
+    EXPECT_GT(checked, 2 * 5 * 31744 + 60000);
 }
 
 }  // namespace

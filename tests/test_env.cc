@@ -42,4 +42,13 @@ bool skip_without_cuda() {
     return true;
 }
 
+int exit_status(int status, const ::testing::UnitTest &run) {
+    const bool all_skipped = run.test_to_run_count() > 0 && run.skipped_test_count() == run.test_to_run_count();
+    if (status == 0 && run.failed_test_count() == 0 && !run.ad_hoc_test_result().Failed() && all_skipped) {
+        std::cout << "[ SKIPPED  ] every selected test skipped (exit 77)" << std::endl;
+        return 77;
+    }
+    return status;
+}
+
 }  // namespace blt

@@ -2,6 +2,8 @@
 // ctest's per-target runs set it) and a CUDA device.
 #pragma once
 
+namespace testing { class UnitTest; }
+
 namespace blt {
 
 // Prints the pinned target; returns 77 (ctest: skipped) after saying why when this CPU cannot run
@@ -12,5 +14,10 @@ int check_cpu_target_pin();
 // GPU (/dev/nvidia0, or nvidia-smi on the PATH) where blocklstm finds no CUDA device, it also
 // records a test failure naming why: a GPU test that skips on a GPU machine tested nothing.
 bool skip_without_cuda();
+
+// The process's exit status after RUN_ALL_TESTS returned `status`: 77 when tests were selected and
+// every one skipped with no failure (ctest's SKIP_RETURN_CODE), else `status` (non-zero on any
+// failure, whatever else skipped).
+int exit_status(int status, const ::testing::UnitTest &run);
 
 }  // namespace blt

@@ -414,6 +414,14 @@ inline void expect_cell_grad(const blocklstm::LSTMBlockCellGradOutputs<Tensor> &
     EXPECT_TRUE(close("wco_grad", ours.wco_grad, want.wco_grad, tol));
 }
 
+// The library's op of a problem (the forward op, or with `gradient` its gradient op) against the
+// float64 reference, at the dtype's tolerances.
+inline void expect_op_matches_reference(const Problem &p, const Inputs &in, bool gradient) {
+    if (!gradient) return expect_fwd(run_fwd(p, in), p.fwd, fwd_tol(p.dtype));
+    if (p.cell) return expect_cell_grad(run_cell_grad(p, in), ref_cell_grad(p), grad_tol(p.dtype));
+    expect_seq_grad(run_seq_grad(p, in), ref_seq_grad(p), grad_tol(p.dtype));
+}
+
 // Swap the c and f column blocks of the last axis (width 4H): ICFO <-> IFCO.
 inline Array swap_cf(const Array &a) {
     Array r = a;

@@ -2,6 +2,8 @@
 // every result must equal (bitwise) the single-threaded result of the same call. The host memory
 // cache (workspaces reused across calls and threads) must not change any result either.
 #include <atomic>
+#include <filesystem>
+#include <iterator>
 #include <thread>
 
 #include "test_util.h"
@@ -83,6 +85,68 @@ TEST(ThreadSafety, ConcurrentForwardAndBackward) {
     for (auto &th : threads) th.join();
     for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(first_error[t].empty()) << "thread " << t << ": " << first_error[t];
     EXPECT_EQ(mismatches.load(), 0);
+}
+
+// Threads that share their input tensors, read-only, as a training loop's threads share weights:
+// four threads run the same two problems (each input tensor read by two threads at once, the
+// weights by all four in the float32 pair), and every result equals the single-threaded one.
+TEST(ThreadSafety, ThreadsSharingInputTensors) {
+    constexpr int kThreads = 4, kIterations = 60;
+    const Shape shape{8, 16, 48, 64, 7, 1, 3.0, 1.0, "shared"};
+    std::vector<Job> jobs(2);
+    for (int k = 0; k < 2; ++k) {
+        BLT_SEED(seed, "ThreadSafety/shared/" + std::to_string(k));
+        jobs[k].p = make_problem(seed, shape, k == 0 ? DType::f32 : DType::f16, false, true,
+                                 k == 0 ? Layout::icfo : Layout::ifco);
+        jobs[k].in = std::make_unique<Inputs>(jobs[k].p);
+        run_job(jobs[k], jobs[k].fwd, jobs[k].grad);
+    }
+    std::vector<std::string> first_error(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+        threads.emplace_back([&, t] {
+            const Job &job = jobs[t % 2];
+            try {
+                for (int it = 0; it < kIterations && first_error[t].empty(); ++it) {
+                    blocklstm::LSTMOutputs<Tensor> fwd;
+                    blocklstm::BlockLSTMGradOutputs<Tensor> grad;
+                    run_job(job, fwd, grad);
+                    auto a = same(fwd, job.fwd), b = same(grad, job.grad);
+                    if (!a || !b) first_error[t] = "iteration " + std::to_string(it) + ": " + (a ? b : a).message();
+                }
+            } catch (const std::exception &e) {
+                first_error[t] = std::string("exception: ") + e.what();
+            }
+        });
+    }
+    for (auto &th : threads) th.join();
+    for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(first_error[t].empty()) << "thread " << t << ": " << first_error[t];
+}
+
+// set_num_threads with valid counts, between calls: every count gives the bits of the default (the
+// kernels split their work the same way whatever the pool's size), and 0 returns to the default.
+TEST(Threads, SetNumThreadsKeepsEveryBit) {
+    const Shape shape{6, 16, 40, 48, 6, 1, 3.0, 1.0, "threads"};
+    BLT_SEED(seed, "Threads/set_num_threads");
+    Job job;
+    job.p = make_problem(seed, shape, DType::f32, false, true, Layout::icfo);
+    job.in = std::make_unique<Inputs>(job.p);
+    run_job(job, job.fwd, job.grad);
+    for (int threads : {1, 2, 3, 8, 0}) {
+        SCOPED_TRACE("set_num_threads(" + std::to_string(threads) + ")");
+        ASSERT_NO_THROW(blocklstm::set_num_threads(threads));
+        blocklstm::LSTMOutputs<Tensor> fwd;
+        blocklstm::BlockLSTMGradOutputs<Tensor> grad;
+        run_job(job, fwd, grad);
+        EXPECT_TRUE(same(fwd, job.fwd));
+        EXPECT_TRUE(same(grad, job.grad));
+        if (threads == 8) {  // the pool grew to the count: this thread and 7 workers at least
+            const auto tasks = std::distance(std::filesystem::directory_iterator("/proc/self/task"),
+                                             std::filesystem::directory_iterator{});
+            EXPECT_GE(tasks, 8) << "threads in this process after calls with set_num_threads(8)";
+        }
+    }
+    EXPECT_THROW(blocklstm::set_num_threads(-1), blocklstm::Error);
 }
 
 // The cell ops beside the sequence ops, while another thread keeps changing the host cache's limit

@@ -3,7 +3,8 @@
 #   tools/bootstrap.sh demo    install what is missing, build, run `blocklstm demo`
 #   tools/bootstrap.sh test    install what is missing, build, run the whole test suite: ctest on
 #                              build/, the sanitizer pass (runtime, tool and tests under ASan and
-#                              UBSan, build-sanitize/), then the fuzz targets (build-fuzz/)
+#                              UBSan, build-sanitize/), the thread-safety suite under TSan
+#                              (build-tsan/), then the fuzz targets (build-fuzz/)
 #   tools/bootstrap.sh build   install what is missing and build
 #   tools/bootstrap.sh fuzz [SECONDS]   build and run only the fuzz targets (default 30 s each)
 #   tools/bootstrap.sh install PREFIX   build the library and the tool without the tests (and so
@@ -61,15 +62,37 @@ if [ "$action" = test ] && ! cmp -s python/requirements-test.txt "$venv/.require
     cp python/requirements-test.txt "$venv/.requirements-test"
 fi
 
-# configure_and_build DIR [CMAKE OPTIONS...]: configures DIR once, then builds what changed.
+# configure_and_build DIR [-DNAME=VALUE...]: configures DIR once, and again when its cache holds
+# another value of an option given (a tree configured with the tests or Python off, say), then
+# builds what changed (of the targets in $build_targets when set, else everything).
 configure_and_build() {
-    local dir=$1
+    local dir=$1 option stale=""
     shift
-    if [ ! -f "$dir/build.ninja" ]; then
+    for option in "$@"; do
+        option=${option#-D}
+        grep -q -x -E "${option%%=*}(:[A-Z]+)?=${option#*=}" "$dir/CMakeCache.txt" 2>/dev/null || stale=$option
+    done
+    if [ ! -f "$dir/build.ninja" ] || [ -n "$stale" ]; then
+        [ -f "$dir/build.ninja" ] && echo "bootstrap: $dir is configured without $stale: configuring it again"
         cmake -G Ninja -S "$root" -B "$dir" -DCMAKE_MAKE_PROGRAM="$venv/bin/ninja" \
             -DCMAKE_PREFIX_PATH="$halide_dir" "$@"
     fi
-    cmake --build "$dir" -j "$jobs"
+    cmake --build "$dir" -j "$jobs" ${build_targets:+--target $build_targets}
+}
+
+# run_suites DIR LABEL...: ctest in DIR, after checking that it has tests of every LABEL (a suite
+# left out of the build fails the run rather than passing unseen); no test at all is an error.
+run_suites() {
+    local dir=$1 label count
+    shift
+    for label in "$@"; do
+        count=$(cd "$dir" && ctest -N -L "^$label\$" | sed -n 's/^Total Tests: //p')
+        if [ "${count:-0}" -eq 0 ]; then
+            echo "bootstrap: $dir has no tests labelled $label: that suite is not built there" >&2
+            return 1
+        fi
+    done
+    (cd "$dir" && ctest --output-on-failure --no-tests=error -j "$jobs" ${ctest_args[@]+"${ctest_args[@]}"})
 }
 
 # The fuzz targets (tests/fuzz, built with clang against build/'s libblocklstm), each for
@@ -101,7 +124,8 @@ fuzz() {
 }
 
 case "$action" in
-    build | demo | test) configure_and_build "$build_dir" -DCMAKE_BUILD_TYPE=Release $python_options ;;
+    build | demo) configure_and_build "$build_dir" -DCMAKE_BUILD_TYPE=Release $python_options ;;
+    test) configure_and_build "$build_dir" -DCMAKE_BUILD_TYPE=Release -DBLOCKLSTM_BUILD_TESTS=ON $python_options ;;
     fuzz)
         configure_and_build "$build_dir" -DCMAKE_BUILD_TYPE=Release $python_options
         fuzz "${2:-30}"
@@ -118,12 +142,20 @@ case "$action" in
     *) echo "usage: tools/bootstrap.sh [build|demo|test|fuzz [SECONDS]|install PREFIX]" >&2; exit 2 ;;
 esac
 
+# The suites (ctest labels) the test command must find in a build tree: the kernel suites, which
+# also run once per CPU target (cpu_targets), and the golden and CLI ones.
+suites="reference variants finite_diff tf_cases bad_input thread_safety ops golden cli"
+cpu_suites=cpu_targets
+
 case "$action" in
     demo) "$build_dir/tools/blocklstm" demo ;;
     test)
         echo "bootstrap: CPU targets (ctest runs every kernel suite once per target this CPU runs):"
         "$build_dir/tools/blocklstm" list | sed -n '/^CPU targets/,/^CPU target in use/p'
-        (cd "$build_dir" && ctest --output-on-failure -j "$jobs")
+        # The test requirements are installed: a torch that fails to import fails the Python suites.
+        export BLOCKLSTM_REQUIRE_TORCH=1
+        ctest_args=()
+        run_suites "$build_dir" $suites $cpu_suites harness python consumer gpu_schedules
 
         # The sanitizer pass: the same suites, with the runtime, the tool and the tests built with
         # ASan and UBSan, over kernels for one CPU target (the sanitizers see the C++, not the
@@ -135,9 +167,23 @@ case "$action" in
         configure_and_build "$sanitize_dir" -DCMAKE_BUILD_TYPE=Debug \
             -DBLOCKLSTM_SANITIZE=address,undefined -DBLOCKLSTM_CUDA=OFF \
             -DBLOCKLSTM_CPU_TARGETS=x86-64-linux-sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS=
-        (cd "$sanitize_dir" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-            ctest --output-on-failure -j "$jobs" -E '^consumer\.')
+        ctest_args=(-E '^consumer\.')
+        ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+            run_suites "$sanitize_dir" $suites harness gpu_schedules
+
+        # ThreadSanitizer over the thread-safety suite (threads sharing inputs and the host cache,
+        # the thread count changed between calls): the runtime and the suite built with TSan over
+        # kernels for one CPU target; only the suite is built. TSan sees the runtime's own C++, not
+        # the generated kernels; Halide's thread pool orders its threads with atomics TSan cannot
+        # see, so its reports are suppressed (tests/tsan.supp).
+        echo "bootstrap: ThreadSanitizer pass (the thread_safety suite, build-tsan/)"
+        tsan_dir=${BLOCKLSTM_TSAN_BUILD_DIR:-$root/build-tsan}
+        build_targets=thread_safety_test configure_and_build "$tsan_dir" -DCMAKE_BUILD_TYPE=Debug \
+            -DBLOCKLSTM_SANITIZE=thread -DBLOCKLSTM_CUDA=OFF -DBLOCKLSTM_OPENCL_CHECK=OFF \
+            -DBLOCKLSTM_BUILD_TOOLS=OFF -DBLOCKLSTM_CPU_TARGETS=x86-64-linux-sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS=
+        ctest_args=(-L '^thread_safety$')
+        TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp \
+            run_suites "$tsan_dir" thread_safety
 
         fuzz "${BLOCKLSTM_FUZZ_SECONDS:-30}"
         ;;

@@ -5,6 +5,7 @@
 #   tools/gpu_check.sh run [--quick] there: the GPU tests, then the cuDNN benchmark
 #                                    (tools/peers/gpu_bench.py); logs and tables go to $OUT
 #                                    if set, else gpu-carry/results
+#   tools/gpu_check.sh tests         there: the GPU tests alone (run's first half)
 #   tools/gpu_check.sh cpu           there: the CPU test suites on the GPU machine's host CPU, once
 #                                    per CPU target it can run (its AVX-512, where ours has none)
 #   tools/gpu_check.sh sanitize      there: the CUDA variant tests under compute-sanitizer
@@ -35,6 +36,40 @@ carry_lib() {
     else cp -L "$path" "$3/${line%% *}"; fi
 }
 
+# run_logged LOG PATTERN COMMAND...: runs COMMAND with its output appended to LOG, shows the lines
+# matching PATTERN, and returns COMMAND's exit status, also when it dies before printing anything
+# (a loader error, an early crash) and so when no line matches.
+run_logged() {
+    local log=$1 pattern=$2 part rc
+    shift 2
+    part=$(mktemp)
+    "$@" >"$part" 2>&1
+    rc=$?
+    cat "$part" >>"$log"
+    grep -E "$pattern" "$part"
+    rm -f "$part"
+    [ "$rc" -eq 0 ] || echo "gpu_check: $(basename "$1") exited with status $rc" | tee -a "$log"
+    return "$rc"
+}
+
+# gpu_tests OUT: every CUDA variant against the float64 reference and the CPU result, the CLI on
+# the GPU, the demo on the GPU; returns non-zero when any of them failed or skipped everything
+# (exit 77: no CUDA device, on a machine that should have one).
+gpu_tests() {
+    local out=$1 status=0
+    : >"$out/gpu_tests.log"
+    # CUDA_LAUNCH_BLOCKING=1: each kernel's fault is reported by its own launch, not by a later
+    # call (the tests also synchronise after every use and stop at the first lost context).
+    CUDA_LAUNCH_BLOCKING=1 run_logged "$out/gpu_tests.log" "^\[  |SKIP|Failure|exception" \
+        "$carry/bin/variants_test" --gtest_filter='*cuda*:VariantTable.*' || status=1
+    CUDA_LAUNCH_BLOCKING=1 run_logged "$out/gpu_tests.log" "^\[  |SKIP|Failure" \
+        "$carry/bin/blocklstm_cli_test" --gtest_filter='*Cuda*:*cuda*' || status=1
+    : >"$out/gpu_demo.log"
+    run_logged "$out/gpu_demo.log" "." "$carry/bin/blocklstm" demo --device cuda >/dev/null || status=1
+    tail -12 "$out/gpu_demo.log"
+    return $status
+}
+
 # unpack_libs DIR: the carried libraries, decompressed into a fresh folder; prints the folder.
 unpack_libs() {
     local lib f
@@ -62,7 +97,7 @@ pack)
     cp "$build/tests/cli/blocklstm_cli_test" "$carry/bin/"
     du -sh "$carry"
     ;;
-run)
+run | tests)
     out=${OUT:-$carry/results}
     mkdir -p "$out"
     export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
@@ -78,15 +113,8 @@ run)
     fi
     "$carry/bin/blocklstm" list | sed -n '/^CUDA:/,/^CUDA batched products/p'
     status=0
-    # Every CUDA variant against the float64 reference and the CPU result; the CLI on the GPU.
-    # CUDA_LAUNCH_BLOCKING=1: each kernel's fault is reported by its own launch, not by a later
-    # call (the tests also synchronise after every use and stop at the first lost context).
-    CUDA_LAUNCH_BLOCKING=1 "$carry/bin/variants_test" --gtest_filter='*cuda*:VariantTable.*' 2>&1 | tee "$out/gpu_tests.log" | grep -E "^\[  |SKIP|Failure|exception" || true
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    CUDA_LAUNCH_BLOCKING=1 "$carry/bin/blocklstm_cli_test" --gtest_filter='*Cuda*:*cuda*' 2>&1 | tee -a "$out/gpu_tests.log" | grep -E "^\[  |SKIP|Failure" || true
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
-    "$carry/bin/blocklstm" demo --device cuda 2>&1 | tee "$out/gpu_demo.log" | tail -12
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    gpu_tests "$out" || status=1
+    [ "$1" = tests ] && { echo "gpu_check: GPU tests $([ $status -eq 0 ] && echo passed || echo FAILED)"; exit $status; }
     shift
     python3 tools/peers/gpu_bench.py --blocklstm "$carry/bin/blocklstm" --out "$out" "$@" || status=1
     exit $status
@@ -231,7 +259,7 @@ tune)
     exit "${PIPESTATUS[0]}"
     ;;
 *)
-    echo "usage: tools/gpu_check.sh pack | run [--quick] | sanitize | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
+    echo "usage: tools/gpu_check.sh pack | run [--quick] | tests | sanitize | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
     exit 2
     ;;
 esac

@@ -15,7 +15,9 @@ is written on error. The functions are generated from the library's op registry
 
 Threads and memory: set_num_threads (the CPU kernels' threads; default one per core, or the
 environment variable HL_NUM_THREADS), set_host_cache_limit / host_cache_bytes (CPU workspaces
-kept between calls), cuda_release_memory (the device memory kept between CUDA calls), set_cpu_target / cpu_target_in_use / cpu_targets (the x86 instruction set
+kept between calls), cuda_release_memory (the device memory kept between CUDA calls),
+cuda_available / cuda_built / cuda_unavailable_reason (whether a CUDA device runs the ops, and why
+not), set_cpu_target / cpu_target_in_use / cpu_targets (the x86 instruction set
 the kernels run as; also the environment variable BLOCKLSTM_CPU_TARGET).
 """
 import collections
@@ -26,7 +28,7 @@ import re
 from . import _core
 
 __version__ = _core.__version__
-__all__ = ["ops", "cuda_available", "cpu_target_in_use", "cpu_target_pinned", "set_cpu_target", "cpu_targets",
+__all__ = ["ops", "cuda_available", "cuda_built", "cuda_unavailable_reason", "cpu_target_in_use", "cpu_target_pinned", "set_cpu_target", "cpu_targets",
            "set_num_threads", "set_host_cache_limit", "host_cache_bytes", "cuda_release_memory"]
 
 
@@ -38,6 +40,17 @@ def ops():
 def cuda_available():
     """Whether a CUDA device can run the ops (a build with CUDA, a driver and a device)."""
     return _core.cuda_available()
+
+
+def cuda_built():
+    """Whether this build has the CUDA kernels (a build where the CUDA toolkit was found)."""
+    return _core.cuda_built()
+
+
+def cuda_unavailable_reason():
+    """Why cuda_available() is False ('' when it is True): no driver, cuInit's error, no device, or
+    a build without CUDA."""
+    return _core.cuda_unavailable_reason()
 
 
 def cpu_target_in_use():

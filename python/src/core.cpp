@@ -235,6 +235,8 @@ NB_MODULE(_core, m) {
     m.def("cuda_stream", [] { return reinterpret_cast<uintptr_t>(cuda_stream()); },
           "This thread's CUDA stream (set_cuda_stream).");
     m.def("cuda_available", [] { return cuda_device_count() > 0; });
+    m.def("cuda_built", [] { return cuda_built(); });
+    m.def("cuda_unavailable_reason", [] { return cuda_unavailable_reason(); });
     m.def("cuda_release_memory", [] { cuda_release_memory(); });
     m.def("cpu_target_in_use", [] { return cpu_target_in_use(); });
     m.def("cpu_target_pinned", [] { return cpu_target_pinned(); });

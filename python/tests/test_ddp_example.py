@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed: the DDP example is skipped")
+from conftest import import_torch
+
+torch = import_torch("the DDP example")
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
 

@@ -1,12 +1,31 @@
 """blocklstm.torch: the custom ops (opcheck, TF's gradients against finite differences), the LSTM
 module against nn.LSTM, torch.compile, and bad input."""
 import pytest
+from conftest import import_torch
 
-torch = pytest.importorskip("torch", reason="torch is not installed: the PyTorch suites are skipped")
+torch = import_torch("the PyTorch suites")
+import blocklstm  # noqa: E402
 import blocklstm.torch as bt  # noqa: E402
 
-CUDA = torch.cuda.is_available() and __import__("blocklstm").cuda_available()
-devices = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not CUDA, reason="no CUDA device: CUDA cases skipped"))]
+
+def _cuda_skip_reason():
+    """Why the CUDA cases cannot run here, or None. Where torch sees a CUDA device, blocklstm (built
+    with CUDA) must see it too: the cases then run, and fail if it does not."""
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device: CUDA cases skipped"
+    if not blocklstm.cuda_built():
+        return "blocklstm is built without CUDA: CUDA cases skipped"
+    return None
+
+
+CUDA_SKIP = _cuda_skip_reason()
+needs_cuda = pytest.mark.skipif(CUDA_SKIP is not None, reason=str(CUDA_SKIP))
+devices = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+
+
+@needs_cuda
+def test_blocklstm_finds_the_cuda_device_torch_sees():
+    assert blocklstm.cuda_available(), f"torch sees a CUDA device, blocklstm none: {blocklstm.cuda_unavailable_reason()}"
 
 
 def inputs(T, B, I, H, dtype=torch.float32, device="cpu", seed=0):
@@ -113,6 +132,71 @@ def test_peephole_module_loads_nn_lstm_state_and_learns_peepholes():
     y, (h, c) = ours(torch.randn(4, 2, 5))
     y.sum().backward()
     assert ours.weight_ci_l0.grad.abs().sum() > 0 and ours.weight_co_l0.grad.abs().sum() > 0
+
+
+def reference_module(m, x, h0, c0):
+    """The module's function in float64 autograd, written from the equations: nn.LSTM's gates
+    (i, f, g, o) with TF's options: wci and wcf see the previous cell state and wco the new clipped
+    one, forget_bias is added to the forget gate's pre-activation, and the cell state is clipped to
+    +-cell_clip with TF's gradient, straight through the clip. Returns (output, h_n, c_n), the
+    float64 leaves (x, h0, c0 and every parameter by name) and whether the clip acted."""
+    leaves = {n: t.detach().double().requires_grad_() for n, t in m.named_parameters()}
+    leaves.update(x=x.detach().double().requires_grad_(), h0=h0.detach().double().requires_grad_(),
+                  c0=c0.detach().double().requires_grad_())
+    p = leaves
+    zero = torch.zeros(m.hidden_size, dtype=torch.float64)
+    wci, wcf, wco = (p.get(n, zero) for n in ("weight_ci_l0", "weight_cf_l0", "weight_co_l0"))
+    h, c, hs, clipped = p["h0"][0], p["c0"][0], [], False
+    for t in range(x.shape[0]):
+        z = p["x"][t] @ p["weight_ih_l0"].T + h @ p["weight_hh_l0"].T + p["bias_ih_l0"] + p["bias_hh_l0"]
+        zi, zf, zg, zo = z.chunk(4, 1)
+        i = torch.sigmoid(zi + wci * c)
+        f = torch.sigmoid(zf + m.forget_bias + wcf * c)
+        c = f * c + i * torch.tanh(zg)
+        if m.cell_clip:
+            clipped |= bool((c.abs() > m.cell_clip).any())
+            c = c + (c.clamp(-m.cell_clip, m.cell_clip) - c).detach()  # TF's gradient: straight through
+        h = torch.sigmoid(zo + wco * c) * torch.tanh(c)
+        hs.append(h)
+    return torch.stack(hs), h[None], c[None], leaves, clipped
+
+
+@pytest.mark.parametrize("dtype, fwd_tol, grad_tol", [(torch.float32, 1e-5, 1e-5), (torch.float16, 4e-3, 1e-2)],
+                         ids=["float32", "float16"])
+def test_module_with_tf_options_matches_the_float64_reference(dtype, fwd_tol, grad_tol):
+    """Peepholes (three different vectors), forget_bias and an active cell_clip, against
+    reference_module: the outputs, h_n, c_n and the gradient of every input and parameter. Errors are
+    max |ours - reference| / max(1, max |reference|); the tolerances are the C++ suites' (one
+    rounding per stored value, float32 sums)."""
+    T, B, I, H = 7, 3, 5, 6
+    g = torch.Generator().manual_seed(11)
+    m = bt.LSTM(I, H, peephole=True, forget_bias=1.0, cell_clip=0.6, dtype=dtype)
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            scale = 1.0 if name.startswith("weight_c") else 0.8
+            p.copy_((scale * (2 * torch.rand(p.shape, generator=g) - 1)).to(dtype))
+    u = lambda *shape: (2 * torch.rand(*shape, generator=g) - 1).to(dtype)
+    x, h0, c0 = u(T, B, I), u(1, B, H), u(1, B, H)
+    r, s_h, s_c = torch.randn(T, B, H, generator=g), torch.randn(1, B, H, generator=g), torch.randn(1, B, H, generator=g)
+
+    ref_y, ref_h, ref_c, leaves, clipped = reference_module(m, x, h0, c0)
+    assert clipped, "the clip never acted: the test would not see cell_clip"
+    ((ref_y * r.double()).sum() + (ref_h * s_h.double()).sum() + (ref_c * s_c.double()).sum()).backward()
+
+    ours_in = [t.clone().requires_grad_() for t in (x, h0, c0)]
+    y, (h_n, c_n) = m(ours_in[0], (ours_in[1], ours_in[2]))
+    ((y.float() * r).sum() + (h_n.float() * s_h).sum() + (c_n.float() * s_c).sum()).backward()
+
+    def error(ours, want):
+        return ((ours.double() - want).abs().max() / max(1.0, want.abs().max().item())).item()
+
+    for name, ours, want in (("output", y, ref_y), ("h_n", h_n, ref_h), ("c_n", c_n, ref_c)):
+        assert ours.dtype == dtype and error(ours.detach(), want.detach()) <= fwd_tol, (name, error(ours.detach(), want))
+    grads = dict(zip(("x", "h0", "c0"), (t.grad for t in ours_in)))
+    grads.update((n, p.grad) for n, p in m.named_parameters())
+    assert set(grads) == set(leaves) and len(grads) == 10
+    for name, grad in grads.items():
+        assert error(grad, leaves[name].grad) <= grad_tol, (name, error(grad, leaves[name].grad))
 
 
 def test_torch_compile_of_a_module_call():
@@ -229,7 +313,7 @@ def test_module_refuses_dtype_and_state_mismatches_as_nn_lstm():
         ours(torch.randn(3, 2, 4), (h0, h0.half()))
 
 
-@pytest.mark.skipif(not CUDA, reason="no CUDA device: the mixed-device case is skipped")
+@needs_cuda
 def test_mixed_devices_are_a_value_error():
     args = inputs(3, 2, 4, 5)
     args[1] = args[1].cuda()

@@ -703,6 +703,35 @@ TEST(BadInput, ExistingOutputsUntouchedOnError) {
     EXPECT_EQ(files, 7u) << listing(out);  // no temporaries left behind
 }
 
+// --out into a directory that holds other files and older outputs: the outputs replace the older
+// ones (the bytes of a run into an empty directory), the other files stay as they were.
+TEST(RunOutput, IntoANonEmptyDirectory) {
+    TempDir tmp;
+    const std::string in = tmp / "in", fresh = tmp / "fresh", out = tmp / "out";
+    make_problem("BlockLSTM", DType::f32, true, kT, 5).write(in);
+    ASSERT_EQ(run_cli({"run", "BlockLSTM", "--in", in, "--out", fresh, "--use-peephole"}).code, 0);
+    fs::create_directories(out);
+    std::ofstream(out + "/notes.txt") << "the user's notes";
+    std::ofstream(out + "/h.npy") << "an older h";
+    std::ofstream(out + "/cs.npy") << "an older cs";
+    const Result r = run_cli({"run", "BlockLSTM", "--in", in, "--out", out, "--use-peephole"});
+    ASSERT_EQ(r.code, 0) << describe(r);
+    EXPECT_EQ(slurp(out + "/notes.txt"), "the user's notes");
+    std::size_t files = 0;
+    for (const auto &e : fs::directory_iterator(fresh)) {
+        const std::string name = e.path().filename().string();
+        EXPECT_EQ(slurp(out + "/" + name), slurp(e.path().string())) << name;
+        ++files;
+    }
+    EXPECT_EQ(files, 7u) << listing(fresh);
+    std::size_t now = 0;
+    for (const auto &e : fs::directory_iterator(out)) {
+        (void)e;
+        ++now;
+    }
+    EXPECT_EQ(now, 8u) << listing(out);  // the seven outputs and the notes, no temporary
+}
+
 // An output that cannot be put in place (a directory of its name) after others were: the files
 // there before the run are all back as they were, and no output or temporary is left.
 TEST(BadInput, FailedRenameRestoresEarlierFiles) {
