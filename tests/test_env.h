@@ -2,6 +2,9 @@
 // ctest's per-target runs set it) and a CUDA device.
 #pragma once
 
+#include <string>
+
+namespace blocklstm { struct TensorView; }
 namespace testing { class UnitTest; }
 
 namespace blt {
@@ -14,6 +17,12 @@ int check_cpu_target_pin();
 // GPU (/dev/nvidia0, or nvidia-smi on the PATH) where blocklstm finds no CUDA device, it also
 // records a test failure naming why: a GPU test that skips on a GPU machine tested nothing.
 bool skip_without_cuda();
+
+// With BLOCKLSTM_TEST_OUTPUT_DIGESTS=FILE, appends a line to FILE for a library output that a
+// test checks: the test's name, the pinned CPU target, the output's name and an FNV-1a hash of its
+// bytes (host tensors). Two runs' sorted files are equal when every checked output kept its bits:
+// the check that a change which must not move a bit (a refactoring) moved none.
+void record_output_digest(const std::string &output, const blocklstm::TensorView &t);
 
 // The process's exit status after RUN_ALL_TESTS returned `status`: 77 when tests were selected and
 // every one skipped with no failure (ctest's SKIP_RETURN_CODE), else `status` (non-zero on any

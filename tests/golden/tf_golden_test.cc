@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "npy.h"
+#include "test_env.h"
 
 namespace {
 
@@ -324,6 +325,7 @@ void compare_all(const Case &c, const Outputs &ours, const char *how) {
         ASSERT_NE(it, ours.end()) << "no output " << name;
         const Tensor tf = load_tensor(c.dir / (name + ".npy"));
         Measured m;
+        blt::record_output_digest(std::string(how) + " " + name, it->second.view());
         EXPECT_TRUE(compare(c, name, it->second, tf, &m));
         std::cout << "[ error    ] " << how << " " << name << ": " << std::setprecision(3) << m.err
                   << " (tolerance " << tolerance(c, name) << ")" << std::endl;
