@@ -114,13 +114,8 @@ inline std::string tuning_error(const std::string &table, const std::string &wha
 inline std::string cpu_rule_broken(const CpuTuning &t) {
     if (t.vector_floats != 4 && t.vector_floats != 8 && t.vector_floats != 16)
         return "vector_floats " + std::to_string(t.vector_floats) + " is not 4, 8 or 16";
-    // A table is compiled for the instruction set it is named after (x86-64-avx512 and a CPU's
-    // own, x86-64-avx512-<cpu>): its vectors are that width (and the register count with them).
-    for (const auto &[name, floats] : {std::pair<std::string, int>{"x86-64-sse41", 4}, {"x86-64-avx2", 8},
-                                       {"x86-64-avx512", 16}})
-        if ((t.table == name || t.table.rfind(name + "-", 0) == 0) && t.vector_floats != floats)
-            return "vector_floats " + std::to_string(t.vector_floats) + " is not the " + std::to_string(floats) +
-                   " floats of a vector of " + name;
+    // That they are the vectors of the instruction set that runs the table is checked where the
+    // targets are (schedules/cpu_targets.json, cmake/BlocklstmCpuTargets.cmake).
     // The geometry rule (schedules/panel_layout.h): a register tile lies inside one panel group,
     // so no tile reads a weight panel the runtime did not allocate.
     if (panels::kPanelGroupCols % t.gemm_tile_cols() != 0)

@@ -116,12 +116,32 @@ expect_refused("${WORK}/aligned_rows.json" aligned_rows "tiles of a vector's flo
                "tuning table x86-64-avx2: gemm_tile_rows 8 is a multiple of the 8 floats of a vector")
 
 # A table whose vectors are not its instruction set's: 16 floats in the AVX2 table (the tiles
-# would fit AVX-512's 32 registers, not AVX2's 16).
+# would fit AVX-512's 32 registers, not AVX2's 16), refused where the CPU targets are read
+# (cmake/BlocklstmCpuTargets.cmake, from schedules/cpu_targets.json), for the target that runs it.
 file(READ "${WORK}/small.json" small)
 string(REPLACE "\"vector_floats\": 8" "\"vector_floats\": 16" wide "${small}")
 file(WRITE "${WORK}/wide.json" "${wide}")
-expect_refused("${WORK}/wide.json" wide "a table of another instruction set's vectors is refused"
-               "tuning table x86-64-avx2: vector_floats 16 is not the 8 floats of a vector of x86-64-avx2")
+file(WRITE "${WORK}/wide.cmake" "
+set(PROJECT_SOURCE_DIR \"${SOURCE}\")
+include(\"${SOURCE}/cmake/BlocklstmCpuTargets.cmake\")
+include(\"${SOURCE}/cmake/BlocklstmTuning.cmake\")
+set(BLOCKLSTM_CPU_TARGETS avx2-fma-f16c)
+set(BLOCKLSTM_CPU_CHECK_TARGETS avx2-fma-f16c@avx512)
+blocklstm_select_cpu_targets()
+blocklstm_read_tuning(\"${SOURCE}/schedules/tuned/x86-64-avx512.json\" t)
+set(BLOCKLSTM_TUNING_x86-64-avx512_KNOBS \"\${t_KNOBS}\")
+blocklstm_check_cpu_target_table(avx2-fma-f16c@avx512)  # a check target: another table's tiles, on purpose
+blocklstm_read_tuning(\"${WORK}/wide.json\" t)
+set(BLOCKLSTM_TUNING_x86-64-avx2_KNOBS \"\${t_KNOBS}\")
+blocklstm_check_cpu_target_table(avx2-fma-f16c)
+")
+execute_process(COMMAND ${CMAKE_COMMAND} -P "${WORK}/wide.cmake" RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE error)
+string(REGEX REPLACE "[ \n]+" " " error "${error}")  # CMake wraps its messages' lines
+if (code EQUAL 0)
+    message(FATAL_ERROR "a table of another instruction set's vectors: the table was accepted")
+endif ()
+expect("${error}" "a table of another instruction set's vectors is refused"
+       "tuning table x86-64-avx2: vector_floats 16 is not the 8 floats of a vector of x86-64-linux-avx2-fma-f16c")
 
 # A CUDA table whose thread blocks cannot get their registers: 32 thread rows (1024 threads) of
 # 4 x 8 accumulators, about 80 registers each, is past a multiprocessor's 65,536.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <set>
@@ -439,16 +440,26 @@ TEST(CpuTargets, FeaturesDecodedFromCpuidAndXcr0) {
     EXPECT_EQ(lacks(sse41_only, "sse41"), "");
     EXPECT_EQ(lacks(sse41_only, "f16c"), "OSXSAVE, OS support for AVX state (XCR0 bits 1-2), F16C");
     EXPECT_FALSE(x86_missing(skylake_x, "avx512_zen5").has_value());  // not described: Halide's answer
-    // The CPUs a table is for: vendor and family (AMD's family 0x19 with AVX-512 is Zen 4; Zen 5
-    // is 0x1a, with a 512-bit datapath like Intel's).
-    using blocklstm::detail::x86_is;
-    X86State zen4{avx_ecx, skx_ebx, 0xe7, "AuthenticAMD", 0x19}, zen5 = zen4, sapphire_rapids = zen4;
-    zen5.family = 0x1a;
-    sapphire_rapids.vendor = "GenuineIntel", sapphire_rapids.family = 6;
-    EXPECT_TRUE(x86_is(zen4, "AuthenticAMD", 0x19));
-    EXPECT_FALSE(x86_is(zen5, "AuthenticAMD", 0x19));
-    EXPECT_FALSE(x86_is(sapphire_rapids, "AuthenticAMD", 0x19));
-    EXPECT_TRUE(x86_is(sapphire_rapids, "", 0));  // a table for any CPU
+    // The CPUs a table is for: vendor, family and model ranges (AMD's family 0x19 is Zen 3 and
+    // Zen 4, told apart by the model; Zen 5 is 0x1a, with a 512-bit datapath like Intel's). The
+    // Zen 4 target's own list, as the runtime has it.
+    using blocklstm::detail::x86_is_one_of;
+    const std::vector<blocklstm::detail::X86Models> zen4_models = {
+        {"AuthenticAMD", 0x19, 0x10, 0x1f}, {"AuthenticAMD", 0x19, 0x60, 0x7f}, {"AuthenticAMD", 0x19, 0xa0, 0xaf}};
+    X86State genoa{avx_ecx, skx_ebx, 0xe7, "AuthenticAMD", 0x19, 0x11}, phoenix = genoa, milan = genoa,
+        vermeer = genoa, zen5 = genoa, sapphire_rapids = genoa;
+    phoenix.model = 0x74, milan.model = 0x01, vermeer.model = 0x21, zen5.family = 0x1a, zen5.model = 0x02;
+    sapphire_rapids.vendor = "GenuineIntel", sapphire_rapids.family = 6, sapphire_rapids.model = 0x8f;
+    EXPECT_TRUE(x86_is_one_of(genoa, zen4_models));
+    EXPECT_TRUE(x86_is_one_of(phoenix, zen4_models));
+    EXPECT_FALSE(x86_is_one_of(milan, zen4_models));    // Zen 3, same family
+    EXPECT_FALSE(x86_is_one_of(vermeer, zen4_models));  // Zen 3, same family
+    EXPECT_FALSE(x86_is_one_of(zen5, zen4_models));
+    EXPECT_FALSE(x86_is_one_of(sapphire_rapids, zen4_models));
+    EXPECT_TRUE(x86_is_one_of(sapphire_rapids, {}));  // a table for any CPU
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets())
+        if (t.name == "avx512_skylake@avx512-zen4")
+            EXPECT_EQ(t.tuned_for, "AuthenticAMD family 0x19 models 0x10-0x1f, 0x60-0x7f, 0xa0-0xaf");
 }
 
 // On this machine, the runtime's reading agrees with GCC's (libgcc reads cpuid and XCR0 itself), and
@@ -467,19 +478,40 @@ TEST(CpuTargets, ThisCpuReadAsGccReadsIt) {
     const blocklstm::detail::X86State here = blocklstm::detail::read_x86_state();
     for (const auto &[feature, supported] : gcc)
         EXPECT_EQ(blocklstm::detail::x86_missing(here, feature)->empty(), supported) << feature;
-    // The vendor and family the tables' CPUs are told by.
+    // The vendor, family and model the tables' CPUs are told by: against libgcc's and the kernel's
+    // reading (/proc/cpuinfo's "cpu family" and "model").
     EXPECT_EQ(here.vendor == "AuthenticAMD", __builtin_cpu_is("amd") != 0) << here.vendor;
     EXPECT_EQ(here.vendor == "GenuineIntel", __builtin_cpu_is("intel") != 0) << here.vendor;
     if (here.vendor == "AuthenticAMD") {
         EXPECT_EQ(here.family == 0x19, __builtin_cpu_is("amdfam19h") != 0) << here.family;
         EXPECT_EQ(here.family == 0x17, __builtin_cpu_is("amdfam17h") != 0) << here.family;
     }
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    int linux_family = -1, linux_model = -1;
+    for (std::string line; std::getline(cpuinfo, line) && (linux_family < 0 || linux_model < 0);) {
+        if (line.rfind("cpu family", 0) == 0) linux_family = std::atoi(line.substr(line.find(':') + 1).c_str());
+        if (line.rfind("model\t", 0) == 0) linux_model = std::atoi(line.substr(line.find(':') + 1).c_str());
+    }
+    if (linux_family >= 0) EXPECT_EQ(here.family, linux_family);
+    if (linux_model >= 0) EXPECT_EQ(here.model, linux_model);
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
         if (t.tuned_for.empty()) continue;
+        // "<vendor> family 0x<f> models 0x<a>-0x<b>, 0x<c>-0x<d>, ..."
         char vendor[32] = {};
         unsigned family = 0;
-        ASSERT_EQ(std::sscanf(t.tuned_for.c_str(), "%31s family 0x%x", vendor, &family), 2) << t.tuned_for;
-        EXPECT_EQ(t.tuned_for_this_cpu, here.vendor == vendor && here.family == int(family)) << t.name;
+        int used = 0;
+        ASSERT_EQ(std::sscanf(t.tuned_for.c_str(), "%31s family 0x%x models %n", vendor, &family, &used), 2)
+            << t.tuned_for;
+        bool in_range = false;
+        for (const char *p = t.tuned_for.c_str() + used; *p;) {
+            unsigned first = 0, last = 0;
+            int n = 0;
+            ASSERT_EQ(std::sscanf(p, "0x%x-0x%x%n", &first, &last, &n), 2) << t.tuned_for;
+            in_range |= here.model >= int(first) && here.model <= int(last);
+            p += n;
+            while (*p == ',' || *p == ' ') ++p;
+        }
+        EXPECT_EQ(t.tuned_for_this_cpu, here.vendor == vendor && here.family == int(family) && in_range) << t.name;
     }
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
         const bool avx512 = contains(t.halide_target, "avx512_skylake"), avx2 = contains(t.halide_target, "avx2");

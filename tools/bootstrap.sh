@@ -166,7 +166,7 @@ case "$action" in
         sanitize_dir=${BLOCKLSTM_SANITIZE_BUILD_DIR:-$root/build-sanitize}
         configure_and_build "$sanitize_dir" -DCMAKE_BUILD_TYPE=Debug \
             -DBLOCKLSTM_SANITIZE=address,undefined -DBLOCKLSTM_CUDA=OFF \
-            -DBLOCKLSTM_CPU_TARGETS=x86-64-linux-sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS=
+            -DBLOCKLSTM_CPU_TARGETS=sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS=
         ctest_args=(-E '^consumer\.')
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
             run_suites "$sanitize_dir" $suites harness gpu_schedules
@@ -180,7 +180,7 @@ case "$action" in
         tsan_dir=${BLOCKLSTM_TSAN_BUILD_DIR:-$root/build-tsan}
         build_targets=thread_safety_test configure_and_build "$tsan_dir" -DCMAKE_BUILD_TYPE=Debug \
             -DBLOCKLSTM_SANITIZE=thread -DBLOCKLSTM_CUDA=OFF -DBLOCKLSTM_OPENCL_CHECK=OFF \
-            -DBLOCKLSTM_BUILD_TOOLS=OFF -DBLOCKLSTM_CPU_TARGETS=x86-64-linux-sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS=
+            -DBLOCKLSTM_BUILD_TOOLS=OFF -DBLOCKLSTM_CPU_TARGETS=sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS=
         ctest_args=(-L '^thread_safety$')
         TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/tsan.supp \
             run_suites "$tsan_dir" thread_safety

@@ -241,6 +241,7 @@ pack-tune)
     cp "$build/tools/blocklstm-tune" "$tune_carry/bin/"
     # The libraries a bare machine may lack: libHalide (JIT, with LLVM's PTX back end) and fmt.
     XZ=1 carry_lib "$build/tools/blocklstm-tune" libHalide.so "$tune_carry/lib"
+    XZ=1 carry_lib "$build/tools/blocklstm-tune" libblocklstm.so "$tune_carry/lib"  # the CPU targets
     carry_lib "$build/tools/blocklstm-tune" libfmt.so "$tune_carry/lib"
     # Halide's autoscheduler plugins (--baseline autoschedulers), found beside libHalide.
     halide_lib=$(ldd "$build/tools/blocklstm-tune" | awk '/libHalide/{print $3}')

@@ -22,9 +22,8 @@ namespace {
 struct CpuTargetSpec {
     const char *name, *halide_target, *tuning_table, *tuning, *tuned_on;
     bool check_only;
-    const char *cpu_vendor;  // the CPUs the table is for: cpuid vendor and family ("", 0: any)
-    int cpu_family;
-    std::vector<std::pair<int, const char *>> features;  // Halide feature bit, name
+    std::vector<X86Models> cpus;  // the CPUs the table is for (none: any CPU)
+    std::vector<std::pair<int, const char *>> features;  // Halide feature, its name
 };
 
 const X86State &this_cpu() {
@@ -32,12 +31,22 @@ const X86State &this_cpu() {
     return state;
 }
 
-// "AuthenticAMD family 0x19" ("" for any CPU).
-std::string cpu_description(const char *vendor, int family) {
-    if (!*vendor) return "";
-    char hex[16];
-    std::snprintf(hex, sizeof hex, "0x%x", unsigned(family));
-    return std::string(vendor) + " family " + hex;
+// "AuthenticAMD family 0x19 models 0x10-0x1f, 0x60-0x7f" ("" for any CPU).
+std::string cpu_description(const std::vector<X86Models> &cpus) {
+    std::string out;
+    for (std::size_t k = 0; k < cpus.size(); ++k) {
+        const X86Models &m = cpus[k];
+        const bool same_family = k > 0 && std::string(m.vendor) == cpus[k - 1].vendor && m.family == cpus[k - 1].family;
+        char text[64];
+        if (same_family) {
+            std::snprintf(text, sizeof text, ", 0x%x-0x%x", unsigned(m.first_model), unsigned(m.last_model));
+        } else {
+            std::snprintf(text, sizeof text, "%s%s family 0x%x models 0x%x-0x%x", k > 0 ? "; " : "", m.vendor,
+                          unsigned(m.family), unsigned(m.first_model), unsigned(m.last_model));
+        }
+        out += text;
+    }
+    return out;
 }
 
 // What this CPU lacks of one Halide feature: "" if nothing, else the feature's name with the
@@ -64,8 +73,8 @@ const std::vector<CpuTarget> &compiled() {
             t.name = s.name, t.halide_target = s.halide_target;
             t.tuning_table = s.tuning_table, t.tuning = s.tuning, t.tuned_on = s.tuned_on;
             t.check_only = s.check_only;
-            t.tuned_for = cpu_description(s.cpu_vendor, s.cpu_family);
-            t.tuned_for_this_cpu = x86_is(this_cpu(), s.cpu_vendor, s.cpu_family);
+            t.tuned_for = cpu_description(s.cpus);
+            t.tuned_for_this_cpu = x86_is_one_of(this_cpu(), s.cpus);
             for (const auto &[bit, name] : s.features) {
                 const std::string lacks = cpu_lacks(bit, name);
                 if (!lacks.empty()) t.missing += (t.missing.empty() ? "" : "; ") + lacks;

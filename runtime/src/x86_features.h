@@ -28,11 +28,23 @@ struct X86State {
     uint64_t xcr0 = 0;       // XGETBV(0); 0 where the OS has not enabled XSAVE (no OSXSAVE)
     std::string vendor;      // cpuid(0)'s vendor string, e.g. "AuthenticAMD", "GenuineIntel"
     int family = 0;          // cpuid(1)'s family: base + extended (0x19: AMD Zen 3 and Zen 4)
+    int model = 0;           // cpuid(1)'s model: base + extended << 4 (families 6 and 0xf on)
 };
 
-// Whether the CPU is `vendor`'s family `family` (a table tuned for it; "" and 0: any CPU).
-inline bool x86_is(const X86State &state, const std::string &vendor, int family) {
-    return vendor.empty() || (state.vendor == vendor && state.family == family);
+// A range of one vendor's CPU models (schedules/cpu_targets.json's "cpus": the CPUs a tuning table
+// is for), e.g. {"AuthenticAMD", 0x19, 0x10, 0x1f}: AMD Zen 4's Genoa.
+struct X86Models {
+    const char *vendor;
+    int family, first_model, last_model;
+};
+
+// Whether the CPU is one of `models` (an empty list: any CPU).
+inline bool x86_is_one_of(const X86State &state, const std::vector<X86Models> &models) {
+    for (const X86Models &m : models)
+        if (state.vendor == m.vendor && state.family == m.family && state.model >= m.first_model &&
+            state.model <= m.last_model)
+            return true;
+    return models.empty();
 }
 
 // One requirement of a feature: a bit of one register, and its name for messages.
@@ -97,6 +109,8 @@ inline X86State read_x86_state() {
         s.leaf1_ecx = c;
         const int base = (a >> 8) & 0xf;  // the extended family counts only above base 0xf
         s.family = base == 0xf ? base + int((a >> 20) & 0xff) : base;
+        // The extended model counts in families 6 and 0xf on (Intel's and AMD's manuals).
+        s.model = int((a >> 4) & 0xf) + (base == 6 || base == 0xf ? int((a >> 16) & 0xf) << 4 : 0);
     }
     if (__get_cpuid_max(0, nullptr) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);

@@ -40,17 +40,13 @@ done
 python=$root/.venv/bin/python
 [ -x "$python" ] || python=python3
 table=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["table"])' "$table_file")
-# The CPU target each table's kernels are built for (cmake/BlocklstmTuning.cmake's rule, reversed;
-# a CPU's own table, x86-64-avx512-<cpu>, is its instruction set's target naming it: "@avx512-<cpu>"),
-# and the name both builds are pinned to.
-case "$table" in
-x86-64-avx512) target=x86-64-linux-avx512_skylake ;;
-x86-64-avx512-*) target=x86-64-linux-avx512_skylake@${table#x86-64-} ;;
-x86-64-avx2) target=x86-64-linux-avx2-fma-f16c ;;
-x86-64-sse41) target=x86-64-linux-sse41 ;;
-*) echo "confirm.sh: $table_file is table '$table'; only the CPU tables are confirmed here" >&2; exit 2 ;;
-esac
-pin=${target#x86-64-linux-}
+# The CPU target that runs the table (the first of schedules/cpu_targets.json's targets whose table
+# it is), which both builds are pinned to.
+target=$("$python" -c 'import json, sys
+print(next((t["name"] for t in json.load(open(sys.argv[1]))["targets"] if t["table"] == sys.argv[2]), ""))' \
+    "$root/schedules/cpu_targets.json" "$table")
+[ -n "$target" ] || { echo "confirm.sh: $table_file is table '$table', which no CPU target of schedules/cpu_targets.json runs" >&2; exit 2; }
+pin=$target
 
 # The tuned build: the current build's Halide, the table's target only.
 if [ ! -f "$tuned_build/CMakeCache.txt" ]; then

@@ -41,10 +41,9 @@
 #include "schedules/tuning.h"
 #include "tools/tune/families.h"
 
-#include "runtime/src/x86_features.h"  // the CPU's vendor and family: which table it runs
+#include <blocklstm/blocklstm.h>  // the CPU targets as the runtime reads this CPU: which one it runs
 
-// The tuning tables this build was made with: {name, knob string, tuned on}, and its production
-// CPU targets (CMake).
+// The tuning tables this build was made with: {name, knob string, tuned on} (CMake).
 #include "tuning_tables.inc"
 
 namespace blocklstm::tune {
@@ -135,65 +134,33 @@ std::vector<LstmShape> parse_shapes(const std::string &text) {
     return shapes;
 }
 
-// The table a CPU target's kernels are built with: by its vector width, as CMake chooses it
-// (cmake/BlocklstmTuning.cmake).
-std::string table_of(const Halide::Target &t) {
-    switch (t.natural_vector_size<float>()) {
-    case 16: return "x86-64-avx512";
-    case 8: return "x86-64-avx2";
-    default: return "x86-64-sse41";
+// The CPU target the tuner times and whose table it tunes, as the runtime knows it
+// (blocklstm::cpu_targets(): schedules/cpu_targets.json and the runtime's own reading of this CPU):
+// by default the one the library runs here ("host": cpu_target_in_use(), a pin included), else
+// the one --target names, by its name or by its Halide target (the first target of that
+// instruction set whose table is for this CPU). Its kernels run here: a target this CPU cannot
+// run would end in SIGILL.
+blocklstm::CpuTarget cpu_target_to_tune(const std::string &wanted) {
+    const std::vector<blocklstm::CpuTarget> targets = blocklstm::cpu_targets();
+    const std::string name = wanted == "host" ? blocklstm::cpu_target_in_use() : wanted;
+    const blocklstm::CpuTarget *found = nullptr;
+    for (const blocklstm::CpuTarget &t : targets)
+        if (t.name == name) found = &t;
+    if (!found && !Halide::Target::validate_target_string(name))
+        throw std::invalid_argument("--target: '" + name + "' is not a Halide target (e.g. x86-64-linux-avx2-fma-f16c)");
+    for (const blocklstm::CpuTarget &t : targets)
+        if (!found && !t.check_only && t.halide_target == name && t.tuned_for_this_cpu) found = &t;
+    if (!found) {
+        std::string names;
+        for (const blocklstm::CpuTarget &t : targets)
+            if (!t.check_only) names += (names.empty() ? "" : ", ") + t.name + " (" + t.halide_target + ")";
+        throw std::invalid_argument("--target: " + name + " is none of this build's CPU targets: " + names +
+                                    " (schedules/cpu_targets.json)");
     }
-}
-
-// Why this machine cannot run `target`'s CPU code ("" when it can): another architecture or OS,
-// or an instruction set this CPU lacks.
-std::string why_this_cpu_cannot_run(const Halide::Target &target) {
-    const Halide::Target host = Halide::get_host_target();
-    if (target.arch != host.arch || target.os != host.os || target.bits != host.bits)
-        return target.to_string() + " cannot run on this " + host.to_string() + " machine";
-    for (int f = 0; f < Halide::Target::FeatureEnd; ++f) {
-        const auto feature = static_cast<Halide::Target::Feature>(f);
-        const std::string name = Halide::Target::feature_to_name(feature);
-        if (target.has_feature(feature) && !host.has_feature(feature) &&
-            std::regex_match(name, std::regex("(sse|avx|fma|f16c|x86_apx|vnni).*")))
-            return target.to_string() + " needs " + name + ", which this CPU lacks (" + host.to_string() + ")";
-    }
-    return "";
-}
-
-// The build's production CPU targets, best first, and the CPUs each one's table is for.
-struct BuiltCpuTarget {
-    const char *halide_target, *table, *cpu_vendor;
-    int cpu_family;
-    bool tuned_for_this_cpu() const {
-        static const blocklstm::detail::X86State here = blocklstm::detail::read_x86_state();
-        return blocklstm::detail::x86_is(here, cpu_vendor, cpu_family);
-    }
-};
-const std::vector<BuiltCpuTarget> &built_cpu_targets() {
-    static const std::vector<BuiltCpuTarget> targets{BLOCKLSTM_BUILT_CPU_TARGETS};
-    return targets;
-}
-
-// The default CPU target: the one the runtime chooses here, the first of the build's production
-// targets that this CPU runs and whose table is for it. The host's own target (e.g.
-// ...-avx512_zen4-tune_znver4) adds instructions and LLVM scheduling that the shipped kernels do
-// not have, so its times would tune other code than the library runs.
-Halide::Target built_cpu_target_of_this_cpu() {
-    for (const BuiltCpuTarget &b : built_cpu_targets())
-        if (const Halide::Target t(b.halide_target); why_this_cpu_cannot_run(t).empty() && b.tuned_for_this_cpu())
-            return t;
-    throw std::invalid_argument("this CPU runs none of the build's CPU targets (" +
-                                std::string(Halide::get_host_target().to_string()) + ")");
-}
-
-// The table a CPU target's kernels run with on this CPU: that of the first production target of
-// this instruction set whose table is for this CPU (an AMD Zen 4 runs AVX-512 with its own), or
-// else the one of its vector width.
-std::string cpu_table_for(const Halide::Target &t) {
-    for (const BuiltCpuTarget &b : built_cpu_targets())
-        if (Halide::Target(b.halide_target) == t && b.tuned_for_this_cpu()) return b.table;
-    return table_of(t);
+    if (!found->runs_here)
+        throw std::invalid_argument("--target: " + found->halide_target + " needs " + found->missing +
+                                    ", which this CPU lacks: the tuner times its kernels here");
+    return *found;
 }
 
 struct BuiltTable {
@@ -771,11 +738,6 @@ void Tuner::write_table(const Table &t, int tried) const {
     j << ": blocklstm tune " << (t.gpu ? "--device " + o_.device + " " : std::string()) << "--minutes " << o_.minutes
       << " --shapes '" << o_.shapes << "', " << tried << " candidates\",\n";
     j << "  \"date\": \"" << today() << "\",\n";
-    for (const BuiltCpuTarget &b : built_cpu_targets())  // the CPUs the table is for, as it was built
-        if (!t.gpu && t.table == b.table && *b.cpu_vendor) {
-            j << "  \"cpu\": {\"vendor\": \"" << b.cpu_vendor << "\", \"family\": " << b.cpu_family << "},\n";
-            break;
-        }
     j << "  \"knobs\": {\n";
     for (size_t k = 0; k < t.knobs.size(); ++k)
         j << "    \"" << t.knobs[k].first << "\": " << t.knobs[k].second << (k + 1 < t.knobs.size() ? ",\n" : "\n");
@@ -1268,23 +1230,21 @@ int main(int argc, char **argv) {
             o.shapes = o.device == "cuda" ? "100,64,512,512;100,64,1024,1024;50,128,2048,2048;200,16,256,256;100,32,256,256"
                                           : "100,64,512,512;200,16,256,256;100,32,256,256;50,8,128,128";
         const bool gpu = o.device != "cpu";
-        std::string target_text = o.target;
+        // The GPU schedules (CUDA, and their OpenCL twins) read one table; a CPU target its own.
+        std::optional<blocklstm::CpuTarget> cpu_target;
+        if (!gpu) cpu_target = cpu_target_to_tune(o.target);
+        std::string target_text = gpu ? o.target : cpu_target->halide_target;
         if (target_text == "host" && o.device == "cuda") target_text = "host-cuda-cuda_capability_80";
         if (target_text == "host" && o.device == "opencl") target_text = "host-opencl";
         if (target_text != "host" && !Halide::Target::validate_target_string(target_text))
             throw std::invalid_argument("--target: '" + target_text + "' is not a Halide target (e.g. x86-64-linux-avx2-fma-f16c)");
-        const Halide::Target target = target_text != "host"        ? Halide::Target(target_text)
-                                      : o.device == "cpu"           ? built_cpu_target_of_this_cpu()
-                                                                    : Halide::get_host_target();
+        const Halide::Target target = target_text != "host" ? Halide::Target(target_text) : Halide::get_host_target();
         const bool fits = o.device == "cuda"     ? target.has_feature(Halide::Target::CUDA)
                           : o.device == "opencl" ? target.has_feature(Halide::Target::OpenCL)
                                                  : !target.has_gpu_feature();
         if (!fits)
             throw std::invalid_argument("--target: " + target.to_string() + " does not fit --device " + o.device +
                                         " (cpu: no GPU feature, cuda: cuda, opencl: opencl)");
-        if (!gpu)  // its kernels run here: an instruction set this CPU lacks would end in SIGILL
-            if (const std::string why = why_this_cpu_cannot_run(target); !why.empty())
-                throw std::invalid_argument("--target: " + why + ": the tuner times its kernels here");
         const std::vector<LstmShape> shapes = parse_shapes(o.shapes);
         o.shapes = "";  // as parsed (any whitespace the option had never reaches the table's JSON)
         for (const LstmShape &s : shapes) o.shapes += (o.shapes.empty() ? "" : " ") + s.text();
@@ -1292,14 +1252,15 @@ int main(int argc, char **argv) {
             if (const std::string why = gpu_missing(o.device); !why.empty())
                 throw std::invalid_argument("--device " + o.device + ": cannot run kernels here: " + why);
         const std::vector<Family> families = select_families(gpu ? gpu_families() : cpu_families(), o.families);
-        // The GPU schedules (CUDA, and their OpenCL twins) read one table.
-        const std::string table = gpu ? "cuda" : cpu_table_for(target);
+        const std::string table = gpu ? "cuda" : cpu_target->tuning_table;
         Table base;
         if (!o.from.empty()) {
             base = read_table_file(o.from, gpu);
             if (base.table != table)
                 throw std::invalid_argument("--from: the table is " + base.table + ", target " + target.to_string() +
                                             " uses " + table);
+        } else if (!gpu) {
+            base = parse_table(false, table, cpu_target->tuning);
         } else {
             const BuiltTable tables[] = {BLOCKLSTM_BUILT_TUNING_TABLES};
             const BuiltTable *found = nullptr;

@@ -275,8 +275,9 @@ struct CpuTarget {
     std::string tuned_on;       // where and how the table was tuned, or "(not measured) ..."
     bool check_only = false;    // a test build's check target: its instruction set with another
                                 // target's table; never chosen automatically
-    std::string tuned_for;      // the CPUs its table is for, e.g. "AuthenticAMD family 0x19" (AMD
-                                // Zen 4); "" for any CPU. Chosen automatically only on them.
+    std::string tuned_for;      // the CPUs its table is for, e.g. "AuthenticAMD family 0x19 models
+                                // 0x10-0x1f, 0x60-0x7f, 0xa0-0xaf" (AMD Zen 4); "" for any CPU.
+                                // Chosen automatically only on them (schedules/cpu_targets.json).
     bool tuned_for_this_cpu = true;  // tuned_for is "" or this CPU
     bool runs_here = false;     // this CPU has every feature it needs
     std::string missing;        // what this CPU (or its OS) lacks, '; '-separated, e.g.
