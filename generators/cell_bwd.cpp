@@ -16,18 +16,19 @@ public:
     Output<Buffer<>> *cs_prev_grad, *dicfo, *peephole_grads = nullptr;
 
     void configure() {
-        for (auto [slot, name] : {std::pair{&cs_prev, "cs_prev"}, {&i, "i"}, {&cs, "cs"},
-                                  {&f, "f"}, {&o, "o"}, {&ci, "ci"}, {&co, "co"},
-                                  {&cs_grad, "cs_grad"}, {&h_grad, "h_grad"}}) {
+        namespace a = args::cell_bwd;
+        for (auto [slot, name] : {std::pair{&cs_prev, a::cs_prev}, {&i, a::i}, {&cs, a::cs},
+                                  {&f, a::f}, {&o, a::o}, {&ci, a::ci}, {&co, a::co},
+                                  {&cs_grad, a::cs_grad}, {&h_grad, a::h_grad}}) {
             *slot = add_input<Buffer<>>(name, dtype, 2);  // [B,H]
         }
-        wci = add_input<Buffer<>>("wci", dtype, 1);
-        wcf = add_input<Buffer<>>("wcf", dtype, 1);
-        wco = add_input<Buffer<>>("wco", dtype, 1);
-        cs_prev_grad = add_output<Buffer<>>("cs_prev_grad", dtype, 2);
-        dicfo = add_output<Buffer<>>("dicfo", dtype, 3);  // (j, gate block, n) of [B,4H]
+        wci = add_input<Buffer<>>(a::wci, dtype, 1);
+        wcf = add_input<Buffer<>>(a::wcf, dtype, 1);
+        wco = add_input<Buffer<>>(a::wco, dtype, 1);
+        cs_prev_grad = add_output<Buffer<>>(a::cs_prev_grad, dtype, 2);
+        dicfo = add_output<Buffer<>>(a::dicfo, dtype, 3);  // (j, gate block, n) of [B,4H]
         if (use_peephole) {  // Tuple (wci_grad, wcf_grad, wco_grad), each [H]
-            peephole_grads = add_output<Buffer<>>("peephole_grads",
+            peephole_grads = add_output<Buffer<>>(a::peephole_grads,
                                                   std::vector<Type>(3, Type(dtype)), 1);
         }
     }

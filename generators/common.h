@@ -14,9 +14,8 @@ namespace blocklstm::gen {
 
 using namespace Halide;
 
-// How a kernel holds the recurrent weights (kernels.inc's weights column): packed float32 panels
-// (generators/panels.cpp, schedules/panel_layout.h), the matrix in place, or not at all.
-enum class Weights { none, panels, matrix };
+using kernel::Weights;
+namespace args = kernel::args;
 
 // The base of every kernel generator: the generator params every kernel of kernels.inc is given
 // — the tuning table its schedules read (`tuning_table`, its name, and `tuning`, its knobs as

@@ -32,6 +32,7 @@ public:
     Output<Buffer<>> *c = nullptr;
 
     void configure() {
+        namespace n = args::gemm;
         const Type f32_type = Float(32);
         if (form == GemmForm::tn) require_weights({Weights::none, Weights::panels});
         else require_weights({Weights::none});
@@ -39,14 +40,14 @@ public:
         const bool a_is_f32 = form == GemmForm::nn || panels;
         const bool b_is_f32 = form == GemmForm::tn || panels;
         const bool c_is_f32 = form == GemmForm::nn_bias || panels;
-        a = add_input<Buffer<>>("a", a_is_f32 ? f32_type : Type(dtype), 2);
-        b = add_input<Buffer<>>("b", b_is_f32 ? f32_type : Type(dtype), panels ? 3 : 2);
-        if (form == GemmForm::nn_bias) bias = add_input<Buffer<>>("bias", dtype, 1);
+        a = add_input<Buffer<>>(n::a, a_is_f32 ? f32_type : Type(dtype), 2);
+        b = add_input<Buffer<>>(n::b, b_is_f32 ? f32_type : Type(dtype), panels ? 3 : 2);
+        if (form == GemmForm::nn_bias) bias = add_input<Buffer<>>(n::bias, dtype, 1);
         if (panels) {
-            c_in = add_input<Buffer<>>("c_in", f32_type, 2);  // c itself: read before it is written
-            accumulate = add_input<float>("accumulate");
+            c_in = add_input<Buffer<>>(n::c_in, f32_type, 2);  // c itself: read before it is written
+            accumulate = add_input<float>(n::accumulate);
         }
-        c = add_output<Buffer<>>("c", c_is_f32 ? f32_type : Type(dtype), 2);
+        c = add_output<Buffer<>>(n::c, c_is_f32 ? f32_type : Type(dtype), 2);
     }
 
     void generate() {

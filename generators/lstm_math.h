@@ -4,13 +4,14 @@
 #pragma once
 
 #include "Halide.h"
+#include "generators/interface.h"
 
 namespace blocklstm::gen {
 
 using Halide::Expr;
 
 // Gate blocks of the 4H-wide gate dimension, in the order of the block index (0..3).
-enum class Layout { icfo, ifco };
+using kernel::Layout;
 enum Gate { gate_i, gate_c, gate_f, gate_o };
 
 // Block index of a gate in a layout: ICFO = [i | c | f | o], IFCO = [i | f | c | o].

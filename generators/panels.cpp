@@ -16,11 +16,11 @@ public:
     GeneratorParam<bool> transpose{"transpose", false};
 
     Input<Buffer<>> *in = nullptr;
-    Output<Buffer<float, 3>> out{"out"};
+    Output<Buffer<float, 3>> out{args::panels::out};
 
     void configure() {
         require_weights({Weights::panels});
-        in = add_input<Buffer<>>("in", dtype, 2);
+        in = add_input<Buffer<>>(args::panels::in, dtype, 2);
     }
 
     void generate() {

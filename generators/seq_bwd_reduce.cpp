@@ -18,15 +18,16 @@ public:
     Output<Buffer<>> *b_grad, *cs_prev_grad, *peephole_grads = nullptr;
 
     void configure() {
-        dgates = add_input<Buffer<>>("dgates", Float(32), 2);  // [L*B, 4H]
-        cs = add_input<Buffer<>>("cs", dtype, 3);              // [L,B,H]
-        cs_prev = add_input<Buffer<>>("cs_prev", dtype, 2);    // [B,H]
-        dcs_carry = add_input<Buffer<>>("dcs_carry", Float(32), 2);
+        namespace a = args::seq_bwd_reduce;
+        dgates = add_input<Buffer<>>(a::dgates, Float(32), 2);  // [L*B, 4H]
+        cs = add_input<Buffer<>>(a::cs, dtype, 3);              // [L,B,H]
+        cs_prev = add_input<Buffer<>>(a::cs_prev, dtype, 2);    // [B,H]
+        dcs_carry = add_input<Buffer<>>(a::dcs_carry, Float(32), 2);
         // [4H], or empty where w_grad's product computed it (the CPU runtime, I > 0)
-        b_grad = add_output<Buffer<>>("b_grad", dtype, 1);
-        cs_prev_grad = add_output<Buffer<>>("cs_prev_grad", dtype, 2);
+        b_grad = add_output<Buffer<>>(a::b_grad, dtype, 1);
+        cs_prev_grad = add_output<Buffer<>>(a::cs_prev_grad, dtype, 2);
         if (use_peephole) {  // Tuple (wci_grad, wcf_grad, wco_grad), each [H]
-            peephole_grads = add_output<Buffer<>>("peephole_grads",
+            peephole_grads = add_output<Buffer<>>(a::peephole_grads,
                                                   std::vector<Type>(3, Type(dtype)), 1);
         }
     }

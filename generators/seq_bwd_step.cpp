@@ -20,26 +20,27 @@ public:
     Output<Buffer<>> *dh;  // [B,H] float32: the caller's workspace, so a step allocates nothing
 
     void configure() {
-        dgates_next = add_input<Buffer<>>("dgates_next", Float(32), 2);  // [B,4H], zeros at t = L-1
+        namespace a = args::seq_bwd_step;
+        dgates_next = add_input<Buffer<>>(a::dgates_next, Float(32), 2);  // [B,4H], zeros at t = L-1
         // [4H,H] = W_h^T: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
-        w_h_t = add_input<Buffer<>>("w_h_t", panels ? Float(32) : Type(dtype), panels ? 3 : 2);
-        h_grad = add_input<Buffer<>>("h_grad", dtype, 2);                // [B,H]
-        cs_grad = add_input<Buffer<>>("cs_grad", dtype, 2);
-        dcs_carry = add_input<Buffer<>>("dcs_carry", Float(32), 2);
-        i = add_input<Buffer<>>("i", dtype, 2);
-        f = add_input<Buffer<>>("f", dtype, 2);
-        o = add_input<Buffer<>>("o", dtype, 2);
-        ci = add_input<Buffer<>>("ci", dtype, 2);
-        co = add_input<Buffer<>>("co", dtype, 2);
-        cs_prev = add_input<Buffer<>>("cs_prev", dtype, 2);
-        wci = add_input<Buffer<>>("wci", dtype, 1);
-        wcf = add_input<Buffer<>>("wcf", dtype, 1);
-        wco = add_input<Buffer<>>("wco", dtype, 1);
-        dgates = add_output<Buffer<>>("dgates", Float(32), 3);  // (j, gate block, n) of [B,4H]
-        dcs_carry_out = add_output<Buffer<>>("dcs_carry_out", Float(32), 2);
-        dh = add_output<Buffer<>>("dh", Float(32), 2);
+        w_h_t = add_input<Buffer<>>(a::w_h_t, panels ? Float(32) : Type(dtype), panels ? 3 : 2);
+        h_grad = add_input<Buffer<>>(a::h_grad, dtype, 2);                // [B,H]
+        cs_grad = add_input<Buffer<>>(a::cs_grad, dtype, 2);
+        dcs_carry = add_input<Buffer<>>(a::dcs_carry, Float(32), 2);
+        i = add_input<Buffer<>>(a::i, dtype, 2);
+        f = add_input<Buffer<>>(a::f, dtype, 2);
+        o = add_input<Buffer<>>(a::o, dtype, 2);
+        ci = add_input<Buffer<>>(a::ci, dtype, 2);
+        co = add_input<Buffer<>>(a::co, dtype, 2);
+        cs_prev = add_input<Buffer<>>(a::cs_prev, dtype, 2);
+        wci = add_input<Buffer<>>(a::wci, dtype, 1);
+        wcf = add_input<Buffer<>>(a::wcf, dtype, 1);
+        wco = add_input<Buffer<>>(a::wco, dtype, 1);
+        dgates = add_output<Buffer<>>(a::dgates, Float(32), 3);  // (j, gate block, n) of [B,4H]
+        dcs_carry_out = add_output<Buffer<>>(a::dcs_carry_out, Float(32), 2);
+        dh = add_output<Buffer<>>(a::dh, Float(32), 2);
     }
 
     void generate() {

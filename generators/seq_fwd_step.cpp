@@ -13,26 +13,27 @@ public:
     GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
 
     Input<Buffer<>> *xw, *h_prev, *w_h, *cs_prev, *wci, *wcf, *wco;
-    Input<float> forget_bias{"forget_bias"};
-    Input<float> cell_clip{"cell_clip"};
+    Input<float> forget_bias{args::seq_fwd_step::forget_bias};
+    Input<float> cell_clip{args::seq_fwd_step::cell_clip};
     Output<Buffer<>> *lstm;   // Tuple (i, cs, f, o, ci, co, h), each [B,H]
     Output<Buffer<>> *gates;  // [B,4H] float32 pre-activations: the caller's workspace, so a
                               // step allocates nothing (a fresh 512 KiB buffer per step cost
                               // page faults: 15 % of BlockLSTM at T=100, B=64, H=512)
 
     void configure() {
-        xw = add_input<Buffer<>>("xw", Float(32), 2);       // [B,4H] x.W_x + b
-        h_prev = add_input<Buffer<>>("h_prev", dtype, 2);   // [B,H]
+        namespace a = args::seq_fwd_step;
+        xw = add_input<Buffer<>>(a::xw, Float(32), 2);       // [B,4H] x.W_x + b
+        h_prev = add_input<Buffer<>>(a::h_prev, dtype, 2);   // [B,H]
         // [H,4H] rows I.. of w: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
-        w_h = add_input<Buffer<>>("w_h", panels ? Float(32) : Type(dtype), panels ? 3 : 2);
-        cs_prev = add_input<Buffer<>>("cs_prev", dtype, 2); // [B,H]
-        wci = add_input<Buffer<>>("wci", dtype, 1);
-        wcf = add_input<Buffer<>>("wcf", dtype, 1);
-        wco = add_input<Buffer<>>("wco", dtype, 1);
-        lstm = add_output<Buffer<>>("lstm", std::vector<Type>(7, Type(dtype)), 2);
-        gates = add_output<Buffer<>>("gates", Float(32), 2);
+        w_h = add_input<Buffer<>>(a::w_h, panels ? Float(32) : Type(dtype), panels ? 3 : 2);
+        cs_prev = add_input<Buffer<>>(a::cs_prev, dtype, 2); // [B,H]
+        wci = add_input<Buffer<>>(a::wci, dtype, 1);
+        wcf = add_input<Buffer<>>(a::wcf, dtype, 1);
+        wco = add_input<Buffer<>>(a::wco, dtype, 1);
+        lstm = add_output<Buffer<>>(a::lstm, std::vector<Type>(7, Type(dtype)), 2);
+        gates = add_output<Buffer<>>(a::gates, Float(32), 2);
     }
 
     void generate() {

@@ -14,8 +14,8 @@ public:
     Output<Buffer<>> *out = nullptr;
 
     void configure() {
-        in = add_input<Buffer<>>("in", dtype, 2);
-        out = add_output<Buffer<>>("out", dtype, 2);
+        in = add_input<Buffer<>>(args::transpose::in, dtype, 2);
+        out = add_output<Buffer<>>(args::transpose::out, dtype, 2);
     }
 
     void generate() {

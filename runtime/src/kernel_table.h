@@ -3,16 +3,20 @@
 
 #include <blocklstm/blocklstm.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
+#include "generators/interface.h"
 #include "runtime/src/buf.h"
 #include "runtime/src/exec.h"
+#include "runtime/src/plans.h"
 
 namespace blocklstm::detail {
 
-// The gate order of an op (TF: BlockLSTM and the cell ops i, c, f, o; the V2 ops i, f, c, o).
-enum class Layout { icfo, ifco };
+using kernel::Family;
+using kernel::Layout;
+using kernel::Weights;
 
 // One compiled function of a kernel: its argv entry point and metadata (argument names).
 struct KernelCode {
@@ -20,42 +24,43 @@ struct KernelCode {
     const halide_filter_metadata_t *(*metadata)();
 };
 
-// How a kernel holds the recurrent weights (kernels.inc's weights column): packed float32 panels
-// (schedules/panel_layout.h), the matrix in place, or none.
-enum class KernelWeights { none, panels, matrix };
-
 struct KernelEntry {
     const char *name;
-    const char *family;
+    Family family;
     Device backend;
     DType dtype;
     bool peephole;
     const char *layout;  // "icfo", "ifco", "any"
-    KernelWeights weights;
+    Weights weights;     // how it holds the recurrent weights
     // cpu: one function per CPU target, in cpu_targets.inc's order; cuda: one.
     const KernelCode *code;
 };
 
-// The kernel of `family` for this backend and flags (layout ignored for "any" kernels, peephole
-// for families without peephole variants). Throws if absent (e.g. a CUDA call in a build without
-// BLOCKLSTM_CUDA).
-const KernelEntry &find_kernel(const char *family, Device backend, DType dtype, bool peephole,
-                               Layout layout);
+// The kernel of `family` for this backend and dtype, and for the cell math's families
+// (families.inc's variants) the peephole flag and gate layout. Throws if absent (e.g. a CUDA call
+// in a build without BLOCKLSTM_CUDA).
+struct CellVariant {
+    bool peephole;
+    Layout layout;
+};
+const KernelEntry &find_kernel(Family family, Device backend, DType dtype, CellVariant cell);
+// A family without such variants (the products, transposes, panels).
+const KernelEntry &find_kernel(Family family, Device backend, DType dtype);
 
-// One call of a kernel with its arguments bound by name (the generator's input/output names;
-// Tuple outputs as "name.0", "name.1", ...). Binding is checked against the kernel's metadata, so
-// a mismatch between runtime and generator is an error, not a silent misread. A call object may
-// be run many times; the bound buffers may be moved (Buf::set_data) between runs.
+// One call of a kernel with its arguments bound by name (the generator's input/output names,
+// generators/interface.h; Tuple outputs as "name.0", "name.1", ...): through the typed binders of
+// runtime/src/kernel_args.h. Binding is checked against the kernel's metadata too. A call object
+// may be run many times; the bound buffers may be moved (Buf::set_data) between runs.
 class KernelCall {
 public:
     // CUDA kernels take the Exec's user_context (context and stream).
     KernelCall(const KernelEntry &kernel, Exec &exec);
-    KernelCall &buffer(const char *name, Buf &buf);
-    KernelCall &scalar(const char *name, float *value);
+    KernelCall &buffer(const std::string &name, Buf &buf);
+    KernelCall &scalar(const std::string &name, float *value);
     void run();
 
 private:
-    int index_of(const char *name, bool is_buffer) const;
+    int index_of(const std::string &name, bool is_buffer) const;
     const KernelEntry &kernel_;
     int cpu_target_;  // -1: not a CPU kernel
     const KernelCode &code_;
@@ -64,8 +69,19 @@ private:
     void *user_context_ = nullptr;
 };
 
-// Throws, naming the kernel, unless every kernel an op call needs is compiled in (runtime/src/
-// ops.cpp: the op's kernel families): run before an op writes any output.
+// The kernels of a call's plan (runtime/src/plans.h), found before any output is written: a
+// kernel this build lacks throws, naming it. The time loop takes each family's kernel from here.
+class PlanKernels {
+public:
+    PlanKernels(plan::Kind kind, Device device, DType dtype, CellVariant cell);
+    // The plan's kernel of `family`; a family the plan does not run is a bug of the time loop.
+    const KernelEntry &operator[](Family family) const;
+
+private:
+    const std::array<const KernelEntry *, kernel::kFamilyCount> *kernels_;
+};
+
+// Throws, naming the kernel, unless every kernel an op call needs is compiled in (the op's plan).
 void preflight(const std::string &op, Device device, DType dtype, bool use_peephole);
 
 }  // namespace blocklstm::detail

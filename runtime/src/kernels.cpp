@@ -58,12 +58,12 @@ const KernelEntry kernel_table[] = {
 #define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, weights, generator)            \
     BLOCKLSTM_IF_BACKEND_##backend(                                                             \
         {#family "__" #backend "_" #dtype "_" #flags "_" #layout,                               \
-         #family,                                                                               \
+         Family::family,                                                                        \
          Device::backend,                                                                       \
          DType::dtype,                                                                          \
          std::string_view(#flags) == "peephole",                                                \
          #layout,                                                                               \
-         KernelWeights::weights,                                                                \
+         Weights::weights,                                                                      \
          kernel_code_##family##__##backend##_##dtype##_##flags##_##layout},)
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
@@ -91,7 +91,7 @@ std::string ops_of(const KernelEntry &k) {
     for (const OpInfo &op : blocklstm::ops()) {
         if (std::strcmp(k.layout, "any") != 0 && op.layout != k.layout) continue;
         const std::vector<std::string> families = op.kernel_families(k.backend, k.dtype);
-        if (std::find(families.begin(), families.end(), k.family) == families.end()) continue;
+        if (std::find(families.begin(), families.end(), kernel::name(k.family)) == families.end()) continue;
         ops += (ops.empty() ? "" : " ") + op.name;
     }
     return ops;
@@ -110,36 +110,92 @@ std::string normalized_argument_name(const char *name) {
     return out;
 }
 
-// Whether a family has peephole variants (the cell math does); one without (the products,
-// transposes, panels: flags plain) serves calls with and without peepholes.
-bool has_peephole_variants(const char *family) {
-    static const std::vector<std::string_view> families = [] {  // once: find_kernel runs per op call
-        std::vector<std::string_view> f;
-        for (const KernelEntry &k : kernel_table)
-            if (k.peephole) f.push_back(k.family);
-        return f;
-    }();
-    return std::find(families.begin(), families.end(), family) != families.end();
+const KernelEntry &find(Family family, Device backend, DType dtype, const CellVariant *cell) {
+    const kernel::FamilyRecord &r = kernel::record(family);
+    for (const KernelEntry &k : kernel_table) {
+        if (k.family == family && k.backend == backend && k.dtype == dtype &&
+            (!r.has_peephole_variants() || k.peephole == cell->peephole) &&
+            (std::strcmp(k.layout, "any") == 0 || (cell && std::strcmp(k.layout, layout_name(cell->layout)) == 0))) {
+            return k;
+        }
+    }
+    throw Error(std::string("blocklstm: no compiled kernel ") + r.name + " for " + to_string(backend) + " " +
+                to_string(dtype) +
+                (cell ? std::string(cell->peephole ? " peephole " : " plain ") + layout_name(cell->layout) : "") +
+                (backend == Device::cuda && !BLOCKLSTM_WITH_CUDA
+                     ? " (this build has no CUDA kernels: configure with -DBLOCKLSTM_CUDA=ON)"
+                     : " (runtime/kernels.inc)"));
 }
 
 }  // namespace
 
-const KernelEntry &find_kernel(const char *family, Device backend, DType dtype, bool peephole,
-                               Layout layout) {
-    const bool by_peephole = has_peephole_variants(family);
-    for (const KernelEntry &k : kernel_table) {
-        if (std::strcmp(k.family, family) == 0 && k.backend == backend && k.dtype == dtype &&
-            (k.peephole == peephole || !by_peephole) &&
-            (std::strcmp(k.layout, "any") == 0 || std::strcmp(k.layout, layout_name(layout)) == 0)) {
-            return k;
-        }
-    }
-    throw Error(std::string("blocklstm: no compiled kernel ") + family + " for " +
-                to_string(backend) + " " + to_string(dtype) + (peephole ? " peephole " : " plain ") +
-                layout_name(layout) +
-                (backend == Device::cuda && !BLOCKLSTM_WITH_CUDA
-                     ? " (this build has no CUDA kernels: configure with -DBLOCKLSTM_CUDA=ON)"
-                     : " (runtime/kernels.inc)"));
+const KernelEntry &find_kernel(Family family, Device backend, DType dtype, CellVariant cell) {
+    return find(family, backend, dtype, &cell);
+}
+
+namespace {
+
+// Every plan's kernels for every device, dtype, peephole flag and layout, found once (a lookup per
+// family per call was 2 % of BlockLSTMGrad at T=10, B=8, H=64); what a build lacks is kept as the
+// error its calls throw.
+struct Resolved {
+    std::array<const KernelEntry *, kernel::kFamilyCount> kernels{};
+    std::string missing;
+};
+constexpr int kKinds = 3, kDevices = 2, kDTypes = 2;
+
+int slot(plan::Kind kind, Device device, DType dtype, CellVariant cell) {
+    return (((static_cast<int>(kind) * kDevices + static_cast<int>(device)) * kDTypes + static_cast<int>(dtype)) * 2 +
+            (cell.peephole ? 1 : 0)) * 2 + (cell.layout == Layout::ifco ? 1 : 0);
+}
+
+const Resolved &resolved(plan::Kind kind, Device device, DType dtype, CellVariant cell) {
+    static const std::vector<Resolved> all = [] {
+        std::vector<Resolved> r(kKinds * kDevices * kDTypes * 2 * 2);
+        for (int k = 0; k < kKinds; ++k)
+            for (Device d : {Device::cpu, Device::cuda})
+                for (DType t : {DType::f16, DType::f32})
+                    for (bool peephole : {false, true})
+                        for (Layout layout : {Layout::icfo, Layout::ifco}) {
+                            const auto kind_k = static_cast<plan::Kind>(k);
+                            const CellVariant c{peephole, layout};
+                            Resolved &out = r[slot(kind_k, d, t, c)];
+                            for (const plan::Step &step : plan::plan_of(kind_k, d, t)) {
+                                try {
+                                    const bool cell_math = kernel::record(step.family).has_layout_variants();
+                                    out.kernels[static_cast<std::size_t>(step.family)] =
+                                        cell_math ? &find_kernel(step.family, d, t, c) : &find_kernel(step.family, d, t);
+                                } catch (const Error &e) {
+                                    if (out.missing.empty()) out.missing = e.what();
+                                }
+                            }
+                        }
+        return r;
+    }();
+    return all[slot(kind, device, dtype, cell)];
+}
+
+}  // namespace
+
+PlanKernels::PlanKernels(plan::Kind kind, Device device, DType dtype, CellVariant cell) {
+    const Resolved &r = resolved(kind, device, dtype, cell);
+    if (!r.missing.empty()) throw Error(r.missing);
+    kernels_ = &r.kernels;
+}
+
+const KernelEntry &PlanKernels::operator[](Family family) const {
+    const KernelEntry *k = (*kernels_)[static_cast<std::size_t>(family)];
+    if (!k)
+        throw Error(std::string("blocklstm internal error: kernel family ") + kernel::name(family) +
+                    " is not in the call's plan (runtime/src/plans.h)");
+    return *k;
+}
+
+const KernelEntry &find_kernel(Family family, Device backend, DType dtype) {
+    if (kernel::record(family).has_layout_variants())
+        throw Error(std::string("blocklstm internal error: kernel family ") + kernel::name(family) +
+                    " asked for without its peephole flag and gate layout");
+    return find(family, backend, dtype, nullptr);
 }
 
 KernelCall::KernelCall(const KernelEntry &kernel, Exec &exec)
@@ -167,7 +223,7 @@ KernelCall::KernelCall(const KernelEntry &kernel, Exec &exec)
     }
 }
 
-int KernelCall::index_of(const char *name, bool is_buffer) const {
+int KernelCall::index_of(const std::string &name, bool is_buffer) const {
     const halide_filter_metadata_t *md = code_.metadata();
     for (std::size_t i = 0; i < names_.size(); ++i) {
         if (names_[i] == name) {
@@ -180,12 +236,12 @@ int KernelCall::index_of(const char *name, bool is_buffer) const {
                 " has no " + (is_buffer ? "buffer" : "scalar") + " argument '" + name + "'");
 }
 
-KernelCall &KernelCall::buffer(const char *name, Buf &buf) {
+KernelCall &KernelCall::buffer(const std::string &name, Buf &buf) {
     args_[index_of(name, true)] = buf.get();
     return *this;
 }
 
-KernelCall &KernelCall::scalar(const char *name, float *value) {
+KernelCall &KernelCall::scalar(const std::string &name, float *value) {
     args_[index_of(name, false)] = value;
     return *this;
 }
@@ -232,7 +288,7 @@ std::vector<KernelInfo> kernels() {
     for (const detail::KernelEntry &k : detail::kernel_table) {
         KernelInfo info;
         info.name = k.name;
-        info.family = k.family;
+        info.family = kernel::name(k.family);
         info.ops = detail::ops_of(k);
         info.backend = k.backend;
         info.dtype = k.dtype;

@@ -4,7 +4,6 @@
 #include <blocklstm/ops.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <type_traits>
@@ -190,37 +189,12 @@ void check_attrs(const OpInfo &op, const OpAttrs &attrs) {
 
 }  // namespace
 
-// The kernel families an op runs (ops_sequence.cpp, ops_cell.cpp): forward: the input projection,
-// the CPU's weight panels, the step; backward: W^T, the CPU's W_h^T panels, the reverse steps, the
-// batched products (the CPU's float32 w_grad over packed chunks of dgates), the reductions.
-std::vector<std::string> op_kernel_families(const OpInfo &op, Device device, DType dtype) {
-    const bool cpu = device == Device::cpu;
-    if (!op.gradient) {
-        if (cpu) return {"gemm_nn_bias", "panels", "seq_fwd_step"};
-        return {"gemm_nn_bias", "seq_fwd_step"};
-    }
-    if (!op.sequence) return {"cell_bwd"};
-    std::vector<std::string> f = {"transpose"};
-    if (cpu) f.push_back("panels_t");
-    f.insert(f.end(), {"seq_bwd_step", "gemm_nn"});
-    if (cpu && dtype == DType::f32) f.insert(f.end(), {"panels", "gemm_tn_panels"});
-    else f.push_back("gemm_tn");
-    f.push_back("seq_bwd_reduce");
-    return f;
-}
+plan::Kind plan_kind(const OpInfo &op) { return plan::kind_of(op.sequence, op.gradient); }
 
 void preflight(const std::string &op, Device device, DType dtype, bool use_peephole) {
-    // The kernel table is fixed: a combination that passed once passes always, so remember it
-    // (a grad call's preflight is a dozen table scans, 2 % of BlockLSTMGrad at T=10, B=8, H=64).
-    static std::atomic<uint64_t> passed{0};
-    const OpDef &d = def_of(op);
-    const int bit = ((static_cast<int>(d.id) * 2 + static_cast<int>(device)) * 2 + static_cast<int>(dtype)) * 2 +
-                    (use_peephole ? 1 : 0);
-    if (passed.load(std::memory_order_relaxed) & (uint64_t(1) << bit)) return;
-    const Layout layout = d.info.layout == "ifco" ? Layout::ifco : Layout::icfo;
-    for (const std::string &family : d.info.kernel_families(device, dtype))
-        (void)find_kernel(family.c_str(), device, dtype, use_peephole, layout);
-    passed.fetch_or(uint64_t(1) << bit, std::memory_order_relaxed);
+    const OpInfo &info = def_of(op).info;
+    (void)PlanKernels(plan_kind(info), device, dtype,
+                      {use_peephole, info.layout == "ifco" ? Layout::ifco : Layout::icfo});
 }
 
 }  // namespace detail
@@ -259,8 +233,18 @@ std::vector<int64_t> OpArg::dims(const OpDims &d) const {
     return out;
 }
 
+std::vector<OpPlanStep> OpInfo::plan(Device device, DType dtype) const {
+    std::vector<OpPlanStep> steps;
+    for (const plan::Step &s : plan::plan_of(detail::plan_kind(*this), device, dtype))
+        steps.push_back({kernel::name(s.family), plan::to_string(s.times), s.does});
+    return steps;
+}
+
 std::vector<std::string> OpInfo::kernel_families(Device device, DType dtype) const {
-    return detail::op_kernel_families(*this, device, dtype);
+    std::vector<std::string> families;
+    for (const OpPlanStep &s : plan(device, dtype))
+        if (std::find(families.begin(), families.end(), s.family) == families.end()) families.push_back(s.family);
+    return families;
 }
 
 const std::vector<OpInfo> &ops() {

@@ -4,6 +4,7 @@
 
 #include "runtime/src/buf.h"
 #include "runtime/src/exec.h"
+#include "runtime/src/kernel_args.h"
 #include "runtime/src/kernel_table.h"
 #include "runtime/src/products.h"
 #include "runtime/src/validate.h"
@@ -69,9 +70,7 @@ Checked<CellDims> validate_cell_grad(const CellInputs &in, const CellActivations
 }  // namespace detail
 
 using detail::Buf;
-using detail::KernelCall;
 using detail::Layout;
-using detail::find_kernel;
 
 void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
                    const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out,
@@ -108,8 +107,7 @@ void LSTMBlockCellGrad(const TV &x, const TV &cs_prev, const TV &h_prev, const T
     const DType dt = c.dtype;
     const Device dev = c.device;
     const int64_t B = c.dims.B, H = c.dims.H;
-    detail::preflight("LSTMBlockCellGrad", dev, dt, attrs.use_peephole);
-    const detail::KernelEntry &kernel = find_kernel("cell_bwd", dev, dt, attrs.use_peephole, Layout::icfo);
+    const detail::PlanKernels kernels(plan::Kind::cell_grad, dev, dt, {attrs.use_peephole, Layout::icfo});
     detail::Exec exec(dev, c.some_data);
     auto rows_by_units = [&](const TV &t) { return Buf(dev, t.data, dt, {B, H}); };
     auto units = [&](const TV &t) { return Buf(dev, t.data, dt, {H}); };
@@ -122,16 +120,12 @@ void LSTMBlockCellGrad(const TV &x, const TV &cs_prev, const TV &h_prev, const T
     Buf buf_wci_grad = units(out.wci_grad), buf_wcf_grad = units(out.wcf_grad);
     Buf buf_wco_grad = units(out.wco_grad);
 
-    KernelCall call(kernel, exec);
-    call.buffer("cs_prev", buf_cs_prev).buffer("i", buf_i).buffer("cs", buf_cs).buffer("f", buf_f)
-        .buffer("o", buf_o).buffer("ci", buf_ci).buffer("co", buf_co).buffer("cs_grad", buf_cs_grad)
-        .buffer("h_grad", buf_h_grad).buffer("wci", buf_wci).buffer("wcf", buf_wcf).buffer("wco", buf_wco)
-        .buffer("cs_prev_grad", buf_cs_prev_grad).buffer("dicfo", buf_dicfo);
-    if (attrs.use_peephole) {
-        call.buffer("peephole_grads.0", buf_wci_grad).buffer("peephole_grads.1", buf_wcf_grad)
-            .buffer("peephole_grads.2", buf_wco_grad);
-    }
-    call.run();
+    detail::CellBwdArgs args{.cs_prev = buf_cs_prev, .i = buf_i, .cs = buf_cs, .f = buf_f, .o = buf_o,
+                             .ci = buf_ci, .co = buf_co, .cs_grad = buf_cs_grad, .h_grad = buf_h_grad,
+                             .wci = buf_wci, .wcf = buf_wcf, .wco = buf_wco, .cs_prev_grad = buf_cs_prev_grad,
+                             .dicfo = buf_dicfo};
+    if (attrs.use_peephole) args.peephole_grads = {&buf_wci_grad, &buf_wcf_grad, &buf_wco_grad};
+    detail::run(kernels[detail::Family::cell_bwd], exec, args);
     if (!attrs.use_peephole) {  // TF zero-fills the peephole grads
         detail::zero(exec, out.wci_grad), detail::zero(exec, out.wcf_grad), detail::zero(exec, out.wco_grad);
     }

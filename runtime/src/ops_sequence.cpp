@@ -8,7 +8,9 @@
 
 #include "runtime/src/buf.h"
 #include "runtime/src/exec.h"
+#include "runtime/src/kernel_args.h"
 #include "runtime/src/kernel_table.h"
+#include "runtime/src/plans.h"
 #include "runtime/src/products.h"
 #include "runtime/src/validate.h"
 
@@ -65,24 +67,22 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
     return d;
 }
 
-// `w` packed by the CPU kernel `family` (panels or panels_t) into float32 panels at `out`, which
+// `w` packed by the CPU kernel `packer` (panels or panels_t) into float32 panels at `out`, which
 // holds panel_elements(cols, depth) floats.
-Buf pack_panels(Exec &exec, const char *family, DType dt, Buf w, int64_t cols, int64_t depth,
-                void *out) {
+Buf pack_panels(Exec &exec, const KernelEntry &packer, Buf w, int64_t cols, int64_t depth, void *out) {
     Buf packed(Device::cpu, out, DType::f32, {panels::panel_count(cols), depth, panels::kPanelCols});
-    KernelCall(find_kernel(family, Device::cpu, dt, false, Layout::icfo), exec)
-        .buffer("in", w).buffer("out", packed).run();
+    run(packer, exec, PanelsArgs{.in = w, .out = packed});
     return packed;
 }
 
 // The recurrent weights as `step` holds them (kernels.inc's weights column): packed once per call
-// into float32 panels of panels::kPanelCols columns (generators/panels.cpp; `family` panels:
-// b(x, k) = w(x, k), panels_t: b(x, k) = w(k, x)), or `matrix` itself.
-Buf recurrent_weights(Exec &exec, const KernelEntry &step, const char *family, DType dt, Buf w,
+// into float32 panels of panels::kPanelCols columns by the plan's `packer` (generators/panels.cpp;
+// panels: b(x, k) = w(x, k), panels_t: b(x, k) = w(k, x)), or `matrix` itself.
+Buf recurrent_weights(Exec &exec, const PlanKernels &kernels, const KernelEntry &step, Family packer, Buf w,
                       Buf matrix, int64_t cols, int64_t depth, std::optional<Scratch> &storage) {
-    if (step.weights != KernelWeights::panels) return matrix;
+    if (step.weights != Weights::panels) return matrix;
     storage.emplace(exec, panel_elements(cols, depth) * 4, Scratch::Fill::none);
-    return pack_panels(exec, family, dt, w, cols, depth, storage->data());
+    return pack_panels(exec, kernels[packer], w, cols, depth, storage->data());
 }
 
 std::vector<std::vector<int64_t>> forward_shapes(const SeqDims &d) {
@@ -118,8 +118,8 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     const DType dt = c.dtype;
     const Device dev = c.device;
     const int64_t B = c.dims.B, I = c.dims.I, H = c.dims.H, L = c.dims.L;
-    preflight(op, dev, dt, use_peephole);
-    const KernelEntry &step_kernel = find_kernel("seq_fwd_step", dev, dt, use_peephole, layout);
+    const PlanKernels kernels(plan::Kind::forward, dev, dt, {use_peephole, layout});  // before any output is written
+    const KernelEntry &step_kernel = kernels[Family::seq_fwd_step];
     Exec exec(dev, c.some_data);
 
     // Every output is zero past seq_len_max (TF leaves i, f, o, ci, co unwritten there); written
@@ -129,7 +129,8 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
 
     // xw = x . W_x + b for all L steps in one GEMM.
     Scratch xw(exec, L * B * 4 * H * 4, Scratch::Fill::none);
-    input_projection(exec, dt, in.x.data, L * B, I, H, in.w.data, in.b.data, xw.floats());
+    input_projection(exec, kernels[Family::gemm_nn_bias], dt, in.x.data, L * B, I, H, in.w.data, in.b.data,
+                     xw.floats());
 
     // The recurrence: one seq_fwd_step per step; step t reads the outputs of step t-1.
     float fb = attr_in_dtype(forget_bias, dt), clip = attr_in_dtype(cell_clip, dt);
@@ -137,7 +138,7 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     Buf h_prev(dev, in.h_prev.data, dt, {B, H}), cs_prev(dev, in.cs_prev.data, dt, {B, H});
     std::optional<Scratch> w_h_panels;
     const Buf w_h_rows = Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
-    Buf w_h = recurrent_weights(exec, step_kernel, "panels", dt, w_h_rows, w_h_rows, 4 * H, H, w_h_panels);
+    Buf w_h = recurrent_weights(exec, kernels, step_kernel, Family::panels, w_h_rows, w_h_rows, 4 * H, H, w_h_panels);
     Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
     const TV *outs[7] = {&out.i, &out.cs, &out.f, &out.o, &out.ci, &out.co, &out.h};
     std::vector<Buf> slices;
@@ -147,11 +148,11 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     Buf gates_buf = Buf::matrix(dev, gates.data(), DType::f32, B, 4 * H, 4 * H);
 
     KernelCall step(step_kernel, exec);
-    step.scalar("forget_bias", &fb).scalar("cell_clip", &clip).buffer("gates", gates_buf);
-    step.buffer("xw", xw_t).buffer("h_prev", h_prev).buffer("w_h", w_h).buffer("cs_prev", cs_prev);
-    step.buffer("wci", wci).buffer("wcf", wcf).buffer("wco", wco);
-    const char *names[7] = {"lstm.0", "lstm.1", "lstm.2", "lstm.3", "lstm.4", "lstm.5", "lstm.6"};
-    for (int k = 0; k < 7; ++k) step.buffer(names[k], slices[k]);
+    bind(step, SeqFwdStepArgs{.xw = xw_t, .h_prev = h_prev, .w_h = w_h, .cs_prev = cs_prev, .wci = wci,
+                              .wcf = wcf, .wco = wco, .forget_bias = fb, .cell_clip = clip,
+                              .lstm = {&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5],
+                                       &slices[6]},
+                              .gates = gates_buf});
 
     zero_past_seq_len_max();  // the first write to an output
     const int64_t slice = B * H;
@@ -168,13 +169,13 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
 
 // ---- backward -----------------------------------------------------------------------------------
 
-// c[M,N] = a . b with the Halide GEMM kernel of `family` (nn: a float32, b dtype; tn: a = the
-// transpose of `a_t`, dtype, b float32), or with cuBLAS where it takes the operands.
+// c[M,N] = a . b with the Halide GEMM kernel `product` (gemm_nn: a float32, b dtype; gemm_tn:
+// a = the transpose of `a_t`, dtype, b float32), or with cuBLAS where it takes the operands.
 // sums_row (tn, Halide only): c has one more row, M, holding the column sums of b.
-void batched_product(Exec &exec, const char *family, DType dt, int64_t M, int64_t N, int64_t K,
+void batched_product(Exec &exec, const KernelEntry &product, DType dt, int64_t M, int64_t N, int64_t K,
                      const void *a, int64_t lda, const void *b, int64_t ldb, void *c,
                      bool sums_row = false) {
-    const bool tn = std::strcmp(family, "gemm_tn") == 0;
+    const bool tn = product.family == Family::gemm_tn;
     const Operand a_op{a, tn ? dt : DType::f32, lda, tn}, b_op{b, tn ? DType::f32 : dt, ldb};
     if (!sums_row && cublas_gemm(exec, M, N, K, a_op, b_op, c, dt, N, 0.0f)) return;
     const Device dev = exec.device();
@@ -182,8 +183,7 @@ void batched_product(Exec &exec, const char *family, DType dt, int64_t M, int64_
                    : Buf::matrix(dev, const_cast<void *>(a), DType::f32, M, K, lda);
     Buf b_buf = Buf::matrix(dev, const_cast<void *>(b), tn ? DType::f32 : dt, K, N, ldb);
     Buf c_buf = Buf::matrix(dev, c, dt, sums_row ? M + 1 : M, N, N);
-    KernelCall(find_kernel(family, dev, dt, false, Layout::icfo), exec)
-        .buffer("a", a_buf).buffer("b", b_buf).buffer("c", c_buf).run();
+    run(product, exec, GemmArgs{.a = a_buf, .b = b_buf, .c = c_buf});
 }
 
 // w_grad = [x | h_prev_seq]^T . dgates, and with I > 0 b_grad = 1^T . dgates (the x product's
@@ -192,12 +192,11 @@ void batched_product(Exec &exec, const char *family, DType dt, int64_t M, int64_
 // products read, where a gemm_tn per product packs all of dgates again (perf at 100,64,512:
 // packing 2.1 -> 1.2 % of the samples; BlockLSTMGrad 0.98x the time). Run after the recurrence:
 // run between its steps, while a chunk's rows are still in cache, it was 1-2 % slower.
-void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const float *x, const float *h_prev,
-                            const float *h, float *dgates, float *w_grad, float *b_grad) {
+void weight_grads_in_chunks(Exec &exec, const PlanKernels &kernels, const SeqDims &d, const float *x,
+                            const float *h_prev, const float *h, float *dgates, float *w_grad, float *b_grad) {
     const int64_t B = d.B, I = d.I, H = d.H, rows = d.L * d.B, G = 4 * H;
     const Device dev = Device::cpu;
-    const KernelEntry &product =
-        find_kernel("gemm_tn_panels", dev, DType::f32, false, Layout::icfo);
+    const KernelEntry &product = kernels[Family::gemm_tn_panels], &packer = kernels[Family::panels];
     const int64_t chunk = std::min(rows, kWeightGradChunkRows);
     Scratch panels(exec, panel_elements(G, chunk) * 4, Scratch::Fill::none);
     // h_prev_seq's rows r are h_prev's for r < B, then h's: a chunk that starts in h_prev is
@@ -218,15 +217,12 @@ void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const float *x, const 
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t n = std::min(chunk, rows - r0);
         float accumulate = r0 > 0 ? 1.0f : 0.0f;
-        Buf b = pack_panels(exec, "panels", DType::f32,
-                            Buf::matrix(dev, dgates + r0 * G, DType::f32, n, G, G), G, n,
+        Buf b = pack_panels(exec, packer, Buf::matrix(dev, dgates + r0 * G, DType::f32, n, G, G), G, n,
                             panels.data());
         auto product_into = [&](const float *a, int64_t a_cols, float *c, int64_t c_rows) {
             Buf a_buf = Buf::matrix(dev, const_cast<float *>(a), DType::f32, n, a_cols, a_cols);
             Buf c_buf = Buf::matrix(dev, c, DType::f32, c_rows, G, G);
-            KernelCall(product, exec)
-                .buffer("a", a_buf).buffer("b", b).buffer("c_in", c_buf).buffer("c", c_buf)
-                .scalar("accumulate", &accumulate).run();
+            run(product, exec, GemmArgs{.a = a_buf, .b = b, .c_in = &c_buf, .accumulate = &accumulate, .c = c_buf});
         };
         if (I > 0) {
             float *shared_row = w_grad + I * G;  // row_i itself, unless the h product is elsewhere
@@ -254,10 +250,10 @@ void weight_grads_in_chunks(Exec &exec, const SeqDims &d, const float *x, const 
 // long as the pass; declare the Exec first, so that they are freed before it.
 class GradPass {
 public:
-    GradPass(Exec &exec, const Checked<SeqDims> &c, Layout layout, const SeqInputs &in,
+    GradPass(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &c, const SeqInputs &in,
              const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole)
-        : exec_(exec), d_(c.dims), dt_(c.dtype), dev_(c.device), es_(static_cast<int64_t>(size_of(c.dtype))),
-          layout_(layout), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
+        : exec_(exec), kernels_(kernels), d_(c.dims), dt_(c.dtype), dev_(c.device),
+          es_(static_cast<int64_t>(size_of(c.dtype))), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
           b_grad_from_w_grad_(c.device == Device::cpu && c.dims.I > 0) {}
 
     // With no step to run (L = 0 or B = 0) every gradient is zero. False: nothing to run.
@@ -281,15 +277,14 @@ public:
         w_t_.emplace(exec_, 4 * H * (I + H) * es_, Scratch::Fill::none);
         Buf w_buf = Buf::matrix(dev_, in_.w.data, dt_, I + H, 4 * H, 4 * H);
         Buf w_t_buf = Buf::matrix(dev_, w_t_->data(), dt_, 4 * H, I + H, I + H);
-        KernelCall(find_kernel("transpose", dev_, dt_, use_peephole_, layout_), exec_)
-            .buffer("in", w_buf).buffer("out", w_t_buf).run();
+        run(kernels_[Family::transpose], exec_, TransposeArgs{.in = w_buf, .out = w_t_buf});
     }
 
     // The recurrence, reverse time: dgates[t] for every t; the cell-state carry ping-pongs
     // between two buffers and ends in carry1_.
     void reverse_recurrence() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L;
-        const KernelEntry &step_kernel = find_kernel("seq_bwd_step", dev_, dt_, use_peephole_, layout_);
+        const KernelEntry &step_kernel = kernels_[Family::seq_bwd_step];
         dgates_.emplace(exec_, L * B * 4 * H * 4, Scratch::Fill::none);
         Scratch zeros(exec_, B * 4 * H * 4), carry0(exec_, B * H * 4);
         carry1_.emplace(exec_, B * H * 4);
@@ -298,7 +293,7 @@ public:
         // W_h^T: in panels straight from the rows of W_h, or the rows of w^T.
         std::optional<Scratch> w_h_t_panels;
         Buf w_h_t = recurrent_weights(
-            exec_, step_kernel, "panels_t", dt_,
+            exec_, kernels_, step_kernel, Family::panels_t,
             Buf::matrix(dev_, offset_bytes(in_.w.data, I * 4 * H, dt_), dt_, H, 4 * H, 4 * H),
             Buf::matrix(dev_, w_t_bytes() + I * es_, dt_, 4 * H, H, I + H), H, 4 * H, w_h_t_panels);
         const TV *step_inputs[] = {&act_.h_grad, &act_.cs_grad, &act_.i, &act_.f, &act_.o, &act_.ci, &act_.co};
@@ -312,12 +307,10 @@ public:
         Buf dh_buf = Buf::matrix(dev_, dh.data(), DType::f32, B, H, H);
 
         KernelCall step(step_kernel, exec_);
-        step.buffer("dgates_next", dnext).buffer("w_h_t", w_h_t).buffer("h_grad", per_step[0]);
-        step.buffer("cs_grad", per_step[1]).buffer("dcs_carry", carry_in);
-        step.buffer("i", per_step[2]).buffer("f", per_step[3]).buffer("o", per_step[4]);
-        step.buffer("ci", per_step[5]).buffer("co", per_step[6]);
-        step.buffer("cs_prev", cs_prev).buffer("wci", wci).buffer("wcf", wcf).buffer("wco", wco);
-        step.buffer("dgates", dgates_t).buffer("dcs_carry_out", carry_out).buffer("dh", dh_buf);
+        bind(step, SeqBwdStepArgs{.dgates_next = dnext, .w_h_t = w_h_t, .h_grad = per_step[0], .cs_grad = per_step[1],
+                                  .dcs_carry = carry_in, .i = per_step[2], .f = per_step[3], .o = per_step[4],
+                                  .ci = per_step[5], .co = per_step[6], .cs_prev = cs_prev, .wci = wci, .wcf = wcf,
+                                  .wco = wco, .dgates = dgates_t, .dcs_carry_out = carry_out, .dh = dh_buf});
 
         const int64_t slice = B * H;
         auto at = [&](const TV &x, int64_t t) { return offset_bytes(x.data, t * slice, dt_); };
@@ -336,12 +329,13 @@ public:
     // x_grad[0:L] = dgates . W_x^T and h_prev_grad = dgates[0] . W_h^T, batched.
     void input_and_state_grads() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L;
+        const KernelEntry &product = kernels_[Family::gemm_nn];
         if (I > 0) {
-            batched_product(exec_, "gemm_nn", dt_, L * B, I, 4 * H, dgates_->data(), 4 * H,
-                            w_t_->data(), I + H, out_.x_grad.data);
+            batched_product(exec_, product, dt_, L * B, I, 4 * H, dgates_->data(), 4 * H, w_t_->data(), I + H,
+                            out_.x_grad.data);
         }
-        batched_product(exec_, "gemm_nn", dt_, B, H, 4 * H, dgates_->data(), 4 * H,
-                        w_t_bytes() + I * es_, I + H, out_.h_prev_grad.data);
+        batched_product(exec_, product, dt_, B, H, 4 * H, dgates_->data(), 4 * H, w_t_bytes() + I * es_, I + H,
+                        out_.h_prev_grad.data);
     }
 
     // w_grad = [x | h_prev_seq]^T . dgates; on the CPU b_grad comes with it: the x product's c
@@ -352,15 +346,16 @@ public:
         const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L, slice = B * H;
         if (dev_ == Device::cpu && dt_ == DType::f32) {
             auto f32 = [](const TV &t) { return static_cast<float *>(t.data); };
-            weight_grads_in_chunks(exec_, d_, f32(in_.x), f32(in_.h_prev), f32(act_.h), dgates_->floats(),
-                                   f32(out_.w_grad), f32(out_.b_grad));
+            weight_grads_in_chunks(exec_, kernels_, d_, f32(in_.x), f32(in_.h_prev), f32(act_.h),
+                                   dgates_->floats(), f32(out_.w_grad), f32(out_.b_grad));
             return;
         }
         // One product each for x and h_prev_seq over the whole sequence (float16: c is rounded
         // once, so it cannot be summed over chunks; CUDA: cuBLAS or one kernel each). The x
         // product's extra row is w_grad's row I, rewritten by the h product below.
+        const KernelEntry &product = kernels_[Family::gemm_tn];
         if (I > 0) {
-            batched_product(exec_, "gemm_tn", dt_, I, 4 * H, L * B, in_.x.data, I, dgates_->data(),
+            batched_product(exec_, product, dt_, I, 4 * H, L * B, in_.x.data, I, dgates_->data(),
                             4 * H, out_.w_grad.data, b_grad_from_w_grad_);
             if (b_grad_from_w_grad_) {
                 exec_.copy_bytes(out_.b_grad.data, offset_bytes(out_.w_grad.data, I * 4 * H, dt_),
@@ -374,7 +369,7 @@ public:
             exec_.copy_bytes(static_cast<std::byte *>(h_seq.data()) + slice * es_, act_.h.data,
                              (L - 1) * slice * es_);
         }
-        batched_product(exec_, "gemm_tn", dt_, H, 4 * H, L * B, h_seq.data(), H, dgates_->data(),
+        batched_product(exec_, product, dt_, H, 4 * H, L * B, h_seq.data(), H, dgates_->data(),
                         4 * H, offset_bytes(out_.w_grad.data, I * 4 * H, dt_));
     }
 
@@ -389,26 +384,21 @@ public:
         Buf cs_prev_grad(dev_, out_.cs_prev_grad.data, dt_, {B, H});
         Buf wci_grad(dev_, out_.wci_grad.data, dt_, {H}), wcf_grad(dev_, out_.wcf_grad.data, dt_, {H});
         Buf wco_grad(dev_, out_.wco_grad.data, dt_, {H});
-        KernelCall reduce(find_kernel("seq_bwd_reduce", dev_, dt_, use_peephole_, layout_), exec_);
-        reduce.buffer("dgates", dgates_all).buffer("cs", cs_seq).buffer("cs_prev", cs_prev_all);
-        reduce.buffer("dcs_carry", carry_final).buffer("b_grad", b_grad);
-        reduce.buffer("cs_prev_grad", cs_prev_grad);
-        if (use_peephole_) {
-            reduce.buffer("peephole_grads.0", wci_grad).buffer("peephole_grads.1", wcf_grad);
-            reduce.buffer("peephole_grads.2", wco_grad);
-        }
-        reduce.run();
+        SeqBwdReduceArgs args{.dgates = dgates_all, .cs = cs_seq, .cs_prev = cs_prev_all, .dcs_carry = carry_final,
+                              .b_grad = b_grad, .cs_prev_grad = cs_prev_grad};
+        if (use_peephole_) args.peephole_grads = {&wci_grad, &wcf_grad, &wco_grad};
+        run(kernels_[Family::seq_bwd_reduce], exec_, args);
     }
 
 private:
     std::byte *w_t_bytes() const { return static_cast<std::byte *>(w_t_->data()); }
 
     Exec &exec_;
+    const PlanKernels &kernels_;
     const SeqDims d_;
     const DType dt_;
     const Device dev_;
     const int64_t es_;  // bytes per element of dtype
-    const Layout layout_;
     const SeqInputs &in_;
     const SeqActivations &act_;
     const BlockLSTMGradOutputs<TV> &out_;
@@ -422,9 +412,10 @@ private:
 void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
               const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
     const Checked<SeqDims> c = validate_grad(op, in, act, &out);
-    preflight(op, c.device, c.dtype, use_peephole);  // every kernel present before any output is written
+    // Every kernel present before any output is written.
+    const PlanKernels kernels(plan::Kind::sequence_grad, c.device, c.dtype, {use_peephole, layout});
     Exec exec(c.device, c.some_data);
-    GradPass pass(exec, c, layout, in, act, out, use_peephole);
+    GradPass pass(exec, kernels, c, in, act, out, use_peephole);
     if (!pass.anything_to_run()) return;
     // The weights' transpose and dgates (the largest workspace, L*B*4H floats) come before the
     // first write to an output: running out of memory for them leaves the outputs as they were.
@@ -438,8 +429,8 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
 
 }  // namespace
 
-void input_projection(Exec &exec, DType dt, const void *x, int64_t rows, int64_t input_size,
-                      int64_t cell_size, const void *w, const void *b, float *xw) {
+void input_projection(Exec &exec, const KernelEntry &product, DType dt, const void *x, int64_t rows,
+                      int64_t input_size, int64_t cell_size, const void *w, const void *b, float *xw) {
     const int64_t I = input_size, G = 4 * cell_size;
     const Device dev = exec.device();
     if (rows > 0 && cublas_in_use(exec)) {
@@ -466,8 +457,7 @@ void input_projection(Exec &exec, DType dt, const void *x, int64_t rows, int64_t
     Buf w_x = Buf::matrix(dev, const_cast<void *>(w), dt, depth, G, G);
     Buf bias(dev, const_cast<void *>(b), dt, {G});
     Buf c = Buf::matrix(dev, xw, DType::f32, rows, G, G);
-    KernelCall(find_kernel("gemm_nn_bias", dev, dt, false, Layout::icfo), exec)
-        .buffer("a", a).buffer("b", w_x).buffer("bias", bias).buffer("c", c).run();
+    run(product, exec, GemmArgs{.a = a, .b = w_x, .bias = &bias, .c = c});
 }
 
 }  // namespace detail

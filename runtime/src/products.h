@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "runtime/src/exec.h"
+#include "runtime/src/kernel_table.h"
 #include "runtime/src/validate.h"
 #include "runtime/src/weight_grad_chunks.h"
 #include "schedules/panel_layout.h"
@@ -20,8 +21,8 @@ inline int64_t panel_elements(int64_t cols, int64_t depth) {
 
 // xw[rows, 4H] = x[rows, I] . w[0:I, :] + b in float32: the input projection of every step of a
 // sequence at once (rows = L*B), or of one cell step (rows = B).
-void input_projection(Exec &exec, DType dtype, const void *x, int64_t rows, int64_t input_size,
-                      int64_t cell_size, const void *w, const void *b, float *xw);
+void input_projection(Exec &exec, const KernelEntry &product, DType dtype, const void *x, int64_t rows,
+                      int64_t input_size, int64_t cell_size, const void *w, const void *b, float *xw);
 
 // A row-major matrix operand of a batched product: `data` holds the operand (rows x cols, row
 // stride ld) or, when `transposed`, its transpose (cols x rows, row stride ld).

@@ -36,6 +36,14 @@ struct OpAttrs {
     bool use_peephole = false;
 };
 
+// One step of an op's plan: a kernel family, how often a call runs it ("1", "2", "L": once per
+// time step, "C": once per chunk of the CPU's float32 weight gradient's rows, "2C") and what for.
+struct OpPlanStep {
+    std::string family;
+    std::string times;
+    std::string does;
+};
+
 struct BLOCKLSTM_API OpInfo {
     std::string name;               // e.g. "BlockLSTMGrad"
     std::string summary;            // one line
@@ -48,8 +56,10 @@ struct BLOCKLSTM_API OpInfo {
     std::optional<float> cell_clip;
     std::string forward_op;         // a gradient op: the op whose outputs it takes ("" otherwise)
 
-    // The kernel families a call runs on a device in a dtype (kernels.inc), e.g. BlockLSTM on the
-    // CPU: gemm_nn_bias, panels, seq_fwd_step.
+    // The plan of a call on a device in a dtype: the kernel families it runs, in order, and how
+    // often, e.g. BlockLSTM on the CPU: gemm_nn_bias 1, panels 1, seq_fwd_step L.
+    std::vector<OpPlanStep> plan(Device device, DType dtype) const;
+    // The kernel families of that plan (kernels.inc), e.g. gemm_nn_bias, panels, seq_fwd_step.
     std::vector<std::string> kernel_families(Device device, DType dtype) const;
 };
 
