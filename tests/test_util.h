@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "reference.h"
+#include "generators/interface.h"
 #include "schedules/tuning.h"
 #include "schedules/panel_layout.h"
 #include "test_env.h"
@@ -210,8 +211,9 @@ inline std::vector<ShapeCase> named_shapes() {
     return cases;
 }
 
-// Which products a kernel runs, for the tile-boundary shapes it is tested on.
-enum class Products { none, per_step, batched };
+// Which products a kernel's schedule tiles (runtime/families.inc), for the tile-boundary shapes it
+// is tested on: the step's and the batched products' tiles (none for the other families).
+using blocklstm::kernel::Products;
 
 // Shapes on the edges of the CPU schedules' tiles, derived from the knobs of every tuning table
 // compiled in (blocklstm::cpu_targets(), schedules/tuning.h) and the panel layout, so that they follow the schedules when
@@ -252,7 +254,7 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets())
         tables.push_back(sch::parse_cpu_tuning(t.tuning_table, t.tuning));
     for (const sch::CpuTuning &g : tables) {
-        if (products == Products::per_step) {
+        if (products == Products::step) {
             add(n("step_tile_rows", g.gemm_step_tile_rows), g.gemm_step_tile_rows, batch);
             add(n("tile_cols", g.gemm_tile_cols()), g.gemm_tile_cols(), units);
         } else if (products == Products::batched) {
@@ -265,7 +267,7 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
             add(n("k_block", g.gemm_k_block) + "_in_LB", g.gemm_k_block, rows);
         }
     }
-    if (products == Products::per_step) {
+    if (products == Products::step) {
         add(n("panel", blocklstm::panels::kPanelCols), blocklstm::panels::kPanelCols, units);
         add(n("panel_group", blocklstm::panels::kPanelGroupCols), blocklstm::panels::kPanelGroupCols, units);
         for (const sch::CpuTuning &g : tables)

@@ -21,24 +21,20 @@ namespace {
 using blocklstm::Device;
 
 struct Variant {
-    std::string family, backend, dtype, flags, layout, generator_params;
+    std::string family, backend, dtype, flags, layout;
     std::string name() const { return family + "__" + backend + "_" + dtype + "_" + flags + "_" + layout; }
-    // The products its generator computes (kernels.inc's generator column), which pick its
+    // The products its family's schedule tiles (runtime/families.inc), which pick its
     // tile-boundary shapes; the CUDA kernels' tiles are not the CPU geometries'.
     Products products() const {
         if (backend != "cpu") return Products::none;
-        const std::string generator = generator_params.substr(0, generator_params.find(' '));
-        if (generator == "gemm") return Products::batched;
-        if (generator == "seq_fwd_step" || generator == "seq_bwd_step" || generator == "panels")
-            return Products::per_step;
-        return Products::none;
+        return blocklstm::kernel::record(*blocklstm::kernel::family_named(family)).products;
     }
 };
 
 const std::vector<Variant> &table() {
     static const std::vector<Variant> v = {
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, weights, params) \
-    Variant{#family, #backend, #dtype, #flags, #layout, params},
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, weights) \
+    Variant{#family, #backend, #dtype, #flags, #layout},
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
     };

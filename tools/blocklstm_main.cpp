@@ -70,9 +70,10 @@ constexpr CommandHelp kCommands[] = {
      "                 BLOCKLSTM_CUDA_GEMM=halide runs the batched GEMMs on the Halide kernels\n"
      "                 instead of cuBLAS. --cpu-target runs the CPU kernels compiled for TARGET\n"
      "                 (as BLOCKLSTM_CPU_TARGET does for every command).\n"},
-    {"list", "blocklstm list [--kernels]\n",
+    {"list", "blocklstm list [--kernels] [--plans]\n",
      "  list           The op variants this build runs (op x backend x dtype x peephole), the CPU\n"
-     "                 targets and the one in use, and CUDA's state; --kernels also every kernel.\n"},
+     "                 targets and the one in use, and CUDA's state; --kernels also every kernel,\n"
+     "                 --plans what each op call runs (kernel families, how often, what for).\n"},
     {"tune",
      "blocklstm tune [--minutes M] [--shapes 'T,B,I,H;...'] [--families F,...] [--threads N]\n"
      "                      [--device cpu|cuda|opencl] [--out FILE] [--log FILE] [--from FILE]\n"
@@ -185,7 +186,7 @@ struct Parsed {
     RunOptions run;
     BenchOptions bench;
     DemoOptions demo;
-    bool list_kernels = false;
+    bool list_kernels = false, list_plans = false;
     std::vector<std::string> positional;
     std::optional<int> threads;
 };
@@ -242,6 +243,7 @@ int parse_and_run(int argc, char **argv, const std::string &command) {
 
     CLI::App *list = add_command(app, "list");
     list->add_flag("--kernels", p.list_kernels);
+    list->add_flag("--plans", p.list_plans);
 
     CLI::App *demo = add_command(app, "demo");
     demo->add_option("--steps", p.demo.steps)->check(CLI::Range(1, 1000000));
@@ -279,6 +281,7 @@ int parse_and_run(int argc, char **argv, const std::string &command) {
     }
     if (*list) {
         list_kernels(p.list_kernels);
+        if (p.list_plans) list_plans();
         return 0;
     }
     if (p.demo.device != "auto") check_device(p.demo.device);
@@ -389,6 +392,25 @@ void list_kernels(bool kernel_rows) {
     std::printf("\n%zu kernels.\n", ks.size());
 }
 
+// Each op's plan per device and dtype (OpInfo::plan), the ops and dtypes that share one together.
+void list_plans() {
+    std::printf("\nPlans (the kernel families an op call runs, in order; 1: once, L: once per time step\n"
+                "(the cell ops: 1), C: once per chunk of 512 rows of the CPU's float32 weight gradient):\n");
+    std::vector<std::pair<std::string, std::vector<std::string>>> plans;  // plan text, who runs it
+    for (const OpInfo &op : ops())
+        for (Device device : {Device::cpu, Device::cuda})
+            for (DType dtype : {DType::f32, DType::f16}) {
+                std::string text;
+                for (const OpPlanStep &s : op.plan(device, dtype))
+                    text += fmt::format("    {:<15} {:<2} {}\n", s.family, s.times, s.does);
+                const std::string who = op.name + " " + to_string(device) + " " + to_string(dtype);
+                auto it = std::find_if(plans.begin(), plans.end(), [&](const auto &p) { return p.first == text; });
+                if (it == plans.end()) plans.push_back({text, {who}});
+                else it->second.push_back(who);
+            }
+    for (const auto &[text, who] : plans) fmt::print("  {}:\n{}", fmt::join(who, ", "), text);
+}
+
 // The library's version, the Halide it was built with, and what it runs.
 void print_version() {
     std::vector<std::string> targets;
@@ -402,7 +424,8 @@ void print_version() {
 
 // The options that take no value (the others' next argument is their value).
 bool is_flag(const std::string &option) {
-    return option == "--use-peephole" || option == "--print-reps" || option == "--kernels" || option == "--fresh";
+    return option == "--use-peephole" || option == "--print-reps" || option == "--kernels" || option == "--plans" ||
+           option == "--fresh";
 }
 
 // `blocklstm tune`: the tuner is a program of its own (blocklstm-tune, beside this one), so that

@@ -69,6 +69,7 @@ int bench(const BenchOptions &options);
 // ---- list, help ---------------------------------------------------------------------------------
 
 void list_kernels(bool kernel_rows);
+void list_plans();
 void print_op_help();  // each op's files and attrs (the op registry)
 
 // ---- demo ---------------------------------------------------------------------------------------

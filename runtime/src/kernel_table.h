@@ -4,6 +4,7 @@
 #include <blocklstm/blocklstm.h>
 
 #include <array>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ struct KernelEntry {
     // cpu: one function per CPU target, in cpu_targets.inc's order; cuda: one.
     const KernelCode *code;
 };
+
+// Every compiled kernel (runtime/kernels.inc's lines of the backends this build has).
+std::span<const KernelEntry> kernel_entries();
 
 // The kernel of `family` for this backend and dtype, and for the cell math's families
 // (families.inc's variants) the peephole flag and gate layout. Throws if absent (e.g. a CUDA call

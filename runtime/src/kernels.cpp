@@ -7,8 +7,6 @@
 #include <vector>
 #include <string_view>
 
-#include <blocklstm/ops.h>
-
 #include "runtime/src/kernel_table.h"
 #include "runtime/src/validate.h"
 
@@ -55,7 +53,7 @@ namespace {
 #undef BLOCKLSTM_KERNEL
 
 const KernelEntry kernel_table[] = {
-#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, weights, generator)            \
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, weights)                       \
     BLOCKLSTM_IF_BACKEND_##backend(                                                             \
         {#family "__" #backend "_" #dtype "_" #flags "_" #layout,                               \
          Family::family,                                                                        \
@@ -84,18 +82,6 @@ void capture_halide_error(void *, const char *message) {
     }
 }
 const bool error_handler_installed = (halide_set_error_handler(capture_halide_error), true);
-
-// The TF ops that run a kernel, for `blocklstm list` (the op registry's kernel families).
-std::string ops_of(const KernelEntry &k) {
-    std::string ops;
-    for (const OpInfo &op : blocklstm::ops()) {
-        if (std::strcmp(k.layout, "any") != 0 && op.layout != k.layout) continue;
-        const std::vector<std::string> families = op.kernel_families(k.backend, k.dtype);
-        if (std::find(families.begin(), families.end(), kernel::name(k.family)) == families.end()) continue;
-        ops += (ops.empty() ? "" : " ") + op.name;
-    }
-    return ops;
-}
 
 std::string normalized_argument_name(const char *name) {
     // Halide decorates the buffers of multi-stage outputs as "name$1.0"; drop the "$<n>".
@@ -128,6 +114,8 @@ const KernelEntry &find(Family family, Device backend, DType dtype, const CellVa
 }
 
 }  // namespace
+
+std::span<const KernelEntry> kernel_entries() { return kernel_table; }
 
 const KernelEntry &find_kernel(Family family, Device backend, DType dtype, CellVariant cell) {
     return find(family, backend, dtype, &cell);
@@ -280,25 +268,6 @@ void KernelCall::run() {
 }
 
 }  // namespace detail
-
-std::vector<KernelInfo> kernels() {
-    std::string cpu_target_names;
-    for (const CpuTarget &t : cpu_targets()) cpu_target_names += (cpu_target_names.empty() ? "" : ",") + t.name;
-    std::vector<KernelInfo> out;
-    for (const detail::KernelEntry &k : detail::kernel_table) {
-        KernelInfo info;
-        info.name = k.name;
-        info.family = kernel::name(k.family);
-        info.ops = detail::ops_of(k);
-        info.backend = k.backend;
-        info.dtype = k.dtype;
-        info.peephole = k.peephole;
-        info.layout = k.layout;
-        info.targets = k.backend == Device::cuda ? BLOCKLSTM_CUDA_TARGET : cpu_target_names;
-        out.push_back(std::move(info));
-    }
-    return out;
-}
 
 void set_num_threads(int threads) {
     if (threads < 0)

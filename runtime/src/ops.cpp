@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <string_view>
 #include <type_traits>
 
 #include "runtime/src/kernel_table.h"
@@ -198,6 +199,33 @@ void preflight(const std::string &op, Device device, DType dtype, bool use_peeph
 }
 
 }  // namespace detail
+
+// The kernels this library has, each with the ops whose plans run it (blocklstm list).
+std::vector<KernelInfo> kernels() {
+    std::string cpu_target_names;
+    for (const CpuTarget &t : cpu_targets()) cpu_target_names += (cpu_target_names.empty() ? "" : ",") + t.name;
+    std::vector<KernelInfo> out;
+    for (const detail::KernelEntry &k : detail::kernel_entries()) {
+        KernelInfo info;
+        info.name = k.name;
+        info.family = kernel::name(k.family);
+        for (const OpInfo &op : ops()) {
+            if (std::string_view(k.layout) != "any" && op.layout != k.layout) continue;
+            for (const plan::Step &s : plan::plan_of(detail::plan_kind(op), k.backend, k.dtype))
+                if (s.family == k.family) {
+                    info.ops += (info.ops.empty() ? "" : " ") + op.name;
+                    break;
+                }
+        }
+        info.backend = k.backend;
+        info.dtype = k.dtype;
+        info.peephole = k.peephole;
+        info.layout = k.layout;
+        info.targets = k.backend == Device::cuda ? BLOCKLSTM_CUDA_TARGET : cpu_target_names;
+        out.push_back(std::move(info));
+    }
+    return out;
+}
 
 int OpArg::rank() const { return static_cast<int>(std::count(shape.begin(), shape.end(), ',')) + 1; }
 

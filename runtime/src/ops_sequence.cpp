@@ -466,70 +466,78 @@ using detail::Layout;
 using detail::SeqActivations;
 using detail::SeqInputs;
 
-#define BLOCKLSTM_SEQ_INPUT_PARAMS                                                               \
-    int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,          \
-        const TV &wci, const TV &wcf, const TV &wco, const TV &b
-#define BLOCKLSTM_SEQ_ACT_PARAMS                                                                 \
-    const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci, const TV &co, const TV &h, \
-        const TV &cs_grad, const TV &h_grad
-#define BLOCKLSTM_SEQ_INPUT_ARGS seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b
-#define BLOCKLSTM_SEQ_ACT_ARGS i, cs, f, o, ci, co, h, cs_grad, h_grad
-#define BLOCKLSTM_SEQ_INPUTS SeqInputs{BLOCKLSTM_SEQ_INPUT_ARGS}
-#define BLOCKLSTM_SEQ_ACTS SeqActivations{BLOCKLSTM_SEQ_ACT_ARGS}
-
-void BlockLSTM(BLOCKLSTM_SEQ_INPUT_PARAMS, const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs) {
-    detail::run_forward("BlockLSTM", Layout::icfo, BLOCKLSTM_SEQ_INPUTS, out, attrs.forget_bias,
-                        attrs.cell_clip, attrs.use_peephole);
+void BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
+               const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs) {
+    detail::run_forward("BlockLSTM", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b}, out,
+                        attrs.forget_bias, attrs.cell_clip, attrs.use_peephole);
 }
 
-LSTMOutputs<Tensor> BlockLSTM(BLOCKLSTM_SEQ_INPUT_PARAMS, const BlockLSTMAttrs &attrs) {
+LSTMOutputs<Tensor> BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
+                              const TV &wci, const TV &wcf, const TV &wco, const TV &b, const BlockLSTMAttrs &attrs) {
+    const SeqInputs in{seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b};
     return detail::into_new_outputs<LSTMOutputs>(
-        [&](auto *none) { return detail::validate_forward("BlockLSTM", BLOCKLSTM_SEQ_INPUTS, none); },
-        [&](const LSTMOutputs<TV> &out) { BlockLSTM(BLOCKLSTM_SEQ_INPUT_ARGS, out, attrs); });
+        [&](auto *none) { return detail::validate_forward("BlockLSTM", in, none); },
+        [&](const LSTMOutputs<TV> &out) { BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, out, attrs); });
 }
 
-void BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_PARAMS, const LSTMOutputs<TV> &out, const BlockLSTMV2Attrs &attrs) {
-    detail::run_forward("BlockLSTMV2", Layout::ifco, BLOCKLSTM_SEQ_INPUTS, out, 0.0f,
-                        attrs.cell_clip, attrs.use_peephole);
+void BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
+                 const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out, const BlockLSTMV2Attrs &attrs) {
+    detail::run_forward("BlockLSTMV2", Layout::ifco, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b}, out,
+                        0.0f, attrs.cell_clip, attrs.use_peephole);
 }
 
-LSTMOutputs<Tensor> BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_PARAMS, const BlockLSTMV2Attrs &attrs) {
+LSTMOutputs<Tensor> BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
+                                const TV &wci, const TV &wcf, const TV &wco, const TV &b,
+                                const BlockLSTMV2Attrs &attrs) {
+    const SeqInputs in{seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b};
     return detail::into_new_outputs<LSTMOutputs>(
-        [&](auto *none) { return detail::validate_forward("BlockLSTMV2", BLOCKLSTM_SEQ_INPUTS, none); },
-        [&](const LSTMOutputs<TV> &out) { BlockLSTMV2(BLOCKLSTM_SEQ_INPUT_ARGS, out, attrs); });
+        [&](auto *none) { return detail::validate_forward("BlockLSTMV2", in, none); },
+        [&](const LSTMOutputs<TV> &out) { BlockLSTMV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, out, attrs); });
 }
 
-void BlockLSTMGrad(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
+void BlockLSTMGrad(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
+                   const TV &wcf, const TV &wco, const TV &b, const TV &i, const TV &cs, const TV &f, const TV &o,
+                   const TV &ci, const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
                    const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs) {
-    detail::run_grad("BlockLSTMGrad", Layout::icfo, BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS, out,
-                     attrs.use_peephole);
+    detail::run_grad("BlockLSTMGrad", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                     {i, cs, f, o, ci, co, h, cs_grad, h_grad}, out, attrs.use_peephole);
 }
 
-BlockLSTMGradOutputs<Tensor> BlockLSTMGrad(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
+BlockLSTMGradOutputs<Tensor> BlockLSTMGrad(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev,
+                                           const TV &w, const TV &wci, const TV &wcf, const TV &wco, const TV &b,
+                                           const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
+                                           const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
                                            const GradAttrs &attrs) {
+    const SeqInputs in{seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b};
+    const SeqActivations act{i, cs, f, o, ci, co, h, cs_grad, h_grad};
     return detail::into_new_outputs<BlockLSTMGradOutputs>(
-        [&](auto *none) {
-            return detail::validate_grad("BlockLSTMGrad", BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS, none);
-        },
+        [&](auto *none) { return detail::validate_grad("BlockLSTMGrad", in, act, none); },
         [&](const BlockLSTMGradOutputs<TV> &out) {
-            BlockLSTMGrad(BLOCKLSTM_SEQ_INPUT_ARGS, BLOCKLSTM_SEQ_ACT_ARGS, out, attrs);
+            BlockLSTMGrad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad,
+                          h_grad, out, attrs);
         });
 }
 
-void BlockLSTMGradV2(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
-                     const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs) {
-    detail::run_grad("BlockLSTMGradV2", Layout::ifco, BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS,
-                     out, attrs.use_peephole);
+void BlockLSTMGradV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
+                     const TV &wci, const TV &wcf, const TV &wco, const TV &b, const TV &i, const TV &cs,
+                     const TV &f, const TV &o, const TV &ci, const TV &co, const TV &h, const TV &cs_grad,
+                     const TV &h_grad, const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs) {
+    detail::run_grad("BlockLSTMGradV2", Layout::ifco, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                     {i, cs, f, o, ci, co, h, cs_grad, h_grad}, out, attrs.use_peephole);
 }
 
-BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(BLOCKLSTM_SEQ_INPUT_PARAMS, BLOCKLSTM_SEQ_ACT_PARAMS,
+BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev,
+                                             const TV &w, const TV &wci, const TV &wcf, const TV &wco, const TV &b,
+                                             const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
+                                             const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
                                              const GradAttrs &attrs) {
+    const SeqInputs in{seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b};
+    const SeqActivations act{i, cs, f, o, ci, co, h, cs_grad, h_grad};
     return detail::into_new_outputs<BlockLSTMGradOutputs>(
-        [&](auto *none) {
-            return detail::validate_grad("BlockLSTMGradV2", BLOCKLSTM_SEQ_INPUTS, BLOCKLSTM_SEQ_ACTS, none);
-        },
+        [&](auto *none) { return detail::validate_grad("BlockLSTMGradV2", in, act, none); },
         [&](const BlockLSTMGradOutputs<TV> &out) {
-            BlockLSTMGradV2(BLOCKLSTM_SEQ_INPUT_ARGS, BLOCKLSTM_SEQ_ACT_ARGS, out, attrs);
+            BlockLSTMGradV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad,
+                            h_grad, out, attrs);
         });
 }
 

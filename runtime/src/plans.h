@@ -22,12 +22,21 @@ using kernel::Family;
 // BlockLSTM), the cell's gradient, a sequence's gradient (BlockLSTMGrad, BlockLSTMGradV2).
 enum class Kind { forward, cell_grad, sequence_grad };
 
-// How often a family runs in one call: once; twice; once per step (L; the cell op: 1); once per
-// chunk of the CPU's float32 w_grad (its L*B rows of dgates in chunks of kWeightGradChunkRows), or
-// twice per chunk. With I = 0 the x products (one of "twice") are left out.
-enum class Times { once, twice, per_step, per_chunk, twice_per_chunk };
+// How often a step runs in one call: once; once per time step (L; the cell op: 1); once per chunk
+// of the CPU's float32 w_grad (its L*B rows of dgates in chunks of kWeightGradChunkRows).
+enum class Times { once, per_step, per_chunk };
+
+// What a step computes: the same site may run another family on another device or dtype (w_grad's
+// products: gemm_tn_panels over chunks on the CPU in float32, gemm_tn elsewhere).
+enum class Site {
+    input_projection, w_h_panels, forward_step,                                 // forward
+    cell_backward,                                                              // the cell's gradient
+    w_transpose, w_h_t_panels, backward_step, x_grad, h_prev_grad, dgates_panels, w_grad_x, w_grad_h,
+    reductions,                                                                 // a sequence's gradient
+};
 
 struct Step {
+    Site site;
     Family family;
     Times times;
     const char *does;
@@ -35,40 +44,46 @@ struct Step {
 
 // clang-format off
 inline constexpr Step kForwardCpu[] = {
-    {Family::gemm_nn_bias, Times::once, "xw = x . W_x + b, every step at once"},
-    {Family::panels, Times::once, "W_h packed into panels"},
-    {Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"},
+    {Site::input_projection, Family::gemm_nn_bias, Times::once, "xw = x . W_x + b, every step at once"},
+    {Site::w_h_panels, Family::panels, Times::once, "W_h packed into panels"},
+    {Site::forward_step, Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"},
 };
 inline constexpr Step kForwardCuda[] = {
-    {Family::gemm_nn_bias, Times::once, "xw = x . W_x + b, every step at once (cuBLAS where it loads)"},
-    {Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"},
+    {Site::input_projection, Family::gemm_nn_bias, Times::once, "xw = x . W_x + b, every step at once (or cuBLAS)"},
+    {Site::forward_step, Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"},
 };
 inline constexpr Step kCellGrad[] = {
-    {Family::cell_bwd, Times::once, "the cell's backward math: cs_prev_grad, dicfo, the peephole grads"},
+    {Site::cell_backward, Family::cell_bwd, Times::once, "cs_prev_grad, dicfo and the peephole grads"},
 };
 inline constexpr Step kSequenceGradCpuFloat32[] = {
-    {Family::transpose, Times::once, "w^T"},
-    {Family::panels_t, Times::once, "W_h^T packed into panels"},
-    {Family::seq_bwd_step, Times::per_step, "dgates[t] from dgates[t+1] . W_h^T and the cell's backward math"},
-    {Family::gemm_nn, Times::twice, "x_grad = dgates . W_x^T, h_prev_grad = dgates[0] . W_h^T"},
-    {Family::panels, Times::per_chunk, "a chunk of dgates packed into panels"},
-    {Family::gemm_tn_panels, Times::twice_per_chunk, "w_grad += [x | h_prev]^T . the chunk, and b_grad"},
-    {Family::seq_bwd_reduce, Times::once, "the peephole grads and cs_prev_grad"},
+    {Site::w_transpose, Family::transpose, Times::once, "w^T"},
+    {Site::w_h_t_panels, Family::panels_t, Times::once, "W_h^T packed into panels"},
+    {Site::backward_step, Family::seq_bwd_step, Times::per_step, "dgates[t]: dgates[t+1] . W_h^T, the cell's backward math"},
+    {Site::x_grad, Family::gemm_nn, Times::once, "x_grad = dgates . W_x^T (I > 0)"},
+    {Site::h_prev_grad, Family::gemm_nn, Times::once, "h_prev_grad = dgates[0] . W_h^T"},
+    {Site::dgates_panels, Family::panels, Times::per_chunk, "a chunk of dgates packed into panels"},
+    {Site::w_grad_x, Family::gemm_tn_panels, Times::per_chunk, "w_grad[:I] += x^T . the chunk, b_grad in its extra row (I > 0)"},
+    {Site::w_grad_h, Family::gemm_tn_panels, Times::per_chunk, "w_grad[I:] += h_prev^T . the chunk"},
+    {Site::reductions, Family::seq_bwd_reduce, Times::once, "the peephole grads, cs_prev_grad (b_grad where I = 0)"},
 };
 inline constexpr Step kSequenceGradCpuFloat16[] = {
-    {Family::transpose, Times::once, "w^T"},
-    {Family::panels_t, Times::once, "W_h^T packed into panels"},
-    {Family::seq_bwd_step, Times::per_step, "dgates[t] from dgates[t+1] . W_h^T and the cell's backward math"},
-    {Family::gemm_nn, Times::twice, "x_grad = dgates . W_x^T, h_prev_grad = dgates[0] . W_h^T"},
-    {Family::gemm_tn, Times::twice, "w_grad = [x | h_prev]^T . dgates, and b_grad"},
-    {Family::seq_bwd_reduce, Times::once, "the peephole grads and cs_prev_grad"},
+    {Site::w_transpose, Family::transpose, Times::once, "w^T"},
+    {Site::w_h_t_panels, Family::panels_t, Times::once, "W_h^T packed into panels"},
+    {Site::backward_step, Family::seq_bwd_step, Times::per_step, "dgates[t]: dgates[t+1] . W_h^T, the cell's backward math"},
+    {Site::x_grad, Family::gemm_nn, Times::once, "x_grad = dgates . W_x^T (I > 0)"},
+    {Site::h_prev_grad, Family::gemm_nn, Times::once, "h_prev_grad = dgates[0] . W_h^T"},
+    {Site::w_grad_x, Family::gemm_tn, Times::once, "w_grad[:I] = x^T . dgates, b_grad in its extra row (I > 0)"},
+    {Site::w_grad_h, Family::gemm_tn, Times::once, "w_grad[I:] = h_prev^T . dgates"},
+    {Site::reductions, Family::seq_bwd_reduce, Times::once, "the peephole grads, cs_prev_grad (b_grad where I = 0)"},
 };
 inline constexpr Step kSequenceGradCuda[] = {
-    {Family::transpose, Times::once, "w^T"},
-    {Family::seq_bwd_step, Times::per_step, "dgates[t] from dgates[t+1] . W_h^T and the cell's backward math"},
-    {Family::gemm_nn, Times::twice, "x_grad = dgates . W_x^T, h_prev_grad = dgates[0] . W_h^T (cuBLAS where it loads)"},
-    {Family::gemm_tn, Times::twice, "w_grad = [x | h_prev]^T . dgates (cuBLAS where it loads)"},
-    {Family::seq_bwd_reduce, Times::once, "b_grad, the peephole grads and cs_prev_grad"},
+    {Site::w_transpose, Family::transpose, Times::once, "w^T"},
+    {Site::backward_step, Family::seq_bwd_step, Times::per_step, "dgates[t]: dgates[t+1] . W_h^T, the cell's backward math"},
+    {Site::x_grad, Family::gemm_nn, Times::once, "x_grad = dgates . W_x^T (I > 0; or cuBLAS)"},
+    {Site::h_prev_grad, Family::gemm_nn, Times::once, "h_prev_grad = dgates[0] . W_h^T (or cuBLAS)"},
+    {Site::w_grad_x, Family::gemm_tn, Times::once, "w_grad[:I] = x^T . dgates (I > 0; or cuBLAS)"},
+    {Site::w_grad_h, Family::gemm_tn, Times::once, "w_grad[I:] = h_prev^T . dgates (or cuBLAS)"},
+    {Site::reductions, Family::seq_bwd_reduce, Times::once, "b_grad, the peephole grads, cs_prev_grad"},
 };
 // clang-format on
 
@@ -92,13 +107,11 @@ constexpr Kind kind_of(bool sequence, bool gradient) {
 
 // How many times a step runs in a call of `steps` time steps of `rows_per_step` rows each.
 constexpr int64_t count(Times times, int64_t steps, int64_t rows_per_step) {
-    const int64_t chunks = (steps * rows_per_step + detail::kWeightGradChunkRows - 1) / detail::kWeightGradChunkRows;
     switch (times) {
     case Times::once: return 1;
-    case Times::twice: return 2;
     case Times::per_step: return steps;
-    case Times::per_chunk: return chunks;
-    case Times::twice_per_chunk: return 2 * chunks;
+    case Times::per_chunk:
+        return (steps * rows_per_step + detail::kWeightGradChunkRows - 1) / detail::kWeightGradChunkRows;
     }
     return 0;
 }
@@ -106,10 +119,8 @@ constexpr int64_t count(Times times, int64_t steps, int64_t rows_per_step) {
 constexpr const char *to_string(Times times) {
     switch (times) {
     case Times::once: return "1";
-    case Times::twice: return "2";
     case Times::per_step: return "L";
     case Times::per_chunk: return "C";
-    case Times::twice_per_chunk: return "2C";
     }
     return "?";
 }

@@ -3,8 +3,12 @@
 #include <algorithm>
 #include <functional>
 #include <iterator>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 
+#include "generators/interface.h"
+#include "runtime/src/plans.h"
 #include "runtime/src/weight_grad_chunks.h"
 #include "schedules/panel_layout.h"
 
@@ -49,21 +53,83 @@ Buffer<> random_panels(std::mt19937 &rng, int cols, int depth) {
 
 constexpr int kChunkRows = int(detail::kWeightGradChunkRows);
 
-int weight_grad_chunks(const LstmShape &s) {
-    const int rows = s.T * s.B;
-    return (rows + kChunkRows - 1) / kChunkRows;
+// The knobs a schedule reads, by the products it tiles (families.inc) and the device.
+std::vector<std::string> knobs_of(kernel::Products products, bool gpu) {
+    using kernel::Products;
+    if (!gpu) switch (products) {
+        case Products::batched:
+            return {"vector_floats", "gemm_tile_rows", "gemm_tile_vectors", "gemm_k_block", "gemm_row_block_tiles",
+                    "gemm_column_chunks", "gemm_columns_inner"};
+        case Products::step:
+            return {"vector_floats", "gemm_tile_vectors", "gemm_step_tile_rows", "gemm_step_k_block",
+                    "gemm_row_block_tiles"};
+        case Products::sums: return {"vector_floats", "column_sum_vectors"};
+        case Products::none: return {};
+        }
+    switch (products) {
+    case Products::batched: return {"batched_cols_per_thread", "batched_rows_per_thread", "batched_thread_rows"};
+    case Products::step:
+        return {"step_cols_per_thread", "step_rows_per_thread", "step_thread_rows", "step_k_block",
+                "elementwise_cols", "elementwise_rows"};
+    case Products::sums: return {"sum_rows_per_chunk", "elementwise_cols", "elementwise_rows"};
+    case Products::none: return {};
+    }
+    return {};
 }
 
-const std::vector<std::string> batched_knobs{"vector_floats",        "gemm_tile_rows",
-                                             "gemm_tile_vectors",    "gemm_k_block",
-                                             "gemm_row_block_tiles", "gemm_column_chunks",
-                                             "gemm_columns_inner"};
-const std::vector<std::string> step_knobs{"vector_floats", "gemm_tile_vectors", "gemm_step_tile_rows",
-                                          "gemm_step_k_block", "gemm_row_block_tiles"};
+// How a family's float32 kernel on a device holds the recurrent weights (kernels.inc).
+std::string weights_of(kernel::Family family, bool gpu) {
+    struct Line {
+        const char *family, *backend, *dtype, *weights;
+    };
+    static const Line lines[] = {
+#define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, weights) {#family, #backend, #dtype, #weights},
+#include "runtime/kernels.inc"
+#undef BLOCKLSTM_KERNEL
+    };
+    for (const Line &l : lines)
+        if (kernel::name(family) == std::string(l.family) && std::string(l.backend) == (gpu ? "cuda" : "cpu") &&
+            std::string(l.dtype) == "f32")
+            return l.weights;
+    throw std::logic_error(std::string("kernels.inc has no float32 ") + (gpu ? "cuda" : "cpu") + " kernel of " +
+                           kernel::name(family));
+}
 
-auto never = [](const LstmShape &) { return 0; };
-auto once = [](const LstmShape &) { return 1; };
-auto per_step = [](const LstmShape &s) { return s.T; };
+// A tuned family: the record's generator and params, its float32 kernel's weights, its
+// knobs, and its calls per op from the plans of the steps it stands for. `peephole`: its
+// peephole variant (true) or its plain one (false), counted only in the ops with (without)
+// peepholes; unset: its plain kernel, standing for both.
+Family family(const std::string &name, kernel::Family id, bool gpu, std::vector<plan::Site> sites,
+              std::function<Call(const LstmShape &, std::mt19937 &)> make, std::optional<bool> peephole = std::nullopt,
+              bool by_default = true) {
+    const kernel::FamilyRecord &r = kernel::record(id);
+    Family f;
+    f.name = name;
+    f.generator = r.generator();
+    std::string params = r.generator_params;
+    std::stringstream words(params.substr(std::min(params.size(), f.generator.size() + 1)));
+    for (std::string word; words >> word;) f.params[word.substr(0, word.find('='))] = word.substr(word.find('=') + 1);
+    f.params["dtype"] = "float32";
+    if (const std::string w = weights_of(id, gpu); w != "none") f.params["weights"] = w;
+    if (peephole.value_or(false)) f.params["use_peephole"] = "true", f.params["layout"] = "icfo";
+    f.knobs = knobs_of(r.products, gpu);
+    f.make = std::move(make);
+    auto calls = [id, gpu, sites, peephole](plan::Kind kind, bool op_peephole) {
+        return [=](const LstmShape &s) {
+            if (peephole && *peephole != op_peephole) return 0;
+            int n = 0;
+            for (const plan::Step &step : plan::plan_of(kind, gpu ? Device::cuda : Device::cpu, DType::f32))
+                if (step.family == id && std::find(sites.begin(), sites.end(), step.site) != sites.end())
+                    n += int(plan::count(step.times, s.T, s.B));
+            return n;
+        };
+    };
+    f.forward_calls = calls(plan::Kind::forward, false);
+    f.grad_calls = calls(plan::Kind::sequence_grad, false);
+    f.grad_peephole_calls = calls(plan::Kind::sequence_grad, true);
+    f.by_default = by_default;
+    return f;
+}
 
 // The buffers of each generator's call at a shape, as the runtime passes them
 // (runtime/src/ops_sequence.cpp). The per-step products read W_h in packed panels on the CPU and
@@ -71,62 +137,67 @@ auto per_step = [](const LstmShape &s) { return s.T; };
 
 // xw = x . W_x + b (the input projection).
 Call input_projection(const LstmShape &s, std::mt19937 &rng) {
+    namespace n = kernel::args::gemm;
     Call c;
-    c.buffers["a"] = random(rng, {s.I, s.T * s.B});
-    c.buffers["b"] = random(rng, {4 * s.H, s.I});
-    c.buffers["bias"] = random(rng, {4 * s.H});
-    c.buffers["c"] = empty_like({4 * s.H, s.T * s.B});
+    c.buffers[n::a] = random(rng, {s.I, s.T * s.B});
+    c.buffers[n::b] = random(rng, {4 * s.H, s.I});
+    c.buffers[n::bias] = random(rng, {4 * s.H});
+    c.buffers[n::c] = empty_like({4 * s.H, s.T * s.B});
     return c;
 }
 
 // x_grad = dgates . W_x^T.
 Call input_grad(const LstmShape &s, std::mt19937 &rng) {
+    namespace n = kernel::args::gemm;
     Call c;
-    c.buffers["a"] = random(rng, {4 * s.H, s.T * s.B});
-    c.buffers["b"] = random(rng, {s.I, 4 * s.H});
-    c.buffers["c"] = empty_like({s.I, s.T * s.B});
+    c.buffers[n::a] = random(rng, {4 * s.H, s.T * s.B});
+    c.buffers[n::b] = random(rng, {s.I, 4 * s.H});
+    c.buffers[n::c] = empty_like({s.I, s.T * s.B});
     return c;
 }
 
 Call forward_step(const LstmShape &s, std::mt19937 &rng, bool panels) {
+    namespace n = kernel::args::seq_fwd_step;
     Call c;
-    c.buffers["xw"] = random(rng, {4 * s.H, s.B});
-    c.buffers["h_prev"] = random(rng, {s.H, s.B});
-    c.buffers["w_h"] = panels ? random_panels(rng, 4 * s.H, s.H) : random(rng, {4 * s.H, s.H});  // W_h [H, 4H]
-    c.buffers["cs_prev"] = random(rng, {s.H, s.B});
-    for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
-    c.scalars["forget_bias"] = 1.0f;
-    c.scalars["cell_clip"] = 3.0f;
-    for (int k = 0; k < 7; ++k) c.buffers["lstm." + std::to_string(k)] = empty_like({s.H, s.B});
-    c.buffers["gates"] = empty_like({4 * s.H, s.B});
+    c.buffers[n::xw] = random(rng, {4 * s.H, s.B});
+    c.buffers[n::h_prev] = random(rng, {s.H, s.B});
+    c.buffers[n::w_h] = panels ? random_panels(rng, 4 * s.H, s.H) : random(rng, {4 * s.H, s.H});  // W_h [H, 4H]
+    c.buffers[n::cs_prev] = random(rng, {s.H, s.B});
+    for (const char *p : {n::wci, n::wcf, n::wco}) c.buffers[p] = random(rng, {s.H});
+    c.scalars[n::forget_bias] = 1.0f;
+    c.scalars[n::cell_clip] = 3.0f;
+    for (int k = 0; k < 7; ++k) c.buffers[kernel::tuple_element(n::lstm, k)] = empty_like({s.H, s.B});
+    c.buffers[n::gates] = empty_like({4 * s.H, s.B});
     return c;
 }
 
 Call backward_step(const LstmShape &s, std::mt19937 &rng, bool panels) {
+    namespace n = kernel::args::seq_bwd_step;
     Call c;
-    c.buffers["dgates_next"] = random(rng, {4 * s.H, s.B});
-    c.buffers["w_h_t"] = panels ? random_panels(rng, s.H, 4 * s.H) : random(rng, {s.H, 4 * s.H});  // W_h^T [4H, H]
-    for (const char *p : {"h_grad", "cs_grad", "dcs_carry", "cs_prev", "ci", "co"}) c.buffers[p] = random(rng, {s.H, s.B});
-    for (const char *p : {"i", "f", "o"}) c.buffers[p] = random(rng, {s.H, s.B}, 0.0f, 1.0f);
-    for (const char *p : {"wci", "wcf", "wco"}) c.buffers[p] = random(rng, {s.H});
-    c.buffers["dgates"] = empty_like({s.H, 4, s.B});
-    c.buffers["dcs_carry_out"] = empty_like({s.H, s.B});
-    c.buffers["dh"] = empty_like({s.H, s.B});
+    c.buffers[n::dgates_next] = random(rng, {4 * s.H, s.B});
+    c.buffers[n::w_h_t] = panels ? random_panels(rng, s.H, 4 * s.H) : random(rng, {s.H, 4 * s.H});  // W_h^T [4H, H]
+    for (const char *p : {n::h_grad, n::cs_grad, n::dcs_carry, n::cs_prev, n::ci, n::co}) c.buffers[p] = random(rng, {s.H, s.B});
+    for (const char *p : {n::i, n::f, n::o}) c.buffers[p] = random(rng, {s.H, s.B}, 0.0f, 1.0f);
+    for (const char *p : {n::wci, n::wcf, n::wco}) c.buffers[p] = random(rng, {s.H});
+    c.buffers[n::dgates] = empty_like({s.H, 4, s.B});
+    c.buffers[n::dcs_carry_out] = empty_like({s.H, s.B});
+    c.buffers[n::dh] = empty_like({s.H, s.B});
     return c;
 }
 
 // The reductions after the backward loop. On the CPU b_grad is w_grad's extra row, so the
 // runtime passes it empty (with a host pointer).
 Call reductions(const LstmShape &s, std::mt19937 &rng, bool peephole, bool b_grad_elsewhere) {
+    namespace n = kernel::args::seq_bwd_reduce;
     Call c;
-    c.buffers["dgates"] = random(rng, {4 * s.H, s.T * s.B});
-    c.buffers["cs"] = random(rng, {s.H, s.B, s.T});
-    c.buffers["cs_prev"] = random(rng, {s.H, s.B});
-    c.buffers["dcs_carry"] = random(rng, {s.H, s.B});
-    c.buffers["b_grad"] = b_grad_elsewhere ? no_elements() : empty_like({4 * s.H});
-    c.buffers["cs_prev_grad"] = empty_like({s.H, s.B});
+    c.buffers[n::dgates] = random(rng, {4 * s.H, s.T * s.B});
+    c.buffers[n::cs] = random(rng, {s.H, s.B, s.T});
+    c.buffers[n::cs_prev] = random(rng, {s.H, s.B});
+    c.buffers[n::dcs_carry] = random(rng, {s.H, s.B});
+    c.buffers[n::b_grad] = b_grad_elsewhere ? no_elements() : empty_like({4 * s.H});
+    c.buffers[n::cs_prev_grad] = empty_like({s.H, s.B});
     if (peephole)
-        for (int k = 0; k < 3; ++k) c.buffers["peephole_grads." + std::to_string(k)] = empty_like({s.H});
+        for (int k = 0; k < 3; ++k) c.buffers[kernel::tuple_element(n::peephole_grads, k)] = empty_like({s.H});
     return c;
 }
 
@@ -134,78 +205,62 @@ Call reductions(const LstmShape &s, std::mt19937 &rng, bool peephole, bool b_gra
 
 std::vector<Family> cpu_families() {
     using namespace std::placeholders;
-    std::vector<Family> f;
-    // The input projection, once per BlockLSTM.
-    f.push_back({"gemm_nn_bias", "gemm", {{"form", "nn_bias"}, {"dtype", "float32"}}, batched_knobs,
-                 input_projection, once, never, never});
-    // One forward step, T per BlockLSTM; one backward step, T per BlockLSTMGrad.
-    f.push_back({"seq_fwd_step", "seq_fwd_step", {{"dtype", "float32"}, {"weights", "panels"}}, step_knobs,
-                 std::bind(forward_step, _1, _2, true), per_step, never, never});
-    f.push_back({"seq_bwd_step", "seq_bwd_step", {{"dtype", "float32"}, {"weights", "panels"}}, step_knobs,
-                 std::bind(backward_step, _1, _2, true), never, per_step, per_step});
-    // x_grad, once per BlockLSTMGrad.
-    f.push_back({"gemm_nn", "gemm", {{"form", "nn"}, {"dtype", "float32"}}, batched_knobs, input_grad, never,
-                 once, once});
-    // w_grad's x product over one chunk of dgates (and b_grad's extra row); the h product has
-    // the same shape where I = H, so a BlockLSTMGrad runs two per chunk.
-    f.push_back({"gemm_tn_panels", "gemm", {{"form", "tn"}, {"dtype", "float32"}, {"weights", "panels"}},
-                 batched_knobs,
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     const int n = std::min(s.T * s.B, kChunkRows);
-                     Call c;
-                     c.buffers["a"] = random(rng, {s.I, n});
-                     c.buffers["b"] = random_panels(rng, 4 * s.H, n);
-                     c.buffers["c_in"] = random(rng, {4 * s.H, s.I + 1});
-                     c.scalars["accumulate"] = 1.0f;
-                     c.buffers["c"] = empty_like({4 * s.H, s.I + 1});
-                     return c;
-                 },
-                 never, [](const LstmShape &s) { return 2 * weight_grad_chunks(s); },
-                 [](const LstmShape &s) { return 2 * weight_grad_chunks(s); }});
-    // The peephole sums after the backward loop, once per BlockLSTMGrad with peepholes.
-    f.push_back({"seq_bwd_reduce", "seq_bwd_reduce",
-                 {{"dtype", "float32"}, {"use_peephole", "true"}, {"layout", "icfo"}},
-                 {"vector_floats", "column_sum_vectors"}, std::bind(reductions, _1, _2, true, true), never, never,
-                 once});
-    return f;
+    using kernel::Family;
+    using plan::Site;
+    return {
+        family("gemm_nn_bias", Family::gemm_nn_bias, false, {Site::input_projection}, input_projection),
+        family("seq_fwd_step", Family::seq_fwd_step, false, {Site::forward_step}, std::bind(forward_step, _1, _2, true)),
+        family("seq_bwd_step", Family::seq_bwd_step, false, {Site::backward_step}, std::bind(backward_step, _1, _2, true)),
+        family("gemm_nn", Family::gemm_nn, false, {Site::x_grad}, input_grad),
+        // w_grad's x product over one chunk of dgates (and b_grad's extra row); the h product has
+        // the same shape where I = H.
+        family("gemm_tn_panels", Family::gemm_tn_panels, false, {Site::w_grad_x, Site::w_grad_h},
+               [](const LstmShape &s, std::mt19937 &rng) {
+                   const int n = std::min(s.T * s.B, kChunkRows);
+                   Call c;
+                   c.buffers[kernel::args::gemm::a] = random(rng, {s.I, n});
+                   c.buffers[kernel::args::gemm::b] = random_panels(rng, 4 * s.H, n);
+                   c.buffers[kernel::args::gemm::c_in] = random(rng, {4 * s.H, s.I + 1});
+                   c.scalars[kernel::args::gemm::accumulate] = 1.0f;
+                   c.buffers[kernel::args::gemm::c] = empty_like({4 * s.H, s.I + 1});
+                   return c;
+               }),
+        // The peephole sums after the backward loop (without peepholes there is nothing to sum:
+        // b_grad is w_grad's extra row on the CPU).
+        family("seq_bwd_reduce", Family::seq_bwd_reduce, false, {Site::reductions},
+               std::bind(reductions, _1, _2, true, true), true),
+    };
 }
 
 std::vector<Family> gpu_families() {
     using namespace std::placeholders;
-    const std::vector<std::string> batched{"batched_cols_per_thread", "batched_rows_per_thread",
-                                           "batched_thread_rows"};
-    const std::vector<std::string> step{"step_cols_per_thread", "step_rows_per_thread", "step_thread_rows",
-                                        "step_k_block", "elementwise_cols", "elementwise_rows"};
-    const std::vector<std::string> sums{"sum_rows_per_chunk", "elementwise_cols", "elementwise_rows"};
-    std::vector<Family> f;
-    // The per-step products with their gate math: the recurrence, T launches per op.
-    f.push_back({"seq_fwd_step", "seq_fwd_step", {{"dtype", "float32"}, {"weights", "matrix"}}, step,
-                 std::bind(forward_step, _1, _2, false), per_step, never, never});
-    f.push_back({"seq_bwd_step", "seq_bwd_step", {{"dtype", "float32"}, {"weights", "matrix"}}, step,
-                 std::bind(backward_step, _1, _2, false), never, per_step, per_step});
-    // After the recurrence: b_grad and cs_prev_grad, and with peepholes their three sums.
-    f.push_back({"seq_bwd_reduce", "seq_bwd_reduce", {{"dtype", "float32"}}, sums,
-                 std::bind(reductions, _1, _2, false, false), never, once, never});
-    f.push_back({"seq_bwd_reduce_peephole", "seq_bwd_reduce",
-                 {{"dtype", "float32"}, {"use_peephole", "true"}, {"layout", "icfo"}}, sums,
-                 std::bind(reductions, _1, _2, true, false), never, never, once});
-    // The batched products, which cuBLAS does where it loads (so not tuned unless asked for with
-    // --families): the input projection, x_grad, and w_grad's two products (x and h_prev_seq;
-    // I = H at the default shapes). h_prev_grad's product of B rows is left out.
-    f.push_back({"gemm_nn_bias", "gemm", {{"form", "nn_bias"}, {"dtype", "float32"}}, batched, input_projection,
-                 once, never, never, false});
-    f.push_back({"gemm_nn", "gemm", {{"form", "nn"}, {"dtype", "float32"}}, batched, input_grad, never, once, once,
-                 false});
-    f.push_back({"gemm_tn", "gemm", {{"form", "tn"}, {"dtype", "float32"}}, batched,
-                 [](const LstmShape &s, std::mt19937 &rng) {
-                     Call c;
-                     c.buffers["a"] = random(rng, {s.I, s.T * s.B});
-                     c.buffers["b"] = random(rng, {4 * s.H, s.T * s.B});
-                     c.buffers["c"] = empty_like({4 * s.H, s.I});
-                     return c;
-                 },
-                 never, [](const LstmShape &) { return 2; }, [](const LstmShape &) { return 2; }, false});
-    return f;
+    using kernel::Family;
+    using plan::Site;
+    return {
+        // The per-step products with their gate math: the recurrence, T launches per op.
+        family("seq_fwd_step", Family::seq_fwd_step, true, {Site::forward_step}, std::bind(forward_step, _1, _2, false)),
+        family("seq_bwd_step", Family::seq_bwd_step, true, {Site::backward_step}, std::bind(backward_step, _1, _2, false)),
+        // After the recurrence: b_grad and cs_prev_grad, and with peepholes their three sums.
+        family("seq_bwd_reduce", Family::seq_bwd_reduce, true, {Site::reductions},
+               std::bind(reductions, _1, _2, false, false), false),
+        family("seq_bwd_reduce_peephole", Family::seq_bwd_reduce, true, {Site::reductions},
+               std::bind(reductions, _1, _2, true, false), true),
+        // The batched products, which cuBLAS does where it loads (so not tuned unless asked for
+        // with --families): the input projection, x_grad, and w_grad's two products (x and
+        // h_prev_seq; I = H at the default shapes). h_prev_grad's product of B rows is left out.
+        family("gemm_nn_bias", Family::gemm_nn_bias, true, {Site::input_projection}, input_projection, std::nullopt,
+               false),
+        family("gemm_nn", Family::gemm_nn, true, {Site::x_grad}, input_grad, std::nullopt, false),
+        family("gemm_tn", Family::gemm_tn, true, {Site::w_grad_x, Site::w_grad_h},
+               [](const LstmShape &s, std::mt19937 &rng) {
+                   Call c;
+                   c.buffers[kernel::args::gemm::a] = random(rng, {s.I, s.T * s.B});
+                   c.buffers[kernel::args::gemm::b] = random(rng, {4 * s.H, s.T * s.B});
+                   c.buffers[kernel::args::gemm::c] = empty_like({4 * s.H, s.I});
+                   return c;
+               },
+               std::nullopt, false),
+    };
 }
 
 std::vector<Family> select_families(const std::vector<Family> &all, const std::vector<std::string> &only) {

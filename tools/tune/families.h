@@ -1,8 +1,8 @@
-// The kernel families `blocklstm tune` times: each is one generator of generators/ with the
-// generator params the runtime's float32 kernels are built with (runtime/kernels.inc), the knobs
-// its schedule reads, its buffers for an LSTM shape, and how many times BlockLSTM and
-// BlockLSTMGrad run it at that shape (runtime/src/ops_sequence.cpp), which turns kernel times
-// into an estimate of the ops' time.
+// The kernel families `blocklstm tune` times: each a family of runtime/families.inc (its generator
+// and params) in its float32 variant for the device (kernels.inc: how it holds the weights), the
+// knobs its schedule reads (by its products), its buffers for an LSTM shape, and the plan steps
+// it stands for (runtime/src/plans.h), which say how many times BlockLSTM and BlockLSTMGrad run it
+// at that shape and so turn kernel times into an estimate of the ops' time.
 #pragma once
 
 #include <cstdint>
@@ -28,12 +28,12 @@ struct Call {
 };
 
 struct Family {
-    std::string name;       // e.g. "gemm_nn_bias" (kernels.inc's family)
-    std::string generator;  // e.g. "gemm"
+    std::string name;       // e.g. "gemm_nn_bias", or "seq_bwd_reduce_peephole" for a family's peephole variant
+    std::string generator;  // e.g. "gemm" (families.inc)
     Halide::GeneratorParamsMap params;
     std::vector<std::string> knobs;  // the knobs its schedule reads: others leave it unchanged
     std::function<Call(const LstmShape &, std::mt19937 &)> make;
-    // Calls per BlockLSTM and per BlockLSTMGrad (peephole off / on) at a shape.
+    // Calls per BlockLSTM and per BlockLSTMGrad (peephole off / on) at a shape, from the plans.
     std::function<int(const LstmShape &)> forward_calls, grad_calls, grad_peephole_calls;
     bool by_default = true;  // tuned when --families is not given
 };

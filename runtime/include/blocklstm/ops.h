@@ -36,8 +36,8 @@ struct OpAttrs {
     bool use_peephole = false;
 };
 
-// One step of an op's plan: a kernel family, how often a call runs it ("1", "2", "L": once per
-// time step, "C": once per chunk of the CPU's float32 weight gradient's rows, "2C") and what for.
+// One step of an op's plan: a kernel family, how often a call runs it ("1"; "L": once per time
+// step; "C": once per chunk of the CPU's float32 weight gradient's rows) and what it computes.
 struct OpPlanStep {
     std::string family;
     std::string times;
