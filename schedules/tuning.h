@@ -7,11 +7,14 @@
 // that breaks one is rejected when a kernel is generated from it, naming the table and the rule.
 #pragma once
 
+#include <algorithm>
 #include <cstdlib>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "generators/interface.h"
 #include "schedules/panel_layout.h"
 
 namespace blocklstm::schedules {
@@ -66,42 +69,56 @@ struct CudaTuning {
     int sum_rows_per_chunk = 0;
 };
 
-// A knob: its name in the tables, where it lives and the range a table may give it.
+// A knob, one row each: its name in the tables, the field the schedules read it from, the range a
+// table may give it, the values the tuner's search tries (none: not searched, e.g. vector_floats,
+// which is the target's), its place in the search's coordinate descent (1 first: the knobs that
+// move the most time; 0: not in it), the products whose schedules read it (the tuner times a
+// family again only for the knobs it reads), and the value a table that leaves it out gets (none:
+// every table must give it; a new knob with the old behaviour as its default needs no table
+// edited).
 template <typename Tuning>
 struct Knob {
     const char *name;
     int Tuning::*field;
     int min, max;
+    std::vector<int> candidates;
+    int priority;
+    std::vector<kernel::Products> read_by;
+    std::optional<int> fallback = std::nullopt;
+
+    bool reads(kernel::Products p) const { return std::find(read_by.begin(), read_by.end(), p) != read_by.end(); }
 };
 
 inline const std::vector<Knob<CpuTuning>> &cpu_knobs() {
+    using P = kernel::Products;
     static const std::vector<Knob<CpuTuning>> knobs{
-        {"vector_floats", &CpuTuning::vector_floats, 4, 16},
-        {"gemm_tile_rows", &CpuTuning::gemm_tile_rows, 1, 32},
-        {"gemm_tile_vectors", &CpuTuning::gemm_tile_vectors, 1, 8},
-        {"gemm_step_tile_rows", &CpuTuning::gemm_step_tile_rows, 1, 32},
-        {"gemm_k_block", &CpuTuning::gemm_k_block, 16, 8192},
-        {"gemm_step_k_block", &CpuTuning::gemm_step_k_block, 16, 8192},
-        {"gemm_row_block_tiles", &CpuTuning::gemm_row_block_tiles, 1, 256},
-        {"gemm_column_chunks", &CpuTuning::gemm_column_chunks, 1, 64},
-        {"gemm_columns_inner", &CpuTuning::gemm_columns_inner, 0, 1},
-        {"column_sum_vectors", &CpuTuning::column_sum_vectors, 1, 256},
+        {"vector_floats", &CpuTuning::vector_floats, 4, 16, {}, 0, {P::batched, P::step, P::sums}},
+        {"gemm_tile_rows", &CpuTuning::gemm_tile_rows, 1, 32, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 3, {P::batched}},
+        {"gemm_tile_vectors", &CpuTuning::gemm_tile_vectors, 1, 8, {1, 2, 4}, 0, {P::batched, P::step}},
+        {"gemm_step_tile_rows", &CpuTuning::gemm_step_tile_rows, 1, 32, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 2, {P::step}},
+        {"gemm_k_block", &CpuTuning::gemm_k_block, 16, 8192, {128, 192, 256, 384, 512, 768, 1024}, 1, {P::batched}},
+        {"gemm_step_k_block", &CpuTuning::gemm_step_k_block, 16, 8192, {256, 512, 1024, 2048, 4096}, 7, {P::step}},
+        {"gemm_row_block_tiles", &CpuTuning::gemm_row_block_tiles, 1, 256, {4, 8, 16, 32}, 5, {P::batched, P::step}},
+        {"gemm_column_chunks", &CpuTuning::gemm_column_chunks, 1, 64, {1, 2, 4}, 6, {P::batched}},
+        {"gemm_columns_inner", &CpuTuning::gemm_columns_inner, 0, 1, {0, 1}, 4, {P::batched}},
+        {"column_sum_vectors", &CpuTuning::column_sum_vectors, 1, 256, {4, 8, 16, 32}, 8, {P::sums}},
     };
     return knobs;
 }
 
 inline const std::vector<Knob<CudaTuning>> &cuda_knobs() {
+    using P = kernel::Products;
     static const std::vector<Knob<CudaTuning>> knobs{
-        {"batched_cols_per_thread", &CudaTuning::batched_cols_per_thread, 1, 16},
-        {"batched_rows_per_thread", &CudaTuning::batched_rows_per_thread, 1, 16},
-        {"batched_thread_rows", &CudaTuning::batched_thread_rows, 1, 32},
-        {"step_cols_per_thread", &CudaTuning::step_cols_per_thread, 1, 16},
-        {"step_rows_per_thread", &CudaTuning::step_rows_per_thread, 1, 16},
-        {"step_thread_rows", &CudaTuning::step_thread_rows, 1, 32},
-        {"step_k_block", &CudaTuning::step_k_block, 0, 8192},
-        {"elementwise_cols", &CudaTuning::elementwise_cols, 1, 1024},
-        {"elementwise_rows", &CudaTuning::elementwise_rows, 1, 1024},
-        {"sum_rows_per_chunk", &CudaTuning::sum_rows_per_chunk, 1, 65536},
+        {"batched_cols_per_thread", &CudaTuning::batched_cols_per_thread, 1, 16, {1, 2, 4, 8}, 9, {P::batched}},
+        {"batched_rows_per_thread", &CudaTuning::batched_rows_per_thread, 1, 16, {1, 2, 4, 8, 16}, 8, {P::batched}},
+        {"batched_thread_rows", &CudaTuning::batched_thread_rows, 1, 32, {1, 2, 4, 8, 16, 32}, 10, {P::batched}},
+        {"step_cols_per_thread", &CudaTuning::step_cols_per_thread, 1, 16, {1, 2, 4, 8}, 2, {P::step}},
+        {"step_rows_per_thread", &CudaTuning::step_rows_per_thread, 1, 16, {1, 2, 4, 8, 16}, 1, {P::step}},
+        {"step_thread_rows", &CudaTuning::step_thread_rows, 1, 32, {1, 2, 4, 8, 16, 32}, 3, {P::step}},
+        {"step_k_block", &CudaTuning::step_k_block, 0, 8192, {0, 128, 256, 512, 1024}, 4, {P::step}},
+        {"elementwise_cols", &CudaTuning::elementwise_cols, 1, 1024, {32, 64, 128, 256}, 5, {P::step, P::sums}},
+        {"elementwise_rows", &CudaTuning::elementwise_rows, 1, 1024, {1, 2, 4, 8}, 6, {P::step, P::sums}},
+        {"sum_rows_per_chunk", &CudaTuning::sum_rows_per_chunk, 1, 65536, {16, 32, 64, 128, 256, 512}, 7, {P::sums}},
     };
     return knobs;
 }
@@ -203,8 +220,12 @@ Tuning parse_knobs(const std::string &table, const std::string &text,
         t.*knobs[k].field = static_cast<int>(v);
         seen[k] = true;
     }
-    for (size_t k = 0; k < knobs.size(); ++k)
-        if (!seen[k]) throw std::invalid_argument(tuning_error(table, std::string("knob ") + knobs[k].name + " is missing"));
+    for (size_t k = 0; k < knobs.size(); ++k) {
+        if (seen[k]) continue;
+        if (!knobs[k].fallback)
+            throw std::invalid_argument(tuning_error(table, std::string("knob ") + knobs[k].name + " is missing"));
+        t.*knobs[k].field = *knobs[k].fallback;
+    }
     if (const std::string broken = rule_broken(t); !broken.empty())
         throw std::invalid_argument(tuning_error(table, broken));
     return t;

@@ -270,6 +270,46 @@ TEST(VariantShapes, ClipActiveWhereIntended) {
     }
 }
 
+// The knob rows (schedules/tuning.h): every candidate a search tries is in the knob's range, the
+// descent's places are distinct, every knob is read by some product's schedule, every product kind
+// that families.inc tiles reads some knob; and a knob with a fallback may be left out of a table.
+template <typename Tuning>
+void expect_rows_consistent(const std::vector<blocklstm::schedules::Knob<Tuning>> &knobs) {
+    std::set<int> places;
+    for (const auto &k : knobs) {
+        SCOPED_TRACE(k.name);
+        for (int v : k.candidates) EXPECT_TRUE(v >= k.min && v <= k.max) << v;
+        if (k.priority > 0) EXPECT_TRUE(places.insert(k.priority).second) << "place " << k.priority << " twice";
+        EXPECT_FALSE(k.read_by.empty());
+    }
+    for (const auto &f : blocklstm::kernel::kFamilies) {
+        if (f.products == Products::none) continue;
+        EXPECT_TRUE(std::any_of(knobs.begin(), knobs.end(), [&](const auto &k) { return k.reads(f.products); }))
+            << f.name << "'s products read no knob";
+    }
+}
+
+TEST(KnobRows, ConsistentAndFallbacksTaken) {
+    expect_rows_consistent(blocklstm::schedules::cpu_knobs());
+    expect_rows_consistent(blocklstm::schedules::cuda_knobs());
+    using blocklstm::schedules::CpuTuning;
+    std::vector<blocklstm::schedules::Knob<CpuTuning>> knobs = blocklstm::schedules::cpu_knobs();
+    const std::string all = blocklstm::schedules::knob_string(
+        blocklstm::schedules::parse_cpu_tuning("x86-64-avx2", blocklstm::cpu_targets().at(0).tuning));
+    std::string without_chunks;  // every knob but gemm_column_chunks
+    for (size_t at = 0; at < all.size();) {
+        const size_t end = std::min(all.find(',', at), all.size());
+        const std::string item = all.substr(at, end - at);
+        if (item.rfind("gemm_column_chunks:", 0) != 0) without_chunks += (without_chunks.empty() ? "" : ",") + item;
+        at = end + 1;
+    }
+    auto none = [](const CpuTuning &) { return std::string(); };
+    EXPECT_THROW(blocklstm::schedules::parse_knobs<CpuTuning>("t", without_chunks, knobs, +none), std::invalid_argument);
+    for (auto &k : knobs)
+        if (std::string(k.name) == "gemm_column_chunks") k.fallback = 3;
+    EXPECT_EQ(blocklstm::schedules::parse_knobs<CpuTuning>("t", without_chunks, knobs, +none).gemm_column_chunks, 3);
+}
+
 // The library lists exactly the table's kernels.
 TEST(VariantTable, LibraryListsEveryKernel) {
     std::set<std::string> want, have;

@@ -10,6 +10,7 @@
 #include "generators/interface.h"
 #include "runtime/src/plans.h"
 #include "runtime/src/weight_grad_chunks.h"
+#include "schedules/tuning.h"
 #include "schedules/panel_layout.h"
 
 namespace blocklstm::tune {
@@ -53,28 +54,17 @@ Buffer<> random_panels(std::mt19937 &rng, int cols, int depth) {
 
 constexpr int kChunkRows = int(detail::kWeightGradChunkRows);
 
-// The knobs a schedule reads, by the products it tiles (families.inc) and the device.
+// The knobs a schedule reads, by the products it tiles (families.inc) and the device: the knob
+// rows' (schedules/tuning.h).
+template <typename Tuning>
+std::vector<std::string> knobs_reading(const std::vector<schedules::Knob<Tuning>> &knobs, kernel::Products products) {
+    std::vector<std::string> names;
+    for (const auto &k : knobs)
+        if (k.reads(products)) names.push_back(k.name);
+    return names;
+}
 std::vector<std::string> knobs_of(kernel::Products products, bool gpu) {
-    using kernel::Products;
-    if (!gpu) switch (products) {
-        case Products::batched:
-            return {"vector_floats", "gemm_tile_rows", "gemm_tile_vectors", "gemm_k_block", "gemm_row_block_tiles",
-                    "gemm_column_chunks", "gemm_columns_inner"};
-        case Products::step:
-            return {"vector_floats", "gemm_tile_vectors", "gemm_step_tile_rows", "gemm_step_k_block",
-                    "gemm_row_block_tiles"};
-        case Products::sums: return {"vector_floats", "column_sum_vectors"};
-        case Products::none: return {};
-        }
-    switch (products) {
-    case Products::batched: return {"batched_cols_per_thread", "batched_rows_per_thread", "batched_thread_rows"};
-    case Products::step:
-        return {"step_cols_per_thread", "step_rows_per_thread", "step_thread_rows", "step_k_block",
-                "elementwise_cols", "elementwise_rows"};
-    case Products::sums: return {"sum_rows_per_chunk", "elementwise_cols", "elementwise_rows"};
-    case Products::none: return {};
-    }
-    return {};
+    return gpu ? knobs_reading(schedules::cuda_knobs(), products) : knobs_reading(schedules::cpu_knobs(), products);
 }
 
 // How a family's float32 kernel on a device holds the recurrent weights (kernels.inc).

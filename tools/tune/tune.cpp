@@ -794,37 +794,30 @@ std::optional<double> Tuner::report(const Table &best) {
     return relative(base_, best, fresh);
 }
 
-// Candidate values of each knob the search moves (vector_floats is the target's).
+// The values the search tries for a knob, and the knobs of coordinate descent in their order:
+// the knob rows' (schedules/tuning.h).
 std::vector<int> candidates(const std::string &knob) {
-    if (knob == "gemm_tile_rows" || knob == "gemm_step_tile_rows")
-        return {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14};
-    if (knob == "gemm_tile_vectors") return {1, 2, 4};
-    if (knob == "gemm_k_block") return {128, 192, 256, 384, 512, 768, 1024};
-    if (knob == "gemm_step_k_block") return {256, 512, 1024, 2048, 4096};
-    if (knob == "gemm_row_block_tiles") return {4, 8, 16, 32};
-    if (knob == "gemm_column_chunks") return {1, 2, 4};
-    if (knob == "gemm_columns_inner") return {0, 1};
-    if (knob == "column_sum_vectors") return {4, 8, 16, 32};
-    if (knob == "batched_cols_per_thread" || knob == "step_cols_per_thread") return {1, 2, 4, 8};
-    if (knob == "batched_rows_per_thread" || knob == "step_rows_per_thread") return {1, 2, 4, 8, 16};
-    if (knob == "batched_thread_rows" || knob == "step_thread_rows") return {1, 2, 4, 8, 16, 32};
-    if (knob == "elementwise_cols") return {32, 64, 128, 256};
-    if (knob == "elementwise_rows") return {1, 2, 4, 8};
-    if (knob == "sum_rows_per_chunk") return {16, 32, 64, 128, 256, 512};
-    if (knob == "step_k_block") return {0, 128, 256, 512, 1024};
+    for (const auto &k : schedules::cpu_knobs())
+        if (knob == k.name) return k.candidates;
+    for (const auto &k : schedules::cuda_knobs())
+        if (knob == k.name) return k.candidates;
     return {};
 }
 
-// The order of coordinate descent: the knobs that move the most time first.
+template <typename Tuning>
+std::vector<std::string> by_priority(const std::vector<schedules::Knob<Tuning>> &knobs) {
+    std::vector<const schedules::Knob<Tuning> *> in_order;
+    for (const auto &k : knobs)
+        if (k.priority > 0) in_order.push_back(&k);
+    std::stable_sort(in_order.begin(), in_order.end(), [](auto *a, auto *b) { return a->priority < b->priority; });
+    std::vector<std::string> names;
+    for (const auto *k : in_order) names.push_back(k->name);
+    return names;
+}
+
 const std::vector<std::string> &descent_order(bool gpu) {
-    static const std::vector<std::string> cpu{"gemm_k_block", "gemm_step_tile_rows", "gemm_tile_rows",
-                                              "gemm_columns_inner", "gemm_row_block_tiles", "gemm_column_chunks",
-                                              "gemm_step_k_block",
-                                              "column_sum_vectors"};
-    static const std::vector<std::string> gpu_order{"step_rows_per_thread", "step_cols_per_thread", "step_thread_rows",
-                                                    "step_k_block", "elementwise_cols", "elementwise_rows", "sum_rows_per_chunk",
-                                                    "batched_rows_per_thread", "batched_cols_per_thread",
-                                                    "batched_thread_rows"};
+    static const std::vector<std::string> cpu = by_priority(schedules::cpu_knobs());
+    static const std::vector<std::string> gpu_order = by_priority(schedules::cuda_knobs());
     return gpu ? gpu_order : cpu;
 }
 
