@@ -80,6 +80,8 @@ public:
     PlanKernels(plan::Kind kind, Device device, DType dtype, CellVariant cell);
     // The plan's kernel of `family`; a family the plan does not run is a bug of the time loop.
     const KernelEntry &operator[](Family family) const;
+    // Whether the plan runs `family` (a time loop's path between plans).
+    bool has(Family family) const { return (*kernels_)[static_cast<std::size_t>(family)] != nullptr; }
 
 private:
     const std::array<const KernelEntry *, kernel::kFamilyCount> *kernels_;

@@ -254,7 +254,7 @@ public:
              const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole)
         : exec_(exec), kernels_(kernels), d_(c.dims), dt_(c.dtype), dev_(c.device),
           es_(static_cast<int64_t>(size_of(c.dtype))), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
-          b_grad_from_w_grad_(c.device == Device::cpu && c.dims.I > 0) {}
+          b_grad_from_w_grad_(plan::b_grad_with_w_grad(c.device, c.dims.I)) {}
 
     // With no step to run (L = 0 or B = 0) every gradient is zero. False: nothing to run.
     bool anything_to_run() {
@@ -338,13 +338,12 @@ public:
                         out_.h_prev_grad.data);
     }
 
-    // w_grad = [x | h_prev_seq]^T . dgates; on the CPU b_grad comes with it: the x product's c
-    // has one more row, which the spare rows of its last register tile compute anyway (unless 6
-    // divides I), where a pass of its own would read all of dgates again (1.6 % of BlockLSTMGrad
-    // at 100,32,256).
+    // w_grad = [x | h_prev_seq]^T . dgates, and b_grad with it where the plan says
+    // (plan::b_grad_with_w_grad): over chunks of dgates where the plan runs gemm_tn_panels (the
+    // CPU in float32), else one product each for x and h_prev_seq.
     void weight_grads() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L, slice = B * H;
-        if (dev_ == Device::cpu && dt_ == DType::f32) {
+        if (kernels_.has(Family::gemm_tn_panels)) {
             auto f32 = [](const TV &t) { return static_cast<float *>(t.data); };
             weight_grads_in_chunks(exec_, kernels_, d_, f32(in_.x), f32(in_.h_prev), f32(act_.h),
                                    dgates_->floats(), f32(out_.w_grad), f32(out_.b_grad));
@@ -404,9 +403,7 @@ private:
     const BlockLSTMGradOutputs<TV> &out_;
     const bool use_peephole_;
     std::optional<Scratch> w_t_, dgates_, carry1_;  // w^T; dgates [L*B, 4H]; the final carry
-    // On the CPU with I > 0, b_grad comes with w_grad's x product (weight_grads), not from the
-    // reductions.
-    const bool b_grad_from_w_grad_;
+    const bool b_grad_from_w_grad_;  // plan::b_grad_with_w_grad
 };
 
 void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,

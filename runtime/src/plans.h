@@ -100,6 +100,14 @@ constexpr std::span<const Step> plan_of(Kind kind, Device device, DType dtype) {
     return {};
 }
 
+// Where b_grad of a sequence's gradient comes from: on the CPU, with I > 0, with w_grad's x
+// product (its c has one more row, the column sums of dgates, which the spare rows of its last
+// register tile compute anyway: a pass of its own reads all of dgates again, 1.6 % of
+// BlockLSTMGrad at 100,32,256); elsewhere from the reductions (cuBLAS has no such row).
+constexpr bool b_grad_with_w_grad(Device device, int64_t input_size) {
+    return device == Device::cpu && input_size > 0;
+}
+
 // The plan of an op by its registry entry (sequence, gradient).
 constexpr Kind kind_of(bool sequence, bool gradient) {
     return !gradient ? Kind::forward : sequence ? Kind::sequence_grad : Kind::cell_grad;
