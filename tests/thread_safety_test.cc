@@ -3,6 +3,7 @@
 // cache (workspaces reused across calls and threads) must not change any result either.
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <iterator>
 #include <thread>
 
@@ -43,6 +44,32 @@ void run_job(const Job &j, blocklstm::LSTMOutputs<Tensor> &fwd, blocklstm::Block
     return ::testing::AssertionSuccess();
 }
 
+// Runs the forward and backward of `job_of(t)` `iterations` times on each of `threads` threads at
+// once, each result against the job's single-threaded one; returns each thread's first mismatch or
+// exception ("" where it had none).
+std::vector<std::string> run_concurrently(int threads, int iterations, const std::function<const Job &(int)> &job_of) {
+    std::vector<std::string> first_error(threads);
+    std::vector<std::thread> running;
+    for (int t = 0; t < threads; ++t) {
+        running.emplace_back([&, t] {
+            const Job &job = job_of(t);
+            try {
+                for (int it = 0; it < iterations && first_error[t].empty(); ++it) {
+                    blocklstm::LSTMOutputs<Tensor> fwd;
+                    blocklstm::BlockLSTMGradOutputs<Tensor> grad;
+                    run_job(job, fwd, grad);
+                    auto a = same(fwd, job.fwd), b = same(grad, job.grad);
+                    if (!a || !b) first_error[t] = "iteration " + std::to_string(it) + ": " + (a ? b : a).message();
+                }
+            } catch (const std::exception &e) {
+                first_error[t] = std::string("exception: ") + e.what();
+            }
+        });
+    }
+    for (auto &th : running) th.join();
+    return first_error;
+}
+
 TEST(ThreadSafety, ConcurrentForwardAndBackward) {
     constexpr int kThreads = 4, kIterations = 150;
     // Different shapes, dtypes, layouts and peephole settings per thread.
@@ -59,32 +86,8 @@ TEST(ThreadSafety, ConcurrentForwardAndBackward) {
         jobs[t].in = std::make_unique<Inputs>(jobs[t].p);
         run_job(jobs[t], jobs[t].fwd, jobs[t].grad);  // single-threaded results
     }
-    std::atomic<int> mismatches{0};
-    std::vector<std::string> first_error(kThreads);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-        threads.emplace_back([&, t] {
-            try {
-                for (int it = 0; it < kIterations; ++it) {
-                    blocklstm::LSTMOutputs<Tensor> fwd;
-                    blocklstm::BlockLSTMGradOutputs<Tensor> grad;
-                    run_job(jobs[t], fwd, grad);
-                    auto a = same(fwd, jobs[t].fwd), b = same(grad, jobs[t].grad);
-                    if (!a || !b) {
-                        ++mismatches;
-                        if (first_error[t].empty())
-                            first_error[t] = "iteration " + std::to_string(it) + ": " + (a ? b : a).message();
-                    }
-                }
-            } catch (const std::exception &e) {
-                ++mismatches;
-                first_error[t] = std::string("exception: ") + e.what();
-            }
-        });
-    }
-    for (auto &th : threads) th.join();
-    for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(first_error[t].empty()) << "thread " << t << ": " << first_error[t];
-    EXPECT_EQ(mismatches.load(), 0);
+    const auto errors = run_concurrently(kThreads, kIterations, [&](int t) -> const Job & { return jobs[t]; });
+    for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(errors[t].empty()) << "thread " << t << ": " << errors[t];
 }
 
 // Threads that share their input tensors, read-only, as a training loop's threads share weights:
@@ -101,26 +104,8 @@ TEST(ThreadSafety, ThreadsSharingInputTensors) {
         jobs[k].in = std::make_unique<Inputs>(jobs[k].p);
         run_job(jobs[k], jobs[k].fwd, jobs[k].grad);
     }
-    std::vector<std::string> first_error(kThreads);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-        threads.emplace_back([&, t] {
-            const Job &job = jobs[t % 2];
-            try {
-                for (int it = 0; it < kIterations && first_error[t].empty(); ++it) {
-                    blocklstm::LSTMOutputs<Tensor> fwd;
-                    blocklstm::BlockLSTMGradOutputs<Tensor> grad;
-                    run_job(job, fwd, grad);
-                    auto a = same(fwd, job.fwd), b = same(grad, job.grad);
-                    if (!a || !b) first_error[t] = "iteration " + std::to_string(it) + ": " + (a ? b : a).message();
-                }
-            } catch (const std::exception &e) {
-                first_error[t] = std::string("exception: ") + e.what();
-            }
-        });
-    }
-    for (auto &th : threads) th.join();
-    for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(first_error[t].empty()) << "thread " << t << ": " << first_error[t];
+    const auto errors = run_concurrently(kThreads, kIterations, [&](int t) -> const Job & { return jobs[t % 2]; });
+    for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(errors[t].empty()) << "thread " << t << ": " << errors[t];
 }
 
 // set_num_threads with valid counts, between calls: every count gives the bits of the default (the

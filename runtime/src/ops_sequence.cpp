@@ -424,6 +424,22 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     pass.reductions();
 }
 
+// The allocating forms: validated (an error throws before anything is allocated), then run into
+// fresh outputs.
+LSTMOutputs<Tensor> allocate_forward(const char *op, Layout layout, const SeqInputs &in, float forget_bias,
+                                     float cell_clip, bool use_peephole) {
+    return into_new_outputs<LSTMOutputs>(
+        [&](auto *none) { return validate_forward(op, in, none); },
+        [&](const LSTMOutputs<TV> &out) { run_forward(op, layout, in, out, forget_bias, cell_clip, use_peephole); });
+}
+
+BlockLSTMGradOutputs<Tensor> allocate_grad(const char *op, Layout layout, const SeqInputs &in,
+                                           const SeqActivations &act, bool use_peephole) {
+    return into_new_outputs<BlockLSTMGradOutputs>(
+        [&](auto *none) { return validate_grad(op, in, act, none); },
+        [&](const BlockLSTMGradOutputs<TV> &out) { run_grad(op, layout, in, act, out, use_peephole); });
+}
+
 }  // namespace
 
 void input_projection(Exec &exec, const KernelEntry &product, DType dt, const void *x, int64_t rows,
@@ -471,10 +487,8 @@ void BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_
 
 LSTMOutputs<Tensor> BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
                               const TV &wci, const TV &wcf, const TV &wco, const TV &b, const BlockLSTMAttrs &attrs) {
-    const SeqInputs in{seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b};
-    return detail::into_new_outputs<LSTMOutputs>(
-        [&](auto *none) { return detail::validate_forward("BlockLSTM", in, none); },
-        [&](const LSTMOutputs<TV> &out) { BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, out, attrs); });
+    return detail::allocate_forward("BlockLSTM", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                                    attrs.forget_bias, attrs.cell_clip, attrs.use_peephole);
 }
 
 void BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
@@ -486,10 +500,9 @@ void BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &
 LSTMOutputs<Tensor> BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
                                 const TV &wci, const TV &wcf, const TV &wco, const TV &b,
                                 const BlockLSTMV2Attrs &attrs) {
-    const SeqInputs in{seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b};
-    return detail::into_new_outputs<LSTMOutputs>(
-        [&](auto *none) { return detail::validate_forward("BlockLSTMV2", in, none); },
-        [&](const LSTMOutputs<TV> &out) { BlockLSTMV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, out, attrs); });
+    return detail::allocate_forward("BlockLSTMV2", Layout::ifco,
+                                    {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b}, 0.0f, attrs.cell_clip,
+                                    attrs.use_peephole);
 }
 
 void BlockLSTMGrad(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
@@ -505,14 +518,8 @@ BlockLSTMGradOutputs<Tensor> BlockLSTMGrad(int64_t seq_len_max, const TV &x, con
                                            const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
                                            const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
                                            const GradAttrs &attrs) {
-    const SeqInputs in{seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b};
-    const SeqActivations act{i, cs, f, o, ci, co, h, cs_grad, h_grad};
-    return detail::into_new_outputs<BlockLSTMGradOutputs>(
-        [&](auto *none) { return detail::validate_grad("BlockLSTMGrad", in, act, none); },
-        [&](const BlockLSTMGradOutputs<TV> &out) {
-            BlockLSTMGrad(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad,
-                          h_grad, out, attrs);
-        });
+    return detail::allocate_grad("BlockLSTMGrad", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                                 {i, cs, f, o, ci, co, h, cs_grad, h_grad}, attrs.use_peephole);
 }
 
 void BlockLSTMGradV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
@@ -528,14 +535,9 @@ BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(int64_t seq_len_max, const TV &x, c
                                              const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
                                              const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
                                              const GradAttrs &attrs) {
-    const SeqInputs in{seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b};
-    const SeqActivations act{i, cs, f, o, ci, co, h, cs_grad, h_grad};
-    return detail::into_new_outputs<BlockLSTMGradOutputs>(
-        [&](auto *none) { return detail::validate_grad("BlockLSTMGradV2", in, act, none); },
-        [&](const BlockLSTMGradOutputs<TV> &out) {
-            BlockLSTMGradV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h, cs_grad,
-                            h_grad, out, attrs);
-        });
+    return detail::allocate_grad("BlockLSTMGradV2", Layout::ifco,
+                                 {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                                 {i, cs, f, o, ci, co, h, cs_grad, h_grad}, attrs.use_peephole);
 }
 
 }  // namespace blocklstm

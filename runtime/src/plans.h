@@ -42,50 +42,39 @@ struct Step {
     const char *does;
 };
 
+// The steps, each written once; the plans below list them. On CUDA the batched products run on
+// cuBLAS where it loads (runtime/src/cublas.cpp), their Halide kernels otherwise.
+namespace steps {
 // clang-format off
-inline constexpr Step kForwardCpu[] = {
-    {Site::input_projection, Family::gemm_nn_bias, Times::once, "xw = x . W_x + b, every step at once"},
-    {Site::w_h_panels, Family::panels, Times::once, "W_h packed into panels"},
-    {Site::forward_step, Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"},
-};
-inline constexpr Step kForwardCuda[] = {
-    {Site::input_projection, Family::gemm_nn_bias, Times::once, "xw = x . W_x + b, every step at once (or cuBLAS)"},
-    {Site::forward_step, Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"},
-};
-inline constexpr Step kCellGrad[] = {
-    {Site::cell_backward, Family::cell_bwd, Times::once, "cs_prev_grad, dicfo and the peephole grads"},
-};
-inline constexpr Step kSequenceGradCpuFloat32[] = {
-    {Site::w_transpose, Family::transpose, Times::once, "w^T"},
-    {Site::w_h_t_panels, Family::panels_t, Times::once, "W_h^T packed into panels"},
-    {Site::backward_step, Family::seq_bwd_step, Times::per_step, "dgates[t]: dgates[t+1] . W_h^T, the cell's backward math"},
-    {Site::x_grad, Family::gemm_nn, Times::once, "x_grad = dgates . W_x^T (I > 0)"},
-    {Site::h_prev_grad, Family::gemm_nn, Times::once, "h_prev_grad = dgates[0] . W_h^T"},
-    {Site::dgates_panels, Family::panels, Times::per_chunk, "a chunk of dgates packed into panels"},
-    {Site::w_grad_x, Family::gemm_tn_panels, Times::per_chunk, "w_grad[:I] += x^T . the chunk, b_grad in its extra row (I > 0)"},
-    {Site::w_grad_h, Family::gemm_tn_panels, Times::per_chunk, "w_grad[I:] += h_prev^T . the chunk"},
-    {Site::reductions, Family::seq_bwd_reduce, Times::once, "the peephole grads, cs_prev_grad (b_grad where I = 0)"},
-};
-inline constexpr Step kSequenceGradCpuFloat16[] = {
-    {Site::w_transpose, Family::transpose, Times::once, "w^T"},
-    {Site::w_h_t_panels, Family::panels_t, Times::once, "W_h^T packed into panels"},
-    {Site::backward_step, Family::seq_bwd_step, Times::per_step, "dgates[t]: dgates[t+1] . W_h^T, the cell's backward math"},
-    {Site::x_grad, Family::gemm_nn, Times::once, "x_grad = dgates . W_x^T (I > 0)"},
-    {Site::h_prev_grad, Family::gemm_nn, Times::once, "h_prev_grad = dgates[0] . W_h^T"},
-    {Site::w_grad_x, Family::gemm_tn, Times::once, "w_grad[:I] = x^T . dgates, b_grad in its extra row (I > 0)"},
-    {Site::w_grad_h, Family::gemm_tn, Times::once, "w_grad[I:] = h_prev^T . dgates"},
-    {Site::reductions, Family::seq_bwd_reduce, Times::once, "the peephole grads, cs_prev_grad (b_grad where I = 0)"},
-};
-inline constexpr Step kSequenceGradCuda[] = {
-    {Site::w_transpose, Family::transpose, Times::once, "w^T"},
-    {Site::backward_step, Family::seq_bwd_step, Times::per_step, "dgates[t]: dgates[t+1] . W_h^T, the cell's backward math"},
-    {Site::x_grad, Family::gemm_nn, Times::once, "x_grad = dgates . W_x^T (I > 0; or cuBLAS)"},
-    {Site::h_prev_grad, Family::gemm_nn, Times::once, "h_prev_grad = dgates[0] . W_h^T (or cuBLAS)"},
-    {Site::w_grad_x, Family::gemm_tn, Times::once, "w_grad[:I] = x^T . dgates (I > 0; or cuBLAS)"},
-    {Site::w_grad_h, Family::gemm_tn, Times::once, "w_grad[I:] = h_prev^T . dgates (or cuBLAS)"},
-    {Site::reductions, Family::seq_bwd_reduce, Times::once, "b_grad, the peephole grads, cs_prev_grad"},
-};
+inline constexpr Step input_projection{Site::input_projection, Family::gemm_nn_bias, Times::once, "xw = x . W_x + b, every step at once"};
+inline constexpr Step w_h_panels{Site::w_h_panels, Family::panels, Times::once, "W_h packed into panels"};
+inline constexpr Step forward_step{Site::forward_step, Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"};
+inline constexpr Step cell_backward{Site::cell_backward, Family::cell_bwd, Times::once, "cs_prev_grad, dicfo and the peephole grads"};
+inline constexpr Step w_transpose{Site::w_transpose, Family::transpose, Times::once, "w^T"};
+inline constexpr Step w_h_t_panels{Site::w_h_t_panels, Family::panels_t, Times::once, "W_h^T packed into panels"};
+inline constexpr Step backward_step{Site::backward_step, Family::seq_bwd_step, Times::per_step, "dgates[t]: dgates[t+1] . W_h^T, the cell's backward math"};
+inline constexpr Step x_grad{Site::x_grad, Family::gemm_nn, Times::once, "x_grad = dgates . W_x^T (I > 0)"};
+inline constexpr Step h_prev_grad{Site::h_prev_grad, Family::gemm_nn, Times::once, "h_prev_grad = dgates[0] . W_h^T"};
+inline constexpr Step dgates_panels{Site::dgates_panels, Family::panels, Times::per_chunk, "a chunk of dgates packed into panels"};
+inline constexpr Step w_grad_x_chunk{Site::w_grad_x, Family::gemm_tn_panels, Times::per_chunk, "w_grad[:I] += x^T . the chunk, b_grad in its extra row (I > 0)"};
+inline constexpr Step w_grad_h_chunk{Site::w_grad_h, Family::gemm_tn_panels, Times::per_chunk, "w_grad[I:] += h_prev^T . the chunk"};
+inline constexpr Step w_grad_x{Site::w_grad_x, Family::gemm_tn, Times::once, "w_grad[:I] = x^T . dgates (I > 0; on the CPU b_grad in its extra row)"};
+inline constexpr Step w_grad_h{Site::w_grad_h, Family::gemm_tn, Times::once, "w_grad[I:] = h_prev^T . dgates"};
+inline constexpr Step reductions{Site::reductions, Family::seq_bwd_reduce, Times::once, "the peephole grads, cs_prev_grad, b_grad where w_grad's product has not"};
 // clang-format on
+}  // namespace steps
+
+inline constexpr Step kForwardCpu[] = {steps::input_projection, steps::w_h_panels, steps::forward_step};
+inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_step};
+inline constexpr Step kCellGrad[] = {steps::cell_backward};
+inline constexpr Step kSequenceGradCpuFloat32[] = {steps::w_transpose,    steps::w_h_t_panels, steps::backward_step,
+                                                   steps::x_grad,         steps::h_prev_grad,  steps::dgates_panels,
+                                                   steps::w_grad_x_chunk, steps::w_grad_h_chunk, steps::reductions};
+inline constexpr Step kSequenceGradCpuFloat16[] = {steps::w_transpose, steps::w_h_t_panels, steps::backward_step,
+                                                   steps::x_grad,      steps::h_prev_grad,  steps::w_grad_x,
+                                                   steps::w_grad_h,    steps::reductions};
+inline constexpr Step kSequenceGradCuda[] = {steps::w_transpose, steps::backward_step, steps::x_grad, steps::h_prev_grad,
+                                             steps::w_grad_x,    steps::w_grad_h,      steps::reductions};
 
 constexpr std::span<const Step> plan_of(Kind kind, Device device, DType dtype) {
     const bool cpu = device == Device::cpu;
