@@ -2,7 +2,7 @@
 // and what for, per device and dtype. The one home of that knowledge: the time loops take their
 // kernels from it (PlanKernels, runtime/src/kernels.cpp), preflight checks a call's kernels
 // against it before any output is written, `blocklstm list` and OpInfo::plan show it, and the
-// tuner turns kernel times into op times with it (tools/tune/families.cpp). Header-only data, so
+// tuner turns kernel times into op times with it (tune/families.cpp). Header-only data, so
 // that the tuner reads the very same tables.
 #pragma once
 

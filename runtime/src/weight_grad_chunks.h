@@ -1,5 +1,5 @@
 // How the CPU's float32 w_grad is split: its own header, free of the runtime's other internals,
-// because `blocklstm tune` (tools/tune/families.cpp) times the same chunks.
+// because `blocklstm tune` (tune/families.cpp) times the same chunks.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "tools/tune/families.h"
+#include "tune/families.h"
 
 #include <algorithm>
 #include <functional>

@@ -4,14 +4,14 @@
 # target only, no CUDA, no tests: about 3 minutes on 2 cores), then times BlockLSTM and
 # BlockLSTMGrad (plain and with peepholes) with that build and with the current one, alternated,
 # at each shape, both pinned to the table's CPU target.
-#   tools/tune/confirm.sh TABLE.json [--shapes 'T,B,I,H;...'] [--rounds N] [--threads N]
+#   tune/confirm.sh TABLE.json [--shapes 'T,B,I,H;...'] [--rounds N] [--threads N]
 #                         [--build DIR] [--tuned-build DIR]
 # --build: the current build (default build/); --tuned-build: where to build with the table
 # (default build-tuned/; an existing build there is updated). Prints each build's best time per
 # op and shape and tuned / current: below 1 the tuned table is faster.
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 usage() { sed -n '7,8p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2; exit 2; }
 [ $# -ge 1 ] || usage
 [ -f "$1" ] || { echo "confirm.sh: TABLE: no such file: $1" >&2; exit 2; }
