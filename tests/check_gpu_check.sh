@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/gpu_check.sh tests, on a fake GPU machine: a test binary that dies before printing anything
+# scripts/gpu_check.sh tests, on a fake GPU machine: a test binary that dies before printing anything
 # (or exits 77, every case skipped) must fail the check; binaries that pass must pass it.
 #   tests/check_gpu_check.sh WORK
 set -uo pipefail
@@ -17,7 +17,7 @@ fake "$work/carry/bin/blocklstm_cli_test" 'echo "[  PASSED  ] 1 test."'
 check() {
     fake "$work/carry/bin/variants_test" "$3"
     local out
-    out=$(PATH=$work/path:$PATH GPU_CARRY=$work/carry OUT=$work/out-$1 "$root/tools/gpu_check.sh" tests 2>&1)
+    out=$(PATH=$work/path:$PATH GPU_CARRY=$work/carry OUT=$work/out-$1 "$root/scripts/gpu_check.sh" tests 2>&1)
     local rc=$?
     if { [ "$2" = 0 ] && [ $rc -ne 0 ]; } || { [ "$2" != 0 ] && [ $rc -eq 0 ]; }; then
         echo "gpu_check.sh tests with a variants_test that $1: expected $([ "$2" = 0 ] && echo success || echo failure), got exit $rc:"

@@ -322,13 +322,13 @@ protected:
     static void SetUpTestSuite() { halide_set_error_handler(capture_halide_error); }
 };
 
-// PoCL is there (tools/bootstrap.sh installs Debian's pocl-opencl-icd): without an OpenCL device
+// PoCL is there (scripts/bootstrap.sh installs Debian's pocl-opencl-icd): without an OpenCL device
 // every twin would fail for that reason alone.
 TEST(OpenClDevice, Available) {
     halide_set_error_handler(capture_halide_error);
     Halide::Runtime::Buffer<float> probe(1);
     ASSERT_EQ(probe.device_malloc(halide_opencl_device_interface()), 0)
-        << "no OpenCL device (install Debian's pocl-opencl-icd; tools/bootstrap.sh does): " << last_halide_error;
+        << "no OpenCL device (install Debian's pocl-opencl-icd; scripts/bootstrap.sh does): " << last_halide_error;
 }
 
 TEST(OpenClDevice, Float16TwinsAreNotBuilt) {

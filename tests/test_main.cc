@@ -12,7 +12,7 @@ int main(int argc, char **argv) {
     if (const int status = blt::check_cpu_target_pin()) return status;
     const int status = RUN_ALL_TESTS();
     // The device memory kept between CUDA calls, given back: compute-sanitizer's leak check
-    // (tools/gpu_check.sh sanitize) then reports what the library itself loses.
+    // (scripts/gpu_check.sh sanitize) then reports what the library itself loses.
     if (blocklstm::cuda_device_count() > 0) blocklstm::cuda_release_memory();
     return blt::exit_status(status, *::testing::UnitTest::GetInstance());
 }

@@ -627,7 +627,7 @@ TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
 // cuda_release_memory gives back the cuBLAS handles, the kernels' cached intermediates and the
 // pools' memory; the calls after it allocate again and give the same bits (the CUDA kernels and
 // cuBLAS's default algorithm are deterministic on one GPU). Its name has "cuda" in it, so that it
-// runs with the CUDA cases (variants.cuda_cases, tools/gpu_check.sh).
+// runs with the CUDA cases (variants.cuda_cases, scripts/gpu_check.sh).
 TEST(CudaMemory, cuda_ReleaseThenRunAgain) {
     if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device: " << blocklstm::cuda_unavailable_reason();
     const Shape s = *std::find_if(variant_shapes().begin(), variant_shapes().end(),

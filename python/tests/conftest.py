@@ -13,7 +13,7 @@ def golden_dir():
 
 def import_torch(what):
     """torch, for the PyTorch tests of `what`. Where the test requirements are installed
-    (BLOCKLSTM_REQUIRE_TORCH=1, which tools/bootstrap.sh test sets), a torch that is missing or
+    (BLOCKLSTM_REQUIRE_TORCH=1, which scripts/bootstrap.sh test sets), a torch that is missing or
     fails to import is a failure; elsewhere the tests skip, saying which of the two it was."""
     try:
         import torch

@@ -1,5 +1,5 @@
 // Parity with TensorFlow itself: every golden case of tests/data/tf (inputs and outputs of
-// tf.raw_ops, written by tools/golden/generate.sh) through the library API and through
+// tf.raw_ops, written by tests/golden/generate.sh) through the library API and through
 // `blocklstm run`, compared output by output; and the BlockLSTMV2 gradient study.
 //
 // What must agree: everything outside the documented differences (docs/semantics.md). Of those, the
@@ -227,7 +227,7 @@ std::string quoted(const std::string &s) {
 
 // ---- Tolerances ---------------------------------------------------------------------------------
 // Bounds on err (see the top of the file), from TF's arithmetic (docs/semantics.md: Precision); the measured worst errors
-// (TFGolden.WorstErrorTable, recorded in tools/golden/README.md) sit 3-10x below them.
+// (TFGolden.WorstErrorTable, recorded in tests/golden/README.md) sit 3-10x below them.
 //
 // float32, forward ops and LSTMBlockCellGrad: 2e-6 (16 ulps of 1). TF's sigmoid and tanh are Eigen's
 // vectorised approximations (a few ulps each, up to ~4.5), ours are Halide's; TF's GEMM sums I+H
@@ -363,11 +363,11 @@ std::string param_name(const ::testing::TestParamInfo<std::string> &info) {
 INSTANTIATE_TEST_SUITE_P(TF, Golden, ::testing::ValuesIn(list_cases()), param_name);
 
 TEST(TFGolden, HasCases) {
-    EXPECT_GE(list_cases().size(), 100u) << "tests/data/tf is missing cases: run tools/golden/generate.sh";
+    EXPECT_GE(list_cases().size(), 100u) << "tests/data/tf is missing cases: run tests/golden/generate.sh";
 }
 
 // Runs every case through the library and prints the worst error per op and dtype (the table of
-// tools/golden/README.md), and checks it: every op in both dtypes has cases, every worst error is
+// tests/golden/README.md), and checks it: every op in both dtypes has cases, every worst error is
 // within its tolerance, and none is zero: the goldens are TensorFlow's outputs, whose rounding
 // differs from ours, so a table of zeros means the library is being compared with itself.
 TEST(TFGolden, WorstErrorTable) {
@@ -420,7 +420,7 @@ TEST(TFGolden, WorstErrorTable) {
 // autodiff_* (TF's registered gradient of BlockLSTMV2, which runs the ICFO BlockLSTMGrad, docs/semantics.md: TensorFlow's bugs).
 TEST(TFGolden, V2GradientStudy) {
     const fs::path dir = kGoldenDir / "v2_gradient_study";
-    ASSERT_TRUE(fs::exists(dir / "manifest.txt")) << dir << " missing: run tools/golden/generate.sh";
+    ASSERT_TRUE(fs::exists(dir / "manifest.txt")) << dir << " missing: run tests/golden/generate.sh";
     const Manifest m = read_manifest(dir);
     const int64_t H = m.i64("H");
     std::map<std::string, Tensor> in;

@@ -8,7 +8,7 @@ after, median of --reps calls after a warm-up. cuDNN's backward is (forward + ba
 forward-training, as in docs/performance.md. float32 runs with TF32 off on both sides.
 
 Usage (on the GPU machine, from the repository root, with a built tree):
-    python3 tools/peers/gpu_bench.py --blocklstm build/tools/blocklstm --out DIR [--quick]
+    python3 bench/gpu_bench.py --blocklstm build/tools/blocklstm --out DIR [--quick]
 Writes DIR/gpu_latest.md and DIR/gpu_latest.csv and prints the table.
 """
 import argparse
@@ -99,7 +99,7 @@ def step_products(shapes):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--blocklstm", default="build/tools/blocklstm")
-    ap.add_argument("--out", default="tools/peers/results")
+    ap.add_argument("--out", default="build/bench")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="first shape only, 5 reps")
     ap.add_argument("--step-products", action="store_true",
@@ -131,7 +131,7 @@ def main():
         w = csv.DictWriter(fh, fieldnames=list(rows[0].keys()))
         w.writeheader()
         w.writerows(rows)
-    lines = [f"GPU: {device}; `python3 tools/peers/gpu_bench.py` ({reps} reps, median, wall clock "
+    lines = [f"GPU: {device}; `python3 bench/gpu_bench.py` ({reps} reps, median, wall clock "
              "with synchronisation; f32 with TF32 off). Ratio = cuDNN ms / our ms (> 1: we are faster).",
              "",
              "| dtype | T,B,I=H | cuDNN fwd | ours fwd | ratio | cuDNN bwd | ours bwd | ratio | ours fwd peephole | ours bwd peephole | first call (JIT) |",

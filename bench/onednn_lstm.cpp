@@ -1,7 +1,7 @@
-// oneDNN peer of the CPU benchmark (tools/peers/run.sh): times oneDNN's LSTM forward-training and
+// oneDNN peer of the CPU benchmark (bench/run.sh): times oneDNN's LSTM forward-training and
 // backward primitives for one shape, one layer, one direction, with or without peepholes.
 //
-// Built by tools/peers/run.sh with g++ against Debian's libdnnl-dev (oneDNN 2.6), not by the
+// Built by bench/run.sh with g++ against Debian's libdnnl-dev (oneDNN 2.6), not by the
 // project's CMake build. Threads: OpenMP, set with OMP_NUM_THREADS (the driver sets 2).
 //
 //   onednn_lstm --time T --batch B --input I --cell H [--peephole] [--dtype f32|bf16|f16]

@@ -1,6 +1,6 @@
 // The FMA peak of one core, for the "what limits us" figures in README.md: 12 independent
 // chains of 256-bit FMAs in registers (no memory traffic).
-//   cc -O2 -mavx2 -mfma tools/peers/fma_peak.c -o /tmp/fma_peak && /tmp/fma_peak
+//   cc -O2 -mavx2 -mfma bench/fma_peak.c -o /tmp/fma_peak && /tmp/fma_peak
 #include <immintrin.h>
 #include <stdio.h>
 #include <time.h>

@@ -5,7 +5,7 @@ For each shape (T, B, I = H) it times the forward (no autograd) and the forward 
 Markdown table of the medians and the ratio nn.LSTM / ours (> 1: ours is faster), with the cost
 of ours' weight conversion (nn.LSTM's weights -> TF's w, b) per call.
 
-  PYTHONPATH=build/python .venv/bin/python tools/peers/torch_lstm_bench.py [--threads 2] [--rounds 5]
+  PYTHONPATH=build/python .venv/bin/python bench/torch_lstm_bench.py [--threads 2] [--rounds 5]
 """
 import argparse
 import datetime

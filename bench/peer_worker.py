@@ -1,4 +1,4 @@
-"""Persistent timing worker for the Python peers of tools/peers/bench.py: TensorFlow or PyTorch.
+"""Persistent timing worker for the Python peers of bench/bench.py: TensorFlow or PyTorch.
 
     python peer_worker.py tf|torch
 

@@ -3,30 +3,30 @@
 # float32 and float16) against oneDNN's LSTM, TensorFlow's tf.raw_ops.BlockLSTM / BlockLSTMGrad
 # and PyTorch's nn.LSTM, on this machine, interleaved, 2 threads each. See bench.py for the method.
 #
-#   tools/peers/run.sh            the full run: shapes T,B,I=H 100,64,512; 200,16,256; 100,32,256;
-#                                 50,8,128, 5 rounds. Writes tools/peers/results/latest.{md,csv,png}
-#                                 and updates docs/performance.md's table between <!-- peers:begin --> and
-#                                 <!-- peers:end --> when both lines are there.
-#   tools/peers/run.sh --quick    a check that the harness works: the smallest shape, 1 round
-#                                 (unless --shapes / --rounds say otherwise);
-#                                 writes build/peers/quick.{md,csv,png} (git-ignored).
-#   tools/peers/run.sh [--quick] [bench.py options]   e.g. --rounds 3, --skip torch,
-#                                 --shapes '100,64,512', --dtypes float32, --threads 2.
-#                                 While tuning: tools/peers/run.sh --quick --skip tf,torch,ours_v2
-#                                 --shapes '100,64,512;50,8,128' --rounds 3 (ours vs oneDNN only).
+#   bench/run.sh            the full run: shapes T,B,I=H 100,64,512; 200,16,256; 100,32,256;
+#                       50,8,128, 5 rounds. Writes docs/results/latest.{md,csv,png}
+#                       and updates docs/performance.md's table between <!-- peers:begin --> and
+#                       <!-- peers:end --> when both lines are there.
+#   bench/run.sh --quick    a check that the harness works: the smallest shape, 1 round
+#                       (unless --shapes / --rounds say otherwise);
+#                       writes build/peers/quick.{md,csv,png} (git-ignored).
+#   bench/run.sh [--quick] [bench.py options]   e.g. --rounds 3, --skip torch,
+#                       --shapes '100,64,512', --dtypes float32, --threads 2.
+#                       While tuning: bench/run.sh --quick --skip tf,torch,ours_v2
+#                       --shapes '100,64,512;50,8,128' --rounds 3 (ours vs oneDNN only).
 #
 # It installs what it needs when missing: Debian's libdnnl-dev (oneDNN 2.6.3; apt-get, as root or
-# through sudo), a virtual environment tools/peers/.venv (git-ignored) with the pinned
-# tools/peers/requirements.txt (tensorflow-cpu, torch, numpy, matplotlib: about 7 GB, as PyPI's
-# Linux torch wheel brings the CUDA libraries), and the blocklstm build (tools/bootstrap.sh build
+# through sudo), a virtual environment bench/.venv (git-ignored) with the pinned
+# bench/requirements.txt (tensorflow-cpu, torch, numpy, matplotlib: about 7 GB, as PyPI's
+# Linux torch wheel brings the CUDA libraries), and the blocklstm build (scripts/bootstrap.sh build
 # when build/ is not configured yet). It rebuilds `blocklstm` (incrementally) and the oneDNN
 # harness before each run, so a schedule change is measured by simply running it again.
 # Environment: BLOCKLSTM_BUILD_DIR (default build/), BLOCKLSTM_JOBS (build jobs, default 2).
 set -euo pipefail
 
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
-peers=$root/tools/peers
+peers=$root/bench
 build_dir=${BLOCKLSTM_BUILD_DIR:-$root/build}
 jobs=${BLOCKLSTM_JOBS:-2}
 venv=$peers/.venv
@@ -48,7 +48,7 @@ fi
 # ---- Python peers (PyPI) -----------------------------------------------------------------------
 stamp=$venv/.requirements
 if ! cmp -s "$peers/requirements.txt" "$stamp" 2>/dev/null; then
-    echo "peers: installing tools/peers/requirements.txt into tools/peers/.venv (several GB, once)"
+    echo "peers: installing bench/requirements.txt into bench/.venv (several GB, once)"
     python3 -c 'import venv, ensurepip' 2>/dev/null || {
         $sudo apt-get update -qq
         DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
@@ -60,8 +60,8 @@ fi
 
 # ---- blocklstm and the oneDNN harness ----------------------------------------------------------
 if [ ! -f "$build_dir/build.ninja" ]; then
-    echo "peers: $build_dir is not configured: tools/bootstrap.sh build"
-    BLOCKLSTM_BUILD_DIR=$build_dir "$root/tools/bootstrap.sh" build
+    echo "peers: $build_dir is not configured: scripts/bootstrap.sh build"
+    BLOCKLSTM_BUILD_DIR=$build_dir "$root/scripts/bootstrap.sh" build
 fi
 echo "peers: building blocklstm (incremental)"
 "$root/.venv/bin/cmake" --build "$build_dir" --target blocklstm_cli -j "$jobs" >/dev/null
@@ -76,9 +76,9 @@ fi
 if [ $quick -eq 1 ]; then
     out=(--out "$build_dir/peers" --name quick)
 else
-    out=(--out "$peers/results" --name latest --readme "$root/docs/performance.md")
+    out=(--out "$root/docs/results" --name latest --readme "$root/docs/performance.md")
 fi
-cmdline="tools/peers/run.sh"  # as a shell takes it back: an argument with ';' or spaces in quotes
+cmdline="bench/run.sh"  # as a shell takes it back: an argument with ';' or spaces in quotes
 for a in "$@"; do
     case $a in *[\;\ \&\|\*\?]*) cmdline+=" '$a'" ;; *) cmdline+=" $a" ;; esac
 done

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden files from TensorFlow itself (tf.raw_ops) for blocklstm's test suite.
 
-Run through tools/golden/generate.sh, which provides the pinned environment. Writes, for every case,
+Run through tests/golden/generate.sh, which provides the pinned environment. Writes, for every case,
 tests/data/tf/<case>/ with
   * one .npy per op input, named as TF names the argument (the names `blocklstm run` reads):
     seq_len_max.npy (int64, 0-d; sequence ops only), x, cs_prev, h_prev, w, wci, wcf, wco, b, and for
@@ -17,7 +17,7 @@ and the test checks that ours are zero there) and in the forward activations fed
 
 Also runs the BlockLSTMV2 gradient study (v2_study()): finite differences through
 tf.raw_ops.BlockLSTMV2 against tf.raw_ops.BlockLSTMGradV2 and against TF's registered autodiff
-gradient of BlockLSTMV2; prints the result into tools/golden/v2_gradient_study.txt and saves its
+gradient of BlockLSTMV2; prints the result into tests/golden/v2_gradient_study.txt and saves its
 inputs and the three gradients under tests/data/tf/v2_gradient_study/.
 
 TF runs single-threaded (intra/inter-op parallelism 1) so that regenerating gives the same bytes.
@@ -258,7 +258,7 @@ def run_case(c: Case):
     m += [
         ("max_abs_cs", repr(max_cs)),
         ("seed", c.seed),
-        ("generator", "tools/golden/generate.py (numpy default_rng(seed), uniform)"),
+        ("generator", "tests/golden/generate.py (numpy default_rng(seed), uniform)"),
         ("tf_version", tf.__version__),
         ("numpy_version", np.__version__),
         ("note", c.note),
@@ -394,7 +394,7 @@ def v2_study(peephole, save_dir=None):
 
 def run_study():
     out = ["# BlockLSTMV2: finite differences vs BlockLSTMGradV2 vs TF's registered gradient", "",
-           f"Written by tools/golden/generate.py with TensorFlow {tf.__version__}, numpy {np.__version__}.",
+           f"Written by tests/golden/generate.py with TensorFlow {tf.__version__}, numpy {np.__version__}.",
            "TF registers one Python gradient for BlockLSTM and BlockLSTMV2 (tensorflow/python/ops/"
            "rnn_grad.py), which calls BlockLSTMGrad, the ICFO kernel (docs/semantics.md: TensorFlow's bugs).", ""]
     verdicts = []

@@ -1,21 +1,21 @@
 #!/usr/bin/env bash
 # The GPU checks, built here (no GPU needed) and run on a machine with an NVIDIA GPU, to which
 # the checkout is copied with the packed binaries:
-#   tools/gpu_check.sh pack          here: copy the binaries the checks need into gpu-carry/
-#   tools/gpu_check.sh run [--quick] there: the GPU tests, then the cuDNN benchmark
-#                                    (tools/peers/gpu_bench.py); logs and tables go to $OUT
+#   scripts/gpu_check.sh pack          here: copy the binaries the checks need into gpu-carry/
+#   scripts/gpu_check.sh run [--quick] there: the GPU tests, then the cuDNN benchmark
+#                                    (bench/gpu_bench.py); logs and tables go to $OUT
 #                                    if set, else gpu-carry/results
-#   tools/gpu_check.sh tests         there: the GPU tests alone (run's first half)
-#   tools/gpu_check.sh cpu           there: the CPU test suites on the GPU machine's host CPU, once
+#   scripts/gpu_check.sh tests         there: the GPU tests alone (run's first half)
+#   scripts/gpu_check.sh cpu           there: the CPU test suites on the GPU machine's host CPU, once
 #                                    per CPU target it can run (its AVX-512, where ours has none)
-#   tools/gpu_check.sh sanitize      there: the CUDA variant tests under compute-sanitizer
-#   tools/gpu_check.sh profile [T,B,H]  there: each kernel's GPU time in one call (ncu) against
+#   scripts/gpu_check.sh sanitize      there: the CUDA variant tests under compute-sanitizer
+#   scripts/gpu_check.sh profile [T,B,H]  there: each kernel's GPU time in one call (ncu) against
 #                                    the call's wall time
-#   tools/gpu_check.sh cpu-peers [ARGS]  there: ours against oneDNN on the host CPU
-#                                    (tools/peers/bench.py ARGS), with the packed oneDNN harness
-#   tools/gpu_check.sh pack-tune     here: the tuner and its libHalide (xz, about 45 MB) into
+#   scripts/gpu_check.sh cpu-peers [ARGS]  there: ours against oneDNN on the host CPU
+#                                    (bench/bench.py ARGS), with the packed oneDNN harness
+#   scripts/gpu_check.sh pack-tune     here: the tuner and its libHalide (xz, about 45 MB) into
 #                                    gpu-carry-tune/ (kept apart from gpu-carry/, which stays small)
-#   tools/gpu_check.sh tune [ARGS]   there: `blocklstm tune --device cuda` on the GPU (default
+#   scripts/gpu_check.sh tune [ARGS]   there: `blocklstm tune --device cuda` on the GPU (default
 #                                    --minutes 7; ARGS override it), the table and its log to
 #                                    $OUT if set, else gpu-carry-tune/results
 set -uo pipefail
@@ -87,7 +87,7 @@ pack)
     cp "$build/tools/blocklstm" "$carry/bin/"
     XZ=1 carry_lib "$build/tools/blocklstm" libblocklstm.so "$carry/lib"
     carry_lib "$build/tools/blocklstm" libfmt.so "$carry/lib"  # Debian's fmt 9: not in a CUDA image
-    # The CPU peer benchmark's oneDNN harness (tools/peers/run.sh builds it) and Debian's oneDNN.
+    # The CPU peer benchmark's oneDNN harness (bench/run.sh builds it) and Debian's oneDNN.
     if [ -x "$build/peers/onednn_lstm" ]; then
         cp "$build/peers/onednn_lstm" "$carry/bin/"
         XZ=1 carry_lib "$build/peers/onednn_lstm" libdnnl.so "$carry/lib"
@@ -116,7 +116,7 @@ run | tests)
     gpu_tests "$out" || status=1
     [ "$1" = tests ] && { echo "gpu_check: GPU tests $([ $status -eq 0 ] && echo passed || echo FAILED)"; exit $status; }
     shift
-    python3 tools/peers/gpu_bench.py --blocklstm "$carry/bin/blocklstm" --out "$out" "$@" || status=1
+    python3 bench/gpu_bench.py --blocklstm "$carry/bin/blocklstm" --out "$out" "$@" || status=1
     exit $status
     ;;
 cpu)
@@ -225,15 +225,15 @@ PY
     done
     ;;
 cpu-peers)
-    # The CPU peer benchmark (tools/peers/bench.py: ours against oneDNN, 2 threads each) on the
+    # The CPU peer benchmark (bench/bench.py: ours against oneDNN, 2 threads each) on the
     # host CPU, with the carried build; ARGS go to bench.py (e.g. --shapes, --rounds).
     out=${OUT:-$carry/results}
     mkdir -p "$out"
-    [ -x "$carry/bin/onednn_lstm" ] || { echo "gpu_check: no oneDNN harness packed (tools/peers/run.sh builds it)" >&2; exit 1; }
+    [ -x "$carry/bin/onednn_lstm" ] || { echo "gpu_check: no oneDNN harness packed (bench/run.sh builds it)" >&2; exit 1; }
     export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
     shift
-    python3 tools/peers/bench.py --cli "$carry/bin/blocklstm" --onednn "$carry/bin/onednn_lstm" \
-        --out "$out" --name cpu_peers --skip tf,torch,ours_v2 --command "tools/gpu_check.sh cpu-peers $*" "$@"
+    python3 bench/bench.py --cli "$carry/bin/blocklstm" --onednn "$carry/bin/onednn_lstm" \
+        --out "$out" --name cpu_peers --skip tf,torch,ours_v2 --command "scripts/gpu_check.sh cpu-peers $*" "$@"
     ;;
 pack-tune)
     set -e
@@ -260,7 +260,7 @@ tune)
     exit "${PIPESTATUS[0]}"
     ;;
 *)
-    echo "usage: tools/gpu_check.sh pack | run [--quick] | tests | sanitize | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
+    echo "usage: scripts/gpu_check.sh pack | run [--quick] | tests | sanitize | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
     exit 2
     ;;
 esac

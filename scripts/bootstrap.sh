@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Takes a fresh Debian machine to a built blocklstm, then runs what was asked:
-#   tools/bootstrap.sh demo    install what is missing, build, run `blocklstm demo`
-#   tools/bootstrap.sh test    install what is missing, build, run the whole test suite: ctest on
+#   scripts/bootstrap.sh demo    install what is missing, build, run `blocklstm demo`
+#   scripts/bootstrap.sh test    install what is missing, build, run the whole test suite: ctest on
 #                              build/, the sanitizer pass (runtime, tool and tests under ASan and
 #                              UBSan, build-sanitize/), the thread-safety suite under TSan
 #                              (build-tsan/), then the fuzz targets (build-fuzz/)
-#   tools/bootstrap.sh build   install what is missing and build
-#   tools/bootstrap.sh fuzz [SECONDS]   build and run only the fuzz targets (default 30 s each)
-#   tools/bootstrap.sh install PREFIX   build the library and the tool without the tests (and so
+#   scripts/bootstrap.sh build   install what is missing and build
+#   scripts/bootstrap.sh fuzz [SECONDS]   build and run only the fuzz targets (default 30 s each)
+#   scripts/bootstrap.sh install PREFIX   build the library and the tool without the tests (and so
 #                              without the tests' check targets) in build-release/, install to PREFIX
 # Re-running on a built tree only rebuilds what changed: packages are checked, not reinstalled.
 set -euo pipefail
@@ -43,11 +43,11 @@ fi
 
 # PyPI toolchain: Halide 21 (C++ headers, libHalide, CMake package), CMake >= 3.28, Ninja.
 stamp=$venv/.requirements
-if ! cmp -s tools/requirements.txt "$stamp" 2>/dev/null; then
-    echo "bootstrap: installing the toolchain into .venv (tools/requirements.txt)"
+if ! cmp -s scripts/requirements.txt "$stamp" 2>/dev/null; then
+    echo "bootstrap: installing the toolchain into .venv (scripts/requirements.txt)"
     python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r tools/requirements.txt
-    cp tools/requirements.txt "$stamp"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r scripts/requirements.txt
+    cp scripts/requirements.txt "$stamp"
 fi
 export PATH=$venv/bin:$PATH
 halide_dir=$("$venv/bin/python" -c 'import halide, os; print(os.path.join(os.path.dirname(halide.__file__), "lib64", "cmake"))')
@@ -132,14 +132,14 @@ case "$action" in
         exit 0
         ;;
     install)
-        [ -n "${2:-}" ] || { echo "usage: tools/bootstrap.sh install PREFIX" >&2; exit 2; }
+        [ -n "${2:-}" ] || { echo "usage: scripts/bootstrap.sh install PREFIX" >&2; exit 2; }
         release_dir=${BLOCKLSTM_RELEASE_BUILD_DIR:-$root/build-release}
         configure_and_build "$release_dir" -DCMAKE_BUILD_TYPE=Release -DBLOCKLSTM_BUILD_TESTS=OFF \
             -DBLOCKLSTM_CPU_CHECK_TARGETS=
         cmake --install "$release_dir" --prefix "$2"
         exit 0
         ;;
-    *) echo "usage: tools/bootstrap.sh [build|demo|test|fuzz [SECONDS]|install PREFIX]" >&2; exit 2 ;;
+    *) echo "usage: scripts/bootstrap.sh [build|demo|test|fuzz [SECONDS]|install PREFIX]" >&2; exit 2 ;;
 esac
 
 # The suites (ctest labels) the test command must find in a build tree: the kernel suites, which

@@ -1,6 +1,6 @@
 // A/B of the batched GEMM kernels (generators/gemm.cpp, float32) of several builds, interleaved in
 // one process so that the machine's drift hits every variant alike, with oneDNN's sgemm as the
-// peer. Each variant is a shared library holding gemm_tn and gemm_nn (tools/peers/gemm_ab.sh).
+// peer. Each variant is a shared library holding gemm_tn and gemm_nn (bench/gemm_ab.sh).
 //
 //   gemm_ab ROUNDS LIB... SHAPE...     SHAPE: "tn M N K" (c[M,N] = a[K,M]^T b[K,N]) or "nn M N K"
 //

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """CPU peer benchmark driver: blocklstm against oneDNN, TensorFlow and PyTorch, side by side.
 
-Run it through tools/peers/run.sh (which installs and builds what it needs); run.sh passes the
+Run it through bench/run.sh (which installs and builds what it needs); run.sh passes the
 paths below. `bench.py --help` lists the options.
 
 Contenders, all with the same thread count (--threads, 2 by default):
@@ -9,7 +9,7 @@ Contenders, all with the same thread count (--threads, 2 by default):
            per measurement (its start-up is outside the timing): BlockLSTM and BlockLSTMGrad
            ("ours") and BlockLSTMV2 / BlockLSTMGradV2 ("ours V2"), float32 and float16, peephole
            on and off. The grad ops run on the activations of the matching forward op.
-  oneDNN   tools/peers/onednn_lstm.cpp (oneDNN 2.6 from Debian's libdnnl-dev, OMP_NUM_THREADS=2),
+  oneDNN   bench/onednn_lstm.cpp (oneDNN 2.6 from Debian's libdnnl-dev, OMP_NUM_THREADS=2),
            a fresh process per measurement: LSTM forward_training and backward, peephole on and
            off; weights reordered to the primitives' layouts and weight gradients zeroed outside
            the timing. float16: oneDNN 2.6 has no f16 (nor, without AVX512-BF16, bf16) LSTM on
@@ -512,7 +512,7 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--skip", default="", help="comma-separated contenders to leave out: ours_v2,onednn,tf,torch")
     p.add_argument("--readme", help="README to update between the peers markers")
-    p.add_argument("--command", default="tools/peers/run.sh", help="the command shown as reproducing it")
+    p.add_argument("--command", default="bench/run.sh", help="the command shown as reproducing it")
     a = p.parse_args()
     a.skip = [s for s in a.skip.split(",") if s]
     if any(s not in ("ours_v2", "onednn", "tf", "torch") for s in a.skip):

@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
 # A/B of the CPU batched GEMM schedules of git revisions (and of the working tree, "."),
-# interleaved in one process, with oneDNN's sgemm beside them (tools/peers/gemm_ab.cpp):
+# interleaved in one process, with oneDNN's sgemm beside them (bench/gemm_ab.cpp):
 #
-#   tools/peers/gemm_ab.sh [--rounds N] REV... [-- 'tn M N K'...]
-#   e.g. tools/peers/gemm_ab.sh HEAD~1 .       (default shapes: the products of BlockLSTMGrad and
+#   bench/gemm_ab.sh [--rounds N] REV... [-- 'tn M N K'...]
+#   e.g. bench/gemm_ab.sh HEAD~1 .       (default shapes: the products of BlockLSTMGrad and
 #                                              of the input projection at the benchmark shapes)
 #
 # Each revision's generator is built in a git worktree under build/gemm_ab/ (git-ignored) and run
 # for gemm_tn / gemm_nn, float32, for BLOCKLSTM_AB_TARGET (default x86-64-linux-avx2-fma-f16c), with
 # the revision's table of that target's vector width (BLOCKLSTM_AB_TABLE names another).
 # GEMM_AB_THREADS=1 times one core (default 2).
-# Needs the main build (tools/bootstrap.sh build) for Halide's runtime, and libdnnl-dev.
+# Needs the main build (scripts/bootstrap.sh build) for Halide's runtime, and libdnnl-dev.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${BLOCKLSTM_BUILD_DIR:-$root/build}
 work=$root/build/gemm_ab
 target=${BLOCKLSTM_AB_TARGET:-x86-64-linux-avx2-fma-f16c}-no_runtime
@@ -33,7 +33,7 @@ if [ ${#shapes[@]} -eq 0 ]; then  # T,B,I=H 100,64,512 / 100,32,256 / 50,8,128
             "tn 128 512 400" "nn 400 128 512" "nn 400 512 128")
 fi
 runtime=$build_dir/generators/libblocklstm_halide_runtime.a
-[ -f "$runtime" ] || { echo "gemm_ab: no $runtime; run tools/bootstrap.sh build first" >&2; exit 1; }
+[ -f "$runtime" ] || { echo "gemm_ab: no $runtime; run scripts/bootstrap.sh build first" >&2; exit 1; }
 mkdir -p "$work"
 libs=()
 for rev in "${revs[@]}"; do
@@ -67,7 +67,7 @@ for rev in "${revs[@]}"; do
     libs+=("$work/$name.so")
 done
 hi=$(python3 -c 'import halide, os; print(os.path.join(os.path.dirname(halide.__file__), "include"))')
-g++ -O2 -std=c++17 -I"$hi" "$root/tools/peers/gemm_ab.cpp" -Wl,--whole-archive "$runtime" \
+g++ -O2 -std=c++17 -I"$hi" "$root/bench/gemm_ab.cpp" -Wl,--whole-archive "$runtime" \
     -Wl,--no-whole-archive -rdynamic -ldnnl -lpthread -ldl -o "$work/gemm_ab"
 threads=${GEMM_AB_THREADS:-2}
 echo "gemm_ab: $(nproc) cores, $threads threads each, best of $rounds interleaved rounds"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Regenerates the TensorFlow golden files under tests/data/tf/ and the BlockLSTMV2 gradient study
-# (tools/golden/v2_gradient_study.txt, tests/data/tf/v2_gradient_study/).
+# (tests/golden/v2_gradient_study.txt, tests/data/tf/v2_gradient_study/).
 #
-#   tools/golden/generate.sh            # all cases + the study
-#   tools/golden/generate.sh --list     # print the case names only
+#   tests/golden/generate.sh            # all cases + the study
+#   tests/golden/generate.sh --list     # print the case names only
 #
 # Installs tensorflow-cpu and numpy (pinned in requirements.txt) from PyPI into the git-ignored
-# tools/golden/.venv on first use; nothing here is needed to build or test blocklstm.
+# tests/golden/.venv on first use; nothing here is needed to build or test blocklstm.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
