@@ -7,8 +7,11 @@ Both sides are timed the same way: host wall clock around one call, synchronised
 after, median of --reps calls after a warm-up. cuDNN's backward is (forward + backward) minus
 forward-training, as in docs/performance.md. float32 runs with TF32 off on both sides.
 
+Ours runs with the fused steps (the default) and, with --split (the default: both), with the
+split steps too (BLOCKLSTM_CUDA_STEP=split: the recurrent products on cuBLAS, in place).
+
 Usage (on the GPU machine, from the repository root, with a built tree):
-    python3 bench/gpu_bench.py --blocklstm build/tools/blocklstm --out DIR [--quick]
+    python3 bench/gpu_bench.py --blocklstm build/tools/blocklstm --out DIR [--quick] [--no-split]
 Writes DIR/gpu_latest.md and DIR/gpu_latest.csv and prints the table.
 """
 import argparse
@@ -20,16 +23,17 @@ import subprocess
 import sys
 import time
 
-SHAPES = [(100, 64, 512), (100, 64, 1024), (50, 128, 2048), (200, 16, 256), (100, 32, 256)]
+# T, B, I=H; 1024,16,768 is a long sequence peers publish.
+SHAPES = [(100, 64, 512), (100, 64, 1024), (50, 128, 2048), (200, 16, 256), (100, 32, 256), (1024, 16, 768)]
 
 
-def ours(blocklstm, op, T, B, H, dtype, peephole, reps):
+def ours(blocklstm, op, T, B, H, dtype, peephole, reps, steps="fused"):
     cmd = [blocklstm, "bench", op, "--time", str(T), "--batch", str(B), "--input", str(H),
            "--cell", str(H), "--dtype", dtype, "--device", "cuda", "--reps", str(reps),
            "--warmup", "3"]
     if peephole:
         cmd.append("--use-peephole")
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, BLOCKLSTM_CUDA_STEP=steps))
     if r.returncode != 0:
         raise RuntimeError(" ".join(cmd) + "\n" + r.stdout + r.stderr)
     first = re.search(r"first call ([0-9.]+) ms", r.stdout)
@@ -102,6 +106,7 @@ def main():
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="first shape only, 5 reps")
+    ap.add_argument("--no-split", action="store_true", help="ours with the fused steps only")
     ap.add_argument("--step-products", action="store_true",
                     help="only time one step's recurrent product h[B,H] . W_h[H,4H] on cuBLAS "
                          "(torch.mm), the floor of a step that ours computes in a Halide kernel")
@@ -123,6 +128,11 @@ def main():
                 b, _ = ours(a.blocklstm, "BlockLSTMGrad", T, B, H, dtype, peephole, reps)
                 r[f"ours_{tag}_fwd_ms"], r[f"ours_{tag}_bwd_ms"] = f, b
                 r[f"ours_{tag}_first_call_ms"] = f_first
+                if not a.no_split:
+                    r[f"ours_split_{tag}_fwd_ms"], _ = ours(a.blocklstm, "BlockLSTM", T, B, H, dtype, peephole, reps,
+                                                            "split")
+                    r[f"ours_split_{tag}_bwd_ms"], _ = ours(a.blocklstm, "BlockLSTMGrad", T, B, H, dtype, peephole,
+                                                            reps, "split")
             rows.append(r)
             print(r, flush=True)
 
@@ -143,6 +153,16 @@ def main():
             f"{r['cudnn_bwd_ms']:.3f} | {r['ours_plain_bwd_ms']:.3f} | "
             f"{r['cudnn_bwd_ms'] / r['ours_plain_bwd_ms']:.2f} | {r['ours_peep_fwd_ms']:.3f} | "
             f"{r['ours_peep_bwd_ms']:.3f} | {r['ours_plain_first_call_ms']:.1f} ms |")
+    if not a.no_split:
+        lines += ["", "With the split steps (BLOCKLSTM_CUDA_STEP=split; the float16 backward runs fused):", "",
+                  "| dtype | T,B,I=H | ours fwd split | ratio | ours bwd split | ratio | fwd peephole split | bwd peephole split |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            lines.append(
+                f"| {r['dtype']} | {r['T']},{r['B']},{r['IH']} | {r['ours_split_plain_fwd_ms']:.3f} | "
+                f"{r['cudnn_fwd_ms'] / r['ours_split_plain_fwd_ms']:.2f} | {r['ours_split_plain_bwd_ms']:.3f} | "
+                f"{r['cudnn_bwd_ms'] / r['ours_split_plain_bwd_ms']:.2f} | {r['ours_split_peep_fwd_ms']:.3f} | "
+                f"{r['ours_split_peep_bwd_ms']:.3f} |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "gpu_latest.md"), "w") as fh:
         fh.write(text)

@@ -14,7 +14,11 @@ namespace blocklstm::gen {
 
 using namespace Halide;
 
+using kernel::RecurrentProduct;
 using kernel::Weights;
+
+inline const std::map<std::string, RecurrentProduct> recurrent_product_names{{"inside", RecurrentProduct::inside},
+                                                                            {"outside", RecurrentProduct::outside}};
 namespace args = kernel::args;
 
 // The base of every kernel generator: the generator params every kernel of kernels.inc is given

@@ -18,6 +18,10 @@ namespace blocklstm::kernel {
 // the V2 ops i, f, c, o.
 enum class Layout { icfo, ifco };
 
+// Where a step's recurrent product is computed: inside its kernel (with the gate math), or outside
+// it (a library product, e.g. cuBLAS, writes it in place; the kernel is the gate math alone).
+enum class RecurrentProduct { inside, outside };
+
 // How a kernel holds the recurrent weights (kernels.inc's weights column; for gemm_tn_panels the
 // gate gradients): packed float32 panels (generators/panels.cpp, schedules/panel_layout.h), the
 // matrix in place, or none.
@@ -88,6 +92,8 @@ namespace seq_fwd_step {
 inline constexpr const char xw[] = "xw", h_prev[] = "h_prev", w_h[] = "w_h", cs_prev[] = "cs_prev", wci[] = "wci",
                             wcf[] = "wcf", wco[] = "wco", forget_bias[] = "forget_bias", cell_clip[] = "cell_clip",
                             lstm[] = "lstm", gates[] = "gates";
+// With the product outside (seq_fwd_gates): the step's pre-activations xw[t] + h . W_h, an input.
+inline constexpr const char pre_activations[] = "pre_activations";
 }  // namespace seq_fwd_step
 
 // generators/seq_bwd_step.cpp: one step of the backward recurrence.
@@ -96,6 +102,8 @@ inline constexpr const char dgates_next[] = "dgates_next", w_h_t[] = "w_h_t", h_
                             cs_grad[] = "cs_grad", dcs_carry[] = "dcs_carry", i[] = "i", f[] = "f", o[] = "o",
                             ci[] = "ci", co[] = "co", cs_prev[] = "cs_prev", wci[] = "wci", wcf[] = "wcf",
                             wco[] = "wco", dgates[] = "dgates", dcs_carry_out[] = "dcs_carry_out", dh[] = "dh";
+// With the product outside (seq_bwd_gates): dgates[t+1] . W_h^T, an input (h_grad is added inside).
+inline constexpr const char dh_product[] = "dh_product";
 }  // namespace seq_bwd_step
 
 // generators/seq_bwd_reduce.cpp: the reductions after the backward recurrence.

@@ -2,7 +2,9 @@
 //   dh      = h_grad[t] + dgates[t+1] . W_h^T          (the recurrent product)
 //   dcs_in  = cs_grad[t] + dcs_carry
 //   cell backward math -> dgates[t] (kept for all t) and the new dcs_carry.
-// Everything else (x_grad, w_grad, b_grad, peephole grads) is batched after the loop.
+// Everything else (x_grad, w_grad, b_grad, peephole grads) is batched after the loop. With
+// product=outside (seq_bwd_gates) the caller has computed dgates[t+1] . W_h^T (a library product)
+// and the kernel adds h_grad[t] and runs the cell math alone.
 #include "generators/common.h"
 #include "schedules/schedule.h"
 
@@ -13,19 +15,34 @@ public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> use_peephole{"use_peephole", false};
     GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
+    GeneratorParam<RecurrentProduct> product{"product", RecurrentProduct::inside, recurrent_product_names};
 
-    Input<Buffer<>> *dgates_next, *w_h_t, *h_grad, *cs_grad, *dcs_carry;
+    Input<Buffer<>> *dgates_next = nullptr, *w_h_t = nullptr, *dh_product = nullptr;
+    Input<Buffer<>> *h_grad, *cs_grad, *dcs_carry;
     Input<Buffer<>> *i, *f, *o, *ci, *co, *cs_prev, *wci, *wcf, *wco;
     Output<Buffer<>> *dgates, *dcs_carry_out;
-    Output<Buffer<>> *dh;  // [B,H] float32: the caller's workspace, so a step allocates nothing
+    Output<Buffer<>> *dh = nullptr;  // [B,H] float32: the caller's workspace, so a step allocates nothing
 
     void configure() {
         namespace a = args::seq_bwd_step;
+        if (product == RecurrentProduct::outside) {
+            require_weights({Weights::none});
+            dh_product = add_input<Buffer<>>(a::dh_product, Float(32), 2);  // [B,H]
+            add_cell_arguments();
+            return;
+        }
         dgates_next = add_input<Buffer<>>(a::dgates_next, Float(32), 2);  // [B,4H], zeros at t = L-1
         // [4H,H] = W_h^T: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
         w_h_t = add_input<Buffer<>>(a::w_h_t, panels ? Float(32) : Type(dtype), panels ? 3 : 2);
+        add_cell_arguments();
+        dh = add_output<Buffer<>>(a::dh, Float(32), 2);
+    }
+
+    // The cell math's inputs besides the recurrent product, and its outputs.
+    void add_cell_arguments() {
+        namespace a = args::seq_bwd_step;
         h_grad = add_input<Buffer<>>(a::h_grad, dtype, 2);                // [B,H]
         cs_grad = add_input<Buffer<>>(a::cs_grad, dtype, 2);
         dcs_carry = add_input<Buffer<>>(a::dcs_carry, Float(32), 2);
@@ -40,12 +57,17 @@ public:
         wco = add_input<Buffer<>>(a::wco, dtype, 1);
         dgates = add_output<Buffer<>>(a::dgates, Float(32), 3);  // (j, gate block, n) of [B,4H]
         dcs_carry_out = add_output<Buffer<>>(a::dcs_carry_out, Float(32), 2);
-        dh = add_output<Buffer<>>(a::dh, Float(32), 2);
     }
 
     void generate() {
         Var x("x"), y("y"), j("j"), n("n"), g("g");
         Expr H = h_grad->dim(0).extent(), B = h_grad->dim(1).extent();
+        const schedules::Machine t = machine();
+        if (product == RecurrentProduct::outside) {
+            cell_math((*dh_product)(j, n) + f32((*h_grad)(j, n)), j, g, n);
+            schedules::schedule_gate_blocks_and(*dgates, *dcs_carry_out, j, g, n, t);
+            return;
+        }
 
         const int panel_cols =
             declare_panels(w_h_t, dh, weights == Weights::panels);
@@ -57,20 +79,23 @@ public:
             /*b_padded=*/panel_cols > 0,
             x, y, Func(*dh));
 
-        auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, n)); };
-        CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),
-                                       f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)), (*dh)(j, n),
-                                       in(cs_grad) + (*dcs_carry)(j, n), use_peephole);
-        const CellGrads cell(r, j, n);
-        (*dgates)(j, g, n) = cell.gate_blocks(layout, j, g, n);
-        (*dcs_carry_out)(j, n) = cell.cs_prev_grad(j, n);
-
-        const schedules::Machine t = machine();
+        cell_math((*dh)(j, n), j, g, n);
         schedules::schedule_gemm(
             p, {.shape = schedules::GemmShape::step, .cols = H, .b_in_panels = panel_cols > 0}, t);
         // The cell math (no transcendentals) is inlined into both outputs: recomputing it is
         // cheaper than a [5, B, H] buffer written and read back every step.
         schedules::schedule_gate_blocks_and(*dgates, *dcs_carry_out, j, g, n, t);
+    }
+
+    // dgates and dcs_carry_out from the step's total gradient of h, `dh`.
+    void cell_math(const Expr &dh_total, const Var &j, const Var &g, const Var &n) {
+        auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, n)); };
+        CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),
+                                       f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)), dh_total,
+                                       in(cs_grad) + (*dcs_carry)(j, n), use_peephole);
+        const CellGrads cell(r, j, n);
+        (*dgates)(j, g, n) = cell.gate_blocks(layout, j, g, n);
+        (*dcs_carry_out)(j, n) = cell.cs_prev_grad(j, n);
     }
 };
 

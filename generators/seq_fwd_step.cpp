@@ -1,6 +1,8 @@
 // One forward LSTM step (docs/semantics.md: Forward): gates = xw + h_prev . W_h, then the gate math. xw = x.W_x + b
 // is precomputed for all steps by one gemm (nn_bias); for LSTMBlockCell it is that gemm over one
-// step. Writes the seven outputs i, cs, f, o, ci, co, h of the step.
+// step. Writes the seven outputs i, cs, f, o, ci, co, h of the step. With product=outside
+// (seq_fwd_gates) the caller has computed the pre-activations xw + h_prev . W_h (a library
+// product writing into xw in place) and the kernel is the gate math alone.
 #include "generators/common.h"
 #include "schedules/schedule.h"
 
@@ -11,34 +13,55 @@ public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> use_peephole{"use_peephole", false};
     GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
+    GeneratorParam<RecurrentProduct> product{"product", RecurrentProduct::inside, recurrent_product_names};
 
-    Input<Buffer<>> *xw, *h_prev, *w_h, *cs_prev, *wci, *wcf, *wco;
+    Input<Buffer<>> *xw = nullptr, *h_prev = nullptr, *w_h = nullptr, *pre_activations = nullptr;
+    Input<Buffer<>> *cs_prev, *wci, *wcf, *wco;
     Input<float> forget_bias{args::seq_fwd_step::forget_bias};
     Input<float> cell_clip{args::seq_fwd_step::cell_clip};
     Output<Buffer<>> *lstm;   // Tuple (i, cs, f, o, ci, co, h), each [B,H]
-    Output<Buffer<>> *gates;  // [B,4H] float32 pre-activations: the caller's workspace, so a
-                              // step allocates nothing (a fresh 512 KiB buffer per step cost
-                              // page faults: 15 % of BlockLSTM at T=100, B=64, H=512)
+    Output<Buffer<>> *gates = nullptr;  // [B,4H] float32 pre-activations: the caller's workspace, so
+                                        // a step allocates nothing (a fresh 512 KiB buffer per step
+                                        // cost page faults: 15 % of BlockLSTM at T=100, B=64, H=512)
 
     void configure() {
         namespace a = args::seq_fwd_step;
+        if (product == RecurrentProduct::outside) {
+            require_weights({Weights::none});
+            pre_activations = add_input<Buffer<>>(a::pre_activations, Float(32), 2);  // [B,4H]
+            add_cell_inputs();
+            lstm = add_output<Buffer<>>(a::lstm, std::vector<Type>(7, Type(dtype)), 2);
+            return;
+        }
         xw = add_input<Buffer<>>(a::xw, Float(32), 2);       // [B,4H] x.W_x + b
         h_prev = add_input<Buffer<>>(a::h_prev, dtype, 2);   // [B,H]
         // [H,4H] rows I.. of w: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
         w_h = add_input<Buffer<>>(a::w_h, panels ? Float(32) : Type(dtype), panels ? 3 : 2);
+        add_cell_inputs();
+        lstm = add_output<Buffer<>>(a::lstm, std::vector<Type>(7, Type(dtype)), 2);
+        gates = add_output<Buffer<>>(a::gates, Float(32), 2);
+    }
+
+    // The inputs of the gate math besides the pre-activations.
+    void add_cell_inputs() {
+        namespace a = args::seq_fwd_step;
         cs_prev = add_input<Buffer<>>(a::cs_prev, dtype, 2); // [B,H]
         wci = add_input<Buffer<>>(a::wci, dtype, 1);
         wcf = add_input<Buffer<>>(a::wcf, dtype, 1);
         wco = add_input<Buffer<>>(a::wco, dtype, 1);
-        lstm = add_output<Buffer<>>(a::lstm, std::vector<Type>(7, Type(dtype)), 2);
-        gates = add_output<Buffer<>>(a::gates, Float(32), 2);
     }
 
     void generate() {
         Var x("x"), y("y"), j("j"), n("n");
         Expr H = cs_prev->dim(0).extent(), B = cs_prev->dim(1).extent();
+        const schedules::Machine t = machine();
+        if (product == RecurrentProduct::outside) {
+            gate_math([&](Expr col, Expr row) { return (*pre_activations)(col, row); }, H, j, n);
+            schedules::schedule_elementwise(*lstm, j, n, t);
+            return;
+        }
 
         const int panel_cols =
             declare_panels(w_h, gates, weights == Weights::panels);
@@ -50,15 +73,7 @@ public:
             /*b_padded=*/panel_cols > 0,
             x, y, Func(*gates));
 
-        auto gate = [&](Gate g) { return (*gates)(j + gate_block(layout, g) * H, n); };
-        CellForward r = cell_forward(gate(gate_i), gate(gate_c), gate(gate_f), gate(gate_o),
-                                     f32((*cs_prev)(j, n)), f32((*wci)(j)), f32((*wcf)(j)),
-                                     f32((*wco)(j)), forget_bias, cell_clip, use_peephole);
-        const Type ty = dtype;
-        (*lstm)(j, n) = Tuple(cast(ty, r.i), cast(ty, r.cs), cast(ty, r.f), cast(ty, r.o),
-                              cast(ty, r.ci), cast(ty, r.co), cast(ty, r.h));
-
-        const schedules::Machine t = machine();
+        gate_math([&](Expr col, Expr row) { return (*gates)(col, row); }, H, j, n);
         schedules::schedule_gemm(p,
                                  {.shape = schedules::GemmShape::step,
                                   .cols = 4 * H,
@@ -66,6 +81,17 @@ public:
                                   .a_converted = Type(dtype) != Float(32)},
                                  t);
         schedules::schedule_elementwise(*lstm, j, n, t);
+    }
+
+    // lstm(j, n): the gate math on the pre-activations `pre(column, row)`.
+    void gate_math(const std::function<Expr(Expr, Expr)> &pre, const Expr &H, const Var &j, const Var &n) {
+        auto gate = [&](Gate g) { return pre(j + gate_block(layout, g) * H, n); };
+        CellForward r = cell_forward(gate(gate_i), gate(gate_c), gate(gate_f), gate(gate_o),
+                                     f32((*cs_prev)(j, n)), f32((*wci)(j)), f32((*wcf)(j)),
+                                     f32((*wco)(j)), forget_bias, cell_clip, use_peephole);
+        const Type ty = dtype;
+        (*lstm)(j, n) = Tuple(cast(ty, r.i), cast(ty, r.cs), cast(ty, r.f), cast(ty, r.o),
+                              cast(ty, r.ci), cast(ty, r.co), cast(ty, r.h));
     }
 };
 

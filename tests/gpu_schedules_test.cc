@@ -11,6 +11,7 @@
 
 #include "HalideBuffer.h"
 #include "HalideRuntimeOpenCL.h"
+#include "generators/interface.h"
 #include "test_util.h"
 
 // The twins' functions (CMake: BLOCKLSTM_OPENCL_CHECK).
@@ -243,6 +244,27 @@ void check_seq_fwd_step(const Twin &tw, const Shape &s, Rng &rng) {
     EXPECT_TRUE(close("gates", call.result("gates"), plus(matmul(r.h_prev, r.w_h), xw), kTol));
 }
 
+// The split forward step's gate math (seq_fwd_gates): on the pre-activations xw + h_prev·W_h that
+// cuBLAS leaves in place, the outputs of step 0 of the identity-input recurrence.
+void check_seq_fwd_gates(const Twin &tw, const Shape &s, Rng &rng) {
+    namespace a = blocklstm::kernel::args::seq_fwd_step;
+    const int64_t B = s.B, H = s.H;
+    Shape one = s;
+    one.T = one.L = 1;
+    const IdentityInputLstm r(rng, one, tw.peephole(), tw.gate_layout());
+    TwinCall call(tw);
+    call.in(a::pre_activations, plus(matmul(r.h_prev, r.w_h), reshaped(r.x, {B, 4 * H}))).in(a::cs_prev, r.cs_prev);
+    call.in(a::wci, r.wci).in(a::wcf, r.wcf).in(a::wco, r.wco);
+    call.scalar(a::forget_bias, static_cast<float>(r.forget_bias)).scalar(a::cell_clip, static_cast<float>(s.cell_clip));
+    for (int k = 0; k < 7; ++k) call.out(blocklstm::kernel::tuple_element(a::lstm, k), {B, H});
+    call.run();
+    const char *names[] = {"i", "cs", "f", "o", "ci", "co", "h"};
+    const Array *want[] = {&r.fwd.i, &r.fwd.cs, &r.fwd.f, &r.fwd.o, &r.fwd.ci, &r.fwd.co, &r.fwd.h};
+    for (int k = 0; k < 7; ++k)
+        EXPECT_TRUE(close(names[k], call.result(blocklstm::kernel::tuple_element(a::lstm, k)),
+                          reshaped(*want[k], {B, H}), kTol));
+}
+
 // One backward step with a nonzero recurrent input: dh = h_grad + dgates_next·W_hᵀ and
 // dcs = cs_grad + carry are the output gradients of a one-step op reference.
 void check_seq_bwd_step(const Twin &tw, const Shape &s, Rng &rng) {
@@ -268,6 +290,33 @@ void check_seq_bwd_step(const Twin &tw, const Shape &s, Rng &rng) {
     EXPECT_TRUE(close("dh", call.result("dh"), dh, kTol));
     EXPECT_TRUE(close("dgates", call.result("dgates", {B, 4 * H}), reshaped(g.x_grad, {B, 4 * H}), kTol));
     EXPECT_TRUE(close("dcs_carry_out", call.result("dcs_carry_out"), g.cs_prev_grad, kTol));
+}
+
+// The split backward step's cell math (seq_bwd_gates): given cuBLAS's dgates_next·W_hᵀ, it adds
+// h_grad and matches the one-step op reference as the fused step does.
+void check_seq_bwd_gates(const Twin &tw, const Shape &s, Rng &rng) {
+    namespace a = blocklstm::kernel::args::seq_bwd_step;
+    const int64_t B = s.B, H = s.H;
+    Shape one = s;
+    one.T = one.L = 1;
+    const IdentityInputLstm r(rng, one, tw.peephole(), tw.gate_layout());
+    const Array dgates_next = random(rng, {B, 4 * H}), h_grad = random(rng, {B, H});
+    const Array cs_grad = random(rng, {B, H}), carry = random(rng, {B, H});
+    const Array product = times_wT(dgates_next, r.w_h), dcs = plus(cs_grad, carry);
+    const ref::SeqGradOut g = ref::block_lstm_grad(
+        1, r.x, r.cs_prev, r.h_prev, r.w, r.wci, r.wcf, r.wco, r.b, r.fwd.i, r.fwd.cs, r.fwd.f, r.fwd.o,
+        r.fwd.ci, r.fwd.co, r.fwd.h, reshaped(dcs, {1, B, H}), reshaped(plus(product, h_grad), {1, B, H}),
+        tw.peephole(), tw.gate_layout());
+    auto step = [&](const Array &x) { return reshaped(x, {B, H}); };
+    TwinCall call(tw);
+    call.in(a::dh_product, rounded(product, DType::f32)).in(a::h_grad, h_grad).in(a::cs_grad, cs_grad);
+    call.in(a::dcs_carry, carry).in(a::i, step(r.fwd.i)).in(a::f, step(r.fwd.f)).in(a::o, step(r.fwd.o));
+    call.in(a::ci, step(r.fwd.ci)).in(a::co, step(r.fwd.co)).in(a::cs_prev, r.cs_prev);
+    call.in(a::wci, r.wci).in(a::wcf, r.wcf).in(a::wco, r.wco);
+    call.out(a::dgates, {B, 4, H}).out(a::dcs_carry_out, {B, H});
+    call.run();
+    EXPECT_TRUE(close("dgates", call.result(a::dgates, {B, 4 * H}), reshaped(g.x_grad, {B, 4 * H}), kTol));
+    EXPECT_TRUE(close("dcs_carry_out", call.result(a::dcs_carry_out), g.cs_prev_grad, kTol));
 }
 
 // The sums after the backward loop, from the gate gradients of a whole identity-input recurrence.
@@ -348,6 +397,8 @@ TEST_P(OpenClTwins, MatchesReference) {
         else if (tw.family == "transpose") check_transpose(tw, s, rng);
         else if (tw.family == "seq_fwd_step") check_seq_fwd_step(tw, s, rng);
         else if (tw.family == "seq_bwd_step") check_seq_bwd_step(tw, s, rng);
+        else if (tw.family == "seq_fwd_gates") check_seq_fwd_gates(tw, s, rng);
+        else if (tw.family == "seq_bwd_gates") check_seq_bwd_gates(tw, s, rng);
         else if (tw.family == "seq_bwd_reduce") check_seq_bwd_reduce(tw, s, rng);
         else if (tw.family == "cell_bwd") check_cell_bwd(tw, s, seed);
         else FAIL() << "no check for GPU kernel family " << tw.family;
@@ -363,7 +414,8 @@ TEST(OpenClTwinTable, EveryGpuFamilyIsChecked) {
     std::set<std::string> families;
     for (const Twin &t : twins()) families.insert(t.family);
     EXPECT_EQ(families, (std::set<std::string>{"cell_bwd", "seq_fwd_step", "seq_bwd_step", "seq_bwd_reduce",
-                                               "gemm_nn_bias", "gemm_nn", "gemm_tn", "transpose"}));
+                                               "gemm_nn_bias", "gemm_nn", "gemm_tn", "transpose", "seq_fwd_gates",
+                                               "seq_bwd_gates"}));
 }
 
 }  // namespace

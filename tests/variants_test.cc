@@ -160,12 +160,20 @@ public:
             GTEST_SKIP() << "not run: the CUDA context was lost at " << cuda_context_lost_at;
         const DType dtype = v_.dtype == "f16" ? DType::f16 : DType::f32;
         blocklstm::set_cuda_gemm(gemm_);
+        // A split step's kernel runs with the split steps, every other kernel with the fused ones.
+        blocklstm::set_cuda_step(split_family(v_) ? blocklstm::CudaStep::split : blocklstm::CudaStep::fused);
+        if (device == Device::cuda) {  // the plan in effect runs this kernel's family
+            const auto plan = blocklstm::op_info(op_name(u_)).plan(device, dtype);
+            EXPECT_TRUE(std::any_of(plan.begin(), plan.end(), [&](const auto &s) { return s.family == v_.family; }))
+                << v_.family << " is not in the plan " << op_name(u_) << " runs: " << blocklstm::cuda_gemm_backend();
+        }
         const uint64_t cublas_before = blocklstm::cublas_product_count();
         const std::string what = v_.name() + "." + case_name(u_, c_, gemm_);
         SCOPED_TRACE(describe(c_.shape));
         BLT_SEED(seed, what);
         run_and_isolate(u_, dtype, c_.shape, seed, device, what);
         blocklstm::set_cuda_gemm(blocklstm::CudaGemm::cublas);
+        blocklstm::set_cuda_step(blocklstm::CudaStep::fused);
         if (device == Device::cuda && gemm_family(v_) && gemm_ == blocklstm::CudaGemm::cublas && cublas_expected(dtype))
             EXPECT_GT(blocklstm::cublas_product_count(), cublas_before)
                 << "the cuBLAS pass ran no cuBLAS product: " << blocklstm::cuda_gemm_backend();
@@ -182,6 +190,7 @@ public:
     }
 
     static bool gemm_family(const Variant &v) { return v.family.rfind("gemm_", 0) == 0; }
+    static bool split_family(const Variant &v) { return v.family == "seq_fwd_gates" || v.family == "seq_bwd_gates"; }
     static std::string case_name(const Use &u, const ShapeCase &c, blocklstm::CudaGemm gemm) {
         return std::string(op_name(u)) + (u.peephole ? "_peephole__" : "_plain__") + c.name +
                (gemm == blocklstm::CudaGemm::halide ? "__halide_gemms" : "");

@@ -361,6 +361,9 @@ void list_kernels(bool kernel_rows) {
                                         ? std::to_string(cuda_device_count()) + " device(s), 0: " + cuda_device_name(0)
                                         : "no device (" + cuda_unavailable_reason() + ")";
         std::printf("\nCUDA: %s\nCUDA batched products: %s\n", devices.c_str(), cuda_gemm_backend().c_str());
+        std::printf("CUDA steps: %s\n", cuda_step() == CudaStep::split
+                                             ? "split (the recurrent products on cuBLAS; BLOCKLSTM_CUDA_STEP=split)"
+                                             : "fused (the default; BLOCKLSTM_CUDA_STEP=split splits them)");
     }
 
     const std::vector<KernelInfo> ks = kernels();

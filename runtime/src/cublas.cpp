@@ -83,6 +83,15 @@ std::atomic<CudaGemm> &gemm_choice() {
     return choice;
 }
 
+// BLOCKLSTM_CUDA_STEP=split in the environment starts with the split steps.
+std::atomic<CudaStep> &step_choice() {
+    static std::atomic<CudaStep> choice{[] {
+        const char *env = std::getenv("BLOCKLSTM_CUDA_STEP");
+        return env && std::string(env) == "split" ? CudaStep::split : CudaStep::fused;
+    }()};
+    return choice;
+}
+
 // Why cuBLAS is not used although it is chosen: the library is missing or cublasCreate failed.
 // The CUDA calls then run their products on the Halide GEMM kernels, and say so once on stderr.
 std::mutex cublas_failure_mutex;
@@ -131,13 +140,30 @@ cudaDataType cuda_type(DType t) { return t == DType::f16 ? CUDA_R_16F : CUDA_R_3
 
 }  // namespace
 
-bool cublas_in_use(const Exec &exec) {
-    if (exec.device() != Device::cuda || gemm_choice().load() != CudaGemm::cublas) return false;
+namespace {
+
+bool cublas_in_use(Device device) {
+    if (device != Device::cuda || gemm_choice().load() != CudaGemm::cublas) return false;
     if (!cublas().ok) {
         give_up_cublas(cublas().why_not);
         return false;
     }
     return !cublas_failed;
+}
+
+}  // namespace
+
+bool cublas_in_use(const Exec &exec) { return cublas_in_use(exec.device()); }
+
+plan::Steps steps_for(plan::Kind kind, Device device, DType dtype) {
+    const bool split = step_choice().load() == CudaStep::split && plan::has_split_steps(kind, device, dtype) &&
+                       cublas_in_use(device);
+    return split ? plan::Steps::split : plan::Steps::fused;
+}
+
+plan::Steps steps_for(plan::Kind kind, Exec &exec, DType dtype) {
+    if (steps_for(kind, exec.device(), dtype) != plan::Steps::split) return plan::Steps::fused;
+    return cublas_handle(exec.cuda_call().context) ? plan::Steps::split : plan::Steps::fused;
 }
 
 bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, const Operand &b,
@@ -174,6 +200,10 @@ bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, 
 // ---- Public cuBLAS functions (blocklstm.h) -------------------------------------------------------
 
 void set_cuda_gemm(CudaGemm gemm) { detail::gemm_choice() = gemm; }
+
+void set_cuda_step(CudaStep step) { detail::step_choice() = step; }
+
+CudaStep cuda_step() { return detail::step_choice().load(); }
 
 CudaGemm cuda_gemm() { return detail::gemm_choice().load(); }
 

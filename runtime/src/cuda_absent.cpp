@@ -31,6 +31,8 @@ std::shared_ptr<std::byte[]> allocate_zeroed(std::size_t) { no_cuda("Tensor"); }
 }  // namespace cuda
 
 bool cublas_in_use(const Exec &) { return false; }
+plan::Steps steps_for(plan::Kind, Device, DType) { return plan::Steps::fused; }
+plan::Steps steps_for(plan::Kind, Exec &, DType) { return plan::Steps::fused; }
 bool cublas_gemm(Exec &, int64_t, int64_t, int64_t, const Operand &, const Operand &, void *,
                  DType, int64_t, float) {
     return false;
@@ -48,6 +50,8 @@ CudaStream cuda_stream() { return nullptr; }
 void cuda_synchronize() {}
 void cuda_release_memory() {}
 void set_cuda_gemm(CudaGemm) {}
+void set_cuda_step(CudaStep) {}
+CudaStep cuda_step() { return CudaStep::fused; }
 CudaGemm cuda_gemm() { return CudaGemm::halide; }
 bool cublas_available() { return false; }
 uint64_t cublas_product_count() { return 0; }

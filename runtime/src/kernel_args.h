@@ -29,6 +29,21 @@ inline void bind(KernelCall &call, const SeqFwdStepArgs &x) {
     call.buffer(a::gates, x.gates);
 }
 
+// seq_fwd_gates: the gate math alone, on the step's pre-activations xw[t] + h . W_h (computed
+// in place by a library product).
+struct SeqFwdGatesArgs {
+    Buf &pre_activations, &cs_prev, &wci, &wcf, &wco;
+    float &forget_bias, &cell_clip;
+    std::array<Buf *, 7> lstm;  // the step's i, cs, f, o, ci, co, h
+};
+inline void bind(KernelCall &call, const SeqFwdGatesArgs &x) {
+    namespace a = kernel::args::seq_fwd_step;
+    call.buffer(a::pre_activations, x.pre_activations).buffer(a::cs_prev, x.cs_prev);
+    call.buffer(a::wci, x.wci).buffer(a::wcf, x.wcf).buffer(a::wco, x.wco);
+    call.scalar(a::forget_bias, &x.forget_bias).scalar(a::cell_clip, &x.cell_clip);
+    for (int k = 0; k < 7; ++k) call.buffer(kernel::tuple_element(a::lstm, k), *x.lstm[k]);
+}
+
 // seq_bwd_step: one step of the backward recurrence, writing dgates[t] and the next carry.
 struct SeqBwdStepArgs {
     Buf &dgates_next, &w_h_t, &h_grad, &cs_grad, &dcs_carry, &i, &f, &o, &ci, &co, &cs_prev, &wci, &wcf, &wco;
@@ -42,6 +57,20 @@ inline void bind(KernelCall &call, const SeqBwdStepArgs &x) {
     call.buffer(a::i, x.i).buffer(a::f, x.f).buffer(a::o, x.o).buffer(a::ci, x.ci).buffer(a::co, x.co);
     call.buffer(a::cs_prev, x.cs_prev).buffer(a::wci, x.wci).buffer(a::wcf, x.wcf).buffer(a::wco, x.wco);
     call.buffer(a::dgates, x.dgates).buffer(a::dcs_carry_out, x.dcs_carry_out).buffer(a::dh, x.dh);
+}
+
+// seq_bwd_gates: the cell's backward math alone, after a library product's dgates[t+1] . W_h^T.
+struct SeqBwdGatesArgs {
+    Buf &dh_product, &h_grad, &cs_grad, &dcs_carry, &i, &f, &o, &ci, &co, &cs_prev, &wci, &wcf, &wco;
+    Buf &dgates, &dcs_carry_out;
+};
+inline void bind(KernelCall &call, const SeqBwdGatesArgs &x) {
+    namespace a = kernel::args::seq_bwd_step;
+    call.buffer(a::dh_product, x.dh_product).buffer(a::h_grad, x.h_grad).buffer(a::cs_grad, x.cs_grad);
+    call.buffer(a::dcs_carry, x.dcs_carry);
+    call.buffer(a::i, x.i).buffer(a::f, x.f).buffer(a::o, x.o).buffer(a::ci, x.ci).buffer(a::co, x.co);
+    call.buffer(a::cs_prev, x.cs_prev).buffer(a::wci, x.wci).buffer(a::wcf, x.wcf).buffer(a::wco, x.wco);
+    call.buffer(a::dgates, x.dgates).buffer(a::dcs_carry_out, x.dcs_carry_out);
 }
 
 // seq_bwd_reduce: b_grad, cs_prev_grad and, with peepholes, wci_grad, wcf_grad, wco_grad.

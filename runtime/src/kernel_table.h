@@ -77,7 +77,7 @@ private:
 // kernel this build lacks throws, naming it. The time loop takes each family's kernel from here.
 class PlanKernels {
 public:
-    PlanKernels(plan::Kind kind, Device device, DType dtype, CellVariant cell);
+    PlanKernels(plan::Kind kind, Device device, DType dtype, CellVariant cell, plan::Steps steps = plan::Steps::fused);
     // The plan's kernel of `family`; a family the plan does not run is a bug of the time loop.
     const KernelEntry &operator[](Family family) const;
     // Whether the plan runs `family` (a time loop's path between plans).

@@ -130,43 +130,44 @@ struct Resolved {
     std::array<const KernelEntry *, kernel::kFamilyCount> kernels{};
     std::string missing;
 };
-constexpr int kKinds = 3, kDevices = 2, kDTypes = 2;
+constexpr int kKinds = 3, kDevices = 2, kDTypes = 2, kSteps = 2;
 
-int slot(plan::Kind kind, Device device, DType dtype, CellVariant cell) {
-    return (((static_cast<int>(kind) * kDevices + static_cast<int>(device)) * kDTypes + static_cast<int>(dtype)) * 2 +
-            (cell.peephole ? 1 : 0)) * 2 + (cell.layout == Layout::ifco ? 1 : 0);
+int slot(plan::Kind kind, Device device, DType dtype, CellVariant cell, plan::Steps steps) {
+    return ((((static_cast<int>(kind) * kDevices + static_cast<int>(device)) * kDTypes + static_cast<int>(dtype)) * 2 +
+             (cell.peephole ? 1 : 0)) * 2 + (cell.layout == Layout::ifco ? 1 : 0)) * kSteps + static_cast<int>(steps);
 }
 
-const Resolved &resolved(plan::Kind kind, Device device, DType dtype, CellVariant cell) {
+const Resolved &resolved(plan::Kind kind, Device device, DType dtype, CellVariant cell, plan::Steps steps) {
     static const std::vector<Resolved> all = [] {
-        std::vector<Resolved> r(kKinds * kDevices * kDTypes * 2 * 2);
+        std::vector<Resolved> r(kKinds * kDevices * kDTypes * 2 * 2 * kSteps);
         for (int k = 0; k < kKinds; ++k)
             for (Device d : {Device::cpu, Device::cuda})
                 for (DType t : {DType::f16, DType::f32})
                     for (bool peephole : {false, true})
-                        for (Layout layout : {Layout::icfo, Layout::ifco}) {
-                            const auto kind_k = static_cast<plan::Kind>(k);
-                            const CellVariant c{peephole, layout};
-                            Resolved &out = r[slot(kind_k, d, t, c)];
-                            for (const plan::Step &step : plan::plan_of(kind_k, d, t)) {
-                                try {
-                                    const bool cell_math = kernel::record(step.family).has_layout_variants();
-                                    out.kernels[static_cast<std::size_t>(step.family)] =
-                                        cell_math ? &find_kernel(step.family, d, t, c) : &find_kernel(step.family, d, t);
-                                } catch (const Error &e) {
-                                    if (out.missing.empty()) out.missing = e.what();
+                        for (Layout layout : {Layout::icfo, Layout::ifco})
+                            for (plan::Steps st : {plan::Steps::fused, plan::Steps::split}) {
+                                const auto kind_k = static_cast<plan::Kind>(k);
+                                const CellVariant c{peephole, layout};
+                                Resolved &out = r[slot(kind_k, d, t, c, st)];
+                                for (const plan::Step &step : plan::plan_of(kind_k, d, t, st)) {
+                                    try {
+                                        const bool cell_math = kernel::record(step.family).has_layout_variants();
+                                        out.kernels[static_cast<std::size_t>(step.family)] =
+                                            cell_math ? &find_kernel(step.family, d, t, c) : &find_kernel(step.family, d, t);
+                                    } catch (const Error &e) {
+                                        if (out.missing.empty()) out.missing = e.what();
+                                    }
                                 }
                             }
-                        }
         return r;
     }();
-    return all[slot(kind, device, dtype, cell)];
+    return all[slot(kind, device, dtype, cell, steps)];
 }
 
 }  // namespace
 
-PlanKernels::PlanKernels(plan::Kind kind, Device device, DType dtype, CellVariant cell) {
-    const Resolved &r = resolved(kind, device, dtype, cell);
+PlanKernels::PlanKernels(plan::Kind kind, Device device, DType dtype, CellVariant cell, plan::Steps steps) {
+    const Resolved &r = resolved(kind, device, dtype, cell, steps);
     if (!r.missing.empty()) throw Error(r.missing);
     kernels_ = &r.kernels;
 }

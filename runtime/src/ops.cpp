@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string_view>
 #include <type_traits>
 
 #include "runtime/src/kernel_table.h"
+#include "runtime/src/products.h"
 #include "runtime/src/validate.h"
 
 namespace blocklstm {
@@ -194,8 +196,18 @@ plan::Kind plan_kind(const OpInfo &op) { return plan::kind_of(op.sequence, op.gr
 
 void preflight(const std::string &op, Device device, DType dtype, bool use_peephole) {
     const OpInfo &info = def_of(op).info;
-    (void)PlanKernels(plan_kind(info), device, dtype,
-                      {use_peephole, info.layout == "ifco" ? Layout::ifco : Layout::icfo});
+    const plan::Kind kind = plan_kind(info);
+    (void)PlanKernels(kind, device, dtype, {use_peephole, info.layout == "ifco" ? Layout::ifco : Layout::icfo},
+                      steps_for(kind, device, dtype));
+}
+
+// The plans a call of `op` on a device in a dtype may run: its fused plan, and its split one where
+// there is one (runtime/src/plans.h).
+std::vector<std::span<const plan::Step>> plans_of(const OpInfo &op, Device device, DType dtype) {
+    const plan::Kind kind = plan_kind(op);
+    std::vector<std::span<const plan::Step>> plans{plan::plan_of(kind, device, dtype)};
+    if (plan::has_split_steps(kind, device, dtype)) plans.push_back(plan::plan_of(kind, device, dtype, plan::Steps::split));
+    return plans;
 }
 
 }  // namespace detail
@@ -211,11 +223,10 @@ std::vector<KernelInfo> kernels() {
         info.family = kernel::name(k.family);
         for (const OpInfo &op : ops()) {
             if (std::string_view(k.layout) != "any" && op.layout != k.layout) continue;
-            for (const plan::Step &s : plan::plan_of(detail::plan_kind(op), k.backend, k.dtype))
-                if (s.family == k.family) {
-                    info.ops += (info.ops.empty() ? "" : " ") + op.name;
-                    break;
-                }
+            bool runs = false;
+            for (const auto &plan : detail::plans_of(op, k.backend, k.dtype))
+                for (const plan::Step &s : plan) runs |= s.family == k.family;
+            if (runs) info.ops += (info.ops.empty() ? "" : " ") + op.name;
         }
         info.backend = k.backend;
         info.dtype = k.dtype;
@@ -262,16 +273,19 @@ std::vector<int64_t> OpArg::dims(const OpDims &d) const {
 }
 
 std::vector<OpPlanStep> OpInfo::plan(Device device, DType dtype) const {
+    const plan::Kind kind = detail::plan_kind(*this);
     std::vector<OpPlanStep> steps;
-    for (const plan::Step &s : plan::plan_of(detail::plan_kind(*this), device, dtype))
+    for (const plan::Step &s : plan::plan_of(kind, device, dtype, detail::steps_for(kind, device, dtype)))
         steps.push_back({kernel::name(s.family), plan::to_string(s.times), s.does});
     return steps;
 }
 
 std::vector<std::string> OpInfo::kernel_families(Device device, DType dtype) const {
     std::vector<std::string> families;
-    for (const OpPlanStep &s : plan(device, dtype))
-        if (std::find(families.begin(), families.end(), s.family) == families.end()) families.push_back(s.family);
+    for (const auto &plan : detail::plans_of(*this, device, dtype))
+        for (const plan::Step &s : plan)
+            if (std::find(families.begin(), families.end(), kernel::name(s.family)) == families.end())
+                families.push_back(kernel::name(s.family));
     return families;
 }
 

@@ -2,9 +2,12 @@
 // runs per step; the input projection (forward) and x_grad, w_grad, b_grad
 // and the peephole grads (backward) are batched over the whole sequence.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include "runtime/src/buf.h"
 #include "runtime/src/exec.h"
@@ -85,6 +88,28 @@ Buf recurrent_weights(Exec &exec, const PlanKernels &kernels, const KernelEntry 
     return pack_panels(exec, kernels[packer], w, cols, depth, storage->data());
 }
 
+// A call's Exec and the kernels of the plan it runs, found before any output is written: the plan
+// its steps ask for (set_cuda_step), or its fused one where cuBLAS cannot be set up for the call.
+template <typename Dims>
+std::pair<std::unique_ptr<Exec>, PlanKernels> exec_and_kernels(plan::Kind kind, const Checked<Dims> &c, CellVariant cell) {
+    const plan::Steps wanted = steps_for(kind, c.device, c.dtype);
+    PlanKernels kernels(kind, c.device, c.dtype, cell, wanted);  // throws naming a kernel this build lacks
+    auto exec = std::make_unique<Exec>(c.device, c.some_data);
+    if (wanted == plan::Steps::split && steps_for(kind, *exec, c.dtype) != plan::Steps::split)
+        kernels = PlanKernels(kind, c.device, c.dtype, cell, plan::Steps::fused);
+    return {std::move(exec), kernels};
+}
+
+// c (float32, row stride N) = a . b + beta * c on cuBLAS, for the split steps, which chose cuBLAS
+// once per call (steps_for): it can fail here only if another thread gave cuBLAS up since
+// (set_cuda_gemm), and then the call fails rather than leave a step undone.
+void product_on_cublas(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, const Operand &b, float *c,
+                       float beta) {
+    if (!cublas_gemm(exec, M, N, K, a, b, c, DType::f32, N, beta))
+        throw Error("blocklstm: CUDA: cuBLAS became unusable during a call with split steps (set_cuda_gemm on "
+                    "another thread); the outputs may be partly written");
+}
+
 std::vector<std::vector<int64_t>> forward_shapes(const SeqDims &d) {
     return std::vector<std::vector<int64_t>>(7, {d.T, d.B, d.H});
 }
@@ -118,9 +143,9 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     const DType dt = c.dtype;
     const Device dev = c.device;
     const int64_t B = c.dims.B, I = c.dims.I, H = c.dims.H, L = c.dims.L;
-    const PlanKernels kernels(plan::Kind::forward, dev, dt, {use_peephole, layout});  // before any output is written
-    const KernelEntry &step_kernel = kernels[Family::seq_fwd_step];
-    Exec exec(dev, c.some_data);
+    const auto [exec_ptr, kernels] = exec_and_kernels(plan::Kind::forward, c, {use_peephole, layout});
+    Exec &exec = *exec_ptr;
+    const bool split = kernels.has(Family::seq_fwd_gates);
 
     // Every output is zero past seq_len_max (TF leaves i, f, o, ci, co unwritten there); written
     // below once the workspaces are held, so that running out of memory for one writes nothing.
@@ -132,37 +157,59 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     input_projection(exec, kernels[Family::gemm_nn_bias], dt, in.x.data, L * B, I, H, in.w.data, in.b.data,
                      xw.floats());
 
-    // The recurrence: one seq_fwd_step per step; step t reads the outputs of step t-1.
+    // The recurrence: step t reads the outputs of step t-1.
     float fb = attr_in_dtype(forget_bias, dt), clip = attr_in_dtype(cell_clip, dt);
     Buf xw_t = Buf::matrix(dev, xw.data(), DType::f32, B, 4 * H, 4 * H);
     Buf h_prev(dev, in.h_prev.data, dt, {B, H}), cs_prev(dev, in.cs_prev.data, dt, {B, H});
-    std::optional<Scratch> w_h_panels;
-    const Buf w_h_rows = Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
-    Buf w_h = recurrent_weights(exec, kernels, step_kernel, Family::panels, w_h_rows, w_h_rows, 4 * H, H, w_h_panels);
     Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
     const TV *outs[7] = {&out.i, &out.cs, &out.f, &out.o, &out.ci, &out.co, &out.h};
     std::vector<Buf> slices;
     for (const TV *t : outs) slices.emplace_back(dev, t->data, dt, std::initializer_list<int64_t>{B, H});
-
-    Scratch gates(exec, B * 4 * H * 4, Scratch::Fill::none);  // one step's pre-activations, reused
-    Buf gates_buf = Buf::matrix(dev, gates.data(), DType::f32, B, 4 * H, 4 * H);
-
-    KernelCall step(step_kernel, exec);
-    bind(step, SeqFwdStepArgs{.xw = xw_t, .h_prev = h_prev, .w_h = w_h, .cs_prev = cs_prev, .wci = wci,
-                              .wcf = wcf, .wco = wco, .forget_bias = fb, .cell_clip = clip,
-                              .lstm = {&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5],
-                                       &slices[6]},
-                              .gates = gates_buf});
-
-    zero_past_seq_len_max();  // the first write to an output
+    const std::array<Buf *, 7> lstm{&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5], &slices[6]};
     const int64_t slice = B * H;
-    for (int64_t t = 0; t < L; ++t) {
-        xw_t.set_data(xw.floats() + t * B * 4 * H);
+    auto step_outputs_at = [&](int64_t t) {
         if (t > 0) {
             h_prev.set_data(offset_bytes(out.h.data, (t - 1) * slice, dt));
             cs_prev.set_data(offset_bytes(out.cs.data, (t - 1) * slice, dt));
         }
         for (int k = 0; k < 7; ++k) slices[k].set_data(offset_bytes(outs[k]->data, t * slice, dt));
+    };
+
+    if (split) {
+        // Each step: xw[t] += h_{t-1} . W_h on cuBLAS, in place, then the gate math alone.
+        KernelCall gates(kernels[Family::seq_fwd_gates], exec);
+        bind(gates, SeqFwdGatesArgs{.pre_activations = xw_t, .cs_prev = cs_prev, .wci = wci, .wcf = wcf,
+                                    .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm});
+        const Operand w_h{offset_bytes(in.w.data, I * 4 * H, dt), dt, 4 * H};
+        zero_past_seq_len_max();  // the first write to an output
+        for (int64_t t = 0; t < L; ++t) {
+            float *xw_row = xw.floats() + t * B * 4 * H;
+            const void *h = t == 0 ? in.h_prev.data : offset_bytes(out.h.data, (t - 1) * slice, dt);
+            product_on_cublas(exec, B, 4 * H, H, {h, dt, H}, w_h, xw_row, 1.0f);
+            xw_t.set_data(xw_row);
+            step_outputs_at(t);
+            gates.run();
+        }
+        return;
+    }
+
+    // Each step one seq_fwd_step: xw[t] + h_{t-1} . W_h and the gate math.
+    const KernelEntry &step_kernel = kernels[Family::seq_fwd_step];
+    std::optional<Scratch> w_h_panels;
+    const Buf w_h_rows = Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
+    Buf w_h = recurrent_weights(exec, kernels, step_kernel, Family::panels, w_h_rows, w_h_rows, 4 * H, H, w_h_panels);
+    Scratch gates(exec, B * 4 * H * 4, Scratch::Fill::none);  // one step's pre-activations, reused
+    Buf gates_buf = Buf::matrix(dev, gates.data(), DType::f32, B, 4 * H, 4 * H);
+
+    KernelCall step(step_kernel, exec);
+    bind(step, SeqFwdStepArgs{.xw = xw_t, .h_prev = h_prev, .w_h = w_h, .cs_prev = cs_prev, .wci = wci,
+                              .wcf = wcf, .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm,
+                              .gates = gates_buf});
+
+    zero_past_seq_len_max();  // the first write to an output
+    for (int64_t t = 0; t < L; ++t) {
+        xw_t.set_data(xw.floats() + t * B * 4 * H);
+        step_outputs_at(t);
         step.run();
     }
 }
@@ -284,18 +331,10 @@ public:
     // between two buffers and ends in carry1_.
     void reverse_recurrence() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L;
-        const KernelEntry &step_kernel = kernels_[Family::seq_bwd_step];
         dgates_.emplace(exec_, L * B * 4 * H * 4, Scratch::Fill::none);
-        Scratch zeros(exec_, B * 4 * H * 4), carry0(exec_, B * H * 4);
+        Scratch carry0(exec_, B * H * 4);
         carry1_.emplace(exec_, B * H * 4);
         float *carry[2] = {carry0.floats(), carry1_->floats()};
-        Buf dnext = Buf::matrix(dev_, zeros.data(), DType::f32, B, 4 * H, 4 * H);
-        // W_h^T: in panels straight from the rows of W_h, or the rows of w^T.
-        std::optional<Scratch> w_h_t_panels;
-        Buf w_h_t = recurrent_weights(
-            exec_, kernels_, step_kernel, Family::panels_t,
-            Buf::matrix(dev_, offset_bytes(in_.w.data, I * 4 * H, dt_), dt_, H, 4 * H, 4 * H),
-            Buf::matrix(dev_, w_t_bytes() + I * es_, dt_, 4 * H, H, I + H), H, 4 * H, w_h_t_panels);
         const TV *step_inputs[] = {&act_.h_grad, &act_.cs_grad, &act_.i, &act_.f, &act_.o, &act_.ci, &act_.co};
         std::vector<Buf> per_step;  // h_grad, cs_grad, i, f, o, ci, co at step t
         for (const TV *t : step_inputs) per_step.emplace_back(dev_, t->data, dt_, std::initializer_list<int64_t>{B, H});
@@ -303,24 +342,58 @@ public:
         Buf wci(dev_, in_.wci.data, dt_, {H}), wcf(dev_, in_.wcf.data, dt_, {H}), wco(dev_, in_.wco.data, dt_, {H});
         Buf carry_in(dev_, carry[0], DType::f32, {B, H}), carry_out(dev_, carry[1], DType::f32, {B, H});
         Buf dgates_t = Buf::gate_blocks(dev_, dgates_->data(), DType::f32, B, H);
-        Scratch dh(exec_, B * H * 4, Scratch::Fill::none);  // one step's total gradient of h, reused
+        Scratch dh(exec_, B * H * 4, Scratch::Fill::none);  // one step's gradient of h, reused
         Buf dh_buf = Buf::matrix(dev_, dh.data(), DType::f32, B, H, H);
+        const int64_t slice = B * H;
+        auto at = [&](const TV &x, int64_t t) { return offset_bytes(x.data, t * slice, dt_); };
+        auto step_arguments_at = [&](int64_t t) {
+            for (std::size_t k = 0; k < per_step.size(); ++k) per_step[k].set_data(at(*step_inputs[k], t));
+            cs_prev.set_data(t == 0 ? in_.cs_prev.data : at(act_.cs, t - 1));
+            carry_in.set_data(carry[t % 2]);
+            carry_out.set_data(carry[(t + 1) % 2]);
+            dgates_t.set_data(dgates_->floats() + t * B * 4 * H);
+        };
 
+        if (kernels_.has(Family::seq_bwd_gates)) {
+            // Each step: dh = dgates[t+1] . W_h^T on cuBLAS (W_h's rows read transposed; zero at
+            // t = L-1), then the cell's backward math with h_grad[t] added.
+            KernelCall gates(kernels_[Family::seq_bwd_gates], exec_);
+            bind(gates, SeqBwdGatesArgs{.dh_product = dh_buf, .h_grad = per_step[0], .cs_grad = per_step[1],
+                                        .dcs_carry = carry_in, .i = per_step[2], .f = per_step[3],
+                                        .o = per_step[4], .ci = per_step[5], .co = per_step[6], .cs_prev = cs_prev,
+                                        .wci = wci, .wcf = wcf, .wco = wco, .dgates = dgates_t,
+                                        .dcs_carry_out = carry_out});
+            const Operand w_h_t{offset_bytes(in_.w.data, I * 4 * H, dt_), dt_, 4 * H, /*transposed=*/true};
+            exec_.zero_bytes(dh.data(), B * H * 4);
+            for (int64_t t = L - 1; t >= 0; --t) {
+                if (t < L - 1)
+                    product_on_cublas(exec_, B, H, 4 * H, {dgates_->floats() + (t + 1) * B * 4 * H, DType::f32, 4 * H},
+                                      w_h_t, dh.floats(), 0.0f);
+                step_arguments_at(t);
+                gates.run();
+            }
+            return;
+        }
+
+        // Each step one seq_bwd_step: dh = h_grad[t] + dgates[t+1] . W_h^T and the cell's
+        // backward math. W_h^T: in panels straight from the rows of W_h, or the rows of w^T.
+        const KernelEntry &step_kernel = kernels_[Family::seq_bwd_step];
+        Scratch zeros(exec_, B * 4 * H * 4);
+        Buf dnext = Buf::matrix(dev_, zeros.data(), DType::f32, B, 4 * H, 4 * H);
+        std::optional<Scratch> w_h_t_panels;
+        Buf w_h_t = recurrent_weights(
+            exec_, kernels_, step_kernel, Family::panels_t,
+            Buf::matrix(dev_, offset_bytes(in_.w.data, I * 4 * H, dt_), dt_, H, 4 * H, 4 * H),
+            Buf::matrix(dev_, w_t_bytes() + I * es_, dt_, 4 * H, H, I + H), H, 4 * H, w_h_t_panels);
         KernelCall step(step_kernel, exec_);
         bind(step, SeqBwdStepArgs{.dgates_next = dnext, .w_h_t = w_h_t, .h_grad = per_step[0], .cs_grad = per_step[1],
                                   .dcs_carry = carry_in, .i = per_step[2], .f = per_step[3], .o = per_step[4],
                                   .ci = per_step[5], .co = per_step[6], .cs_prev = cs_prev, .wci = wci, .wcf = wcf,
                                   .wco = wco, .dgates = dgates_t, .dcs_carry_out = carry_out, .dh = dh_buf});
 
-        const int64_t slice = B * H;
-        auto at = [&](const TV &x, int64_t t) { return offset_bytes(x.data, t * slice, dt_); };
         for (int64_t t = L - 1; t >= 0; --t) {
             if (t < L - 1) dnext.set_data(dgates_->floats() + (t + 1) * B * 4 * H);
-            for (std::size_t k = 0; k < per_step.size(); ++k) per_step[k].set_data(at(*step_inputs[k], t));
-            cs_prev.set_data(t == 0 ? in_.cs_prev.data : at(act_.cs, t - 1));
-            carry_in.set_data(carry[t % 2]);
-            carry_out.set_data(carry[(t + 1) % 2]);
-            dgates_t.set_data(dgates_->floats() + t * B * 4 * H);
+            step_arguments_at(t);
             step.run();
         }
         // The step t = 0 wrote carry[1]; a step's panels, zeros and dh go with this scope.
@@ -409,10 +482,8 @@ private:
 void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
               const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
     const Checked<SeqDims> c = validate_grad(op, in, act, &out);
-    // Every kernel present before any output is written.
-    const PlanKernels kernels(plan::Kind::sequence_grad, c.device, c.dtype, {use_peephole, layout});
-    Exec exec(c.device, c.some_data);
-    GradPass pass(exec, kernels, c, in, act, out, use_peephole);
+    const auto [exec, kernels] = exec_and_kernels(plan::Kind::sequence_grad, c, {use_peephole, layout});
+    GradPass pass(*exec, kernels, c, in, act, out, use_peephole);
     if (!pass.anything_to_run()) return;
     // The weights' transpose and dgates (the largest workspace, L*B*4H floats) come before the
     // first write to an output: running out of memory for them leaves the outputs as they were.

@@ -22,6 +22,17 @@ using kernel::Family;
 // BlockLSTM), the cell's gradient, a sequence's gradient (BlockLSTMGrad, BlockLSTMGradV2).
 enum class Kind { forward, cell_grad, sequence_grad };
 
+// How a CUDA call's recurrence runs its steps (blocklstm::CudaStep): fused, one Halide kernel per
+// step with its recurrent product inside; or split, the product on cuBLAS in place, then a Halide
+// kernel with the gate math alone. The split steps exist on CUDA for the forward ops and for the
+// float32 sequence gradient (in float16 its product would mix float32 gate gradients with float16
+// weights, which cuBLAS cannot take); elsewhere a call runs its fused plan.
+enum class Steps { fused, split };
+
+constexpr bool has_split_steps(Kind kind, Device device, DType dtype) {
+    return device == Device::cuda && (kind == Kind::forward || (kind == Kind::sequence_grad && dtype == DType::f32));
+}
+
 // How often a step runs in one call: once; once per time step (L; the cell op: 1); once per chunk
 // of the CPU's float32 w_grad (its L*B rows of dgates in chunks of kWeightGradChunkRows).
 enum class Times { once, per_step, per_chunk };
@@ -61,6 +72,8 @@ inline constexpr Step w_grad_h_chunk{Site::w_grad_h, Family::gemm_tn_panels, Tim
 inline constexpr Step w_grad_x{Site::w_grad_x, Family::gemm_tn, Times::once, "w_grad[:I] = x^T . dgates (I > 0; on the CPU b_grad in its extra row)"};
 inline constexpr Step w_grad_h{Site::w_grad_h, Family::gemm_tn, Times::once, "w_grad[I:] = h_prev^T . dgates"};
 inline constexpr Step reductions{Site::reductions, Family::seq_bwd_reduce, Times::once, "the peephole grads, cs_prev_grad, b_grad where w_grad's product has not"};
+inline constexpr Step forward_gates{Site::forward_step, Family::seq_fwd_gates, Times::per_step, "the gate math on xw[t] += h . W_h (cuBLAS, in place)"};
+inline constexpr Step backward_gates{Site::backward_step, Family::seq_bwd_gates, Times::per_step, "dgates[t]: the cell's backward math after cuBLAS's dgates[t+1] . W_h^T"};
 // clang-format on
 }  // namespace steps
 
@@ -75,8 +88,14 @@ inline constexpr Step kSequenceGradCpuFloat16[] = {steps::w_transpose, steps::w_
                                                    steps::w_grad_h,    steps::reductions};
 inline constexpr Step kSequenceGradCuda[] = {steps::w_transpose, steps::backward_step, steps::x_grad, steps::h_prev_grad,
                                              steps::w_grad_x,    steps::w_grad_h,      steps::reductions};
+inline constexpr Step kForwardCudaSplit[] = {steps::input_projection, steps::forward_gates};
+inline constexpr Step kSequenceGradCudaSplit[] = {steps::w_transpose, steps::backward_gates, steps::x_grad,
+                                                  steps::h_prev_grad, steps::w_grad_x,       steps::w_grad_h,
+                                                  steps::reductions};
 
-constexpr std::span<const Step> plan_of(Kind kind, Device device, DType dtype) {
+constexpr std::span<const Step> plan_of(Kind kind, Device device, DType dtype, Steps steps = Steps::fused) {
+    if (steps == Steps::split && has_split_steps(kind, device, dtype))
+        return kind == Kind::forward ? std::span<const Step>(kForwardCudaSplit) : std::span<const Step>(kSequenceGradCudaSplit);
     const bool cpu = device == Device::cpu;
     switch (kind) {
     case Kind::forward: return cpu ? std::span<const Step>(kForwardCpu) : std::span<const Step>(kForwardCuda);

@@ -7,6 +7,7 @@
 
 #include "runtime/src/exec.h"
 #include "runtime/src/kernel_table.h"
+#include "runtime/src/plans.h"
 #include "runtime/src/validate.h"
 #include "runtime/src/weight_grad_chunks.h"
 #include "schedules/panel_layout.h"
@@ -32,6 +33,13 @@ struct Operand {
     int64_t ld;
     bool transposed = false;
 };
+
+// The steps a call's recurrence runs on `device` (plan::Steps): split where set_cuda_step asks
+// for them, the plan has them and cuBLAS is in use; fused otherwise.
+plan::Steps steps_for(plan::Kind kind, Device device, DType dtype);
+// The same for a call about to run: split only once this thread's cuBLAS handle for the call's
+// context exists (a cublasCreate that fails gives the fused steps, not a failed call).
+plan::Steps steps_for(plan::Kind kind, Exec &exec, DType dtype);
 
 // Whether this call's batched products go to cuBLAS (a CUDA call, CudaGemm::cublas, the library
 // loaded); cublas_gemm may still decline operand types it cannot take (runtime/src/cublas.cpp).

@@ -236,6 +236,16 @@ enum class CudaGemm : int { cublas, halide };
 BLOCKLSTM_API void set_cuda_gemm(CudaGemm gemm);
 BLOCKLSTM_API CudaGemm cuda_gemm();
 BLOCKLSTM_API bool cublas_available();
+// How the CUDA time loops run a step: fused (the default), one Halide kernel per step with its
+// recurrent product inside; or split, the recurrent product on cuBLAS (in place: xw[t] += h .
+// W_h, and dgates[t+1] . W_h^T with a transposed operand) and a Halide kernel with the gate math
+// alone. Split is not the default until a GPU run has shown it correct and faster (docs/cuda.md);
+// it runs where cuBLAS is in use, for the forward ops and the float32 sequence gradients (the
+// float16 one's product would mix float32 and float16 operands), and the fused steps elsewhere.
+// BLOCKLSTM_CUDA_STEP=split in the environment starts with split.
+enum class CudaStep : int { fused, split };
+BLOCKLSTM_API void set_cuda_step(CudaStep step);
+BLOCKLSTM_API CudaStep cuda_step();
 // What runs the products now and why, e.g. "cuBLAS (/usr/local/cuda/lib64/libcublas.so.13)" or
 // "Halide GEMM kernels (cuBLAS: cublasCreate failed with status 1)".
 BLOCKLSTM_API std::string cuda_gemm_backend();

@@ -56,10 +56,12 @@ struct BLOCKLSTM_API OpInfo {
     std::optional<float> cell_clip;
     std::string forward_op;         // a gradient op: the op whose outputs it takes ("" otherwise)
 
-    // The plan of a call on a device in a dtype: the kernel families it runs, in order, and how
-    // often, e.g. BlockLSTM on the CPU: gemm_nn_bias 1, panels 1, seq_fwd_step L.
+    // The plan a call on a device in a dtype runs now: the kernel families, in order, and how
+    // often, e.g. BlockLSTM on the CPU: gemm_nn_bias 1, panels 1, seq_fwd_step L (on CUDA it
+    // follows set_cuda_step).
     std::vector<OpPlanStep> plan(Device device, DType dtype) const;
-    // The kernel families of that plan (kernels.inc), e.g. gemm_nn_bias, panels, seq_fwd_step.
+    // The kernel families a call on a device in a dtype may run, whichever its steps
+    // (kernels.inc), e.g. gemm_nn_bias, panels, seq_fwd_step.
     std::vector<std::string> kernel_families(Device device, DType dtype) const;
 };
 
