@@ -111,6 +111,18 @@ inline Expr recurrent_weight(const Func &w, int panel_cols, const Expr &x, const
     return w(x % panel_cols, k, x / panel_cols);
 }
 
+// A reduction over depth steps of k in equal blocks of at most k_block steps (the last one padded
+// by less than one step per block): H = 128 runs one block of 128, not a block of k_block half
+// zeros. k_block 0: all of depth in one block. At least one block, even for an empty depth: the
+// first block writes the initial value.
+struct KBlocks {
+    Expr count, size;
+};
+inline KBlocks k_blocks(const Expr &depth, int k_block) {
+    Expr count = k_block > 0 ? max((depth + (k_block - 1)) / k_block, 1) : Expr(1);
+    return {count, k_block > 0 ? (depth + count - 1) / count : depth};
+}
+
 // sum(x, y) = init(x, y) + sum_k a(k, y) * b(x, k), accumulated in float32, with the reduction
 // blocked: part(x, y, kb) is the product over one block of k_block steps of k (k_block 0: one
 // block of all of k), so a register tile
@@ -125,6 +137,9 @@ inline Expr recurrent_weight(const Func &w, int panel_cols, const Expr &x, const
 // edge iterations), so a schedule may compute whole register tiles and blocks at the edges;
 // b_padded: b may be read past its last column up to the end of a panel (zeros there), so its
 // columns are not clamped and a step's product reads b's panels in whole vectors.
+// define_a_panel, if given, defines a's panel in place of `a` (a panel made from two inputs): the
+// layout above, over every k up to k_extent (the blocks' steps; zeros past depth) and every row
+// of whole tiles (rows past the last one as the last one).
 inline schedules::GemmFuncs matrix_product(const std::string &name,
                                     const std::function<Expr(Expr k, Expr y)> &a,
                                     const std::function<Expr(Expr x, Expr k)> &b,
@@ -132,16 +147,12 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
                                     const Expr &rows, const Expr &cols, const Expr &depth,
                                     const schedules::GemmBlocking &blocking, bool b_padded,
                                     const Var &x, const Var &y,
-                                    std::optional<Func> sum = std::nullopt) {
-    const int k_block = blocking.k_block, panel_rows = blocking.panel_rows,
-              panel_cols = blocking.panel_cols;
-    // depth in equal blocks of at most k_block steps (the last one is padded by less than one
-    // step per block): H = 128 runs one block of 128, not a block of k_block half zeros.
-    // k_block 0: all of depth in one block.
-    // At least one block, even for an empty depth: the first block writes the initial value.
-    Expr num_blocks = k_block > 0 ? max((depth + (k_block - 1)) / k_block, 1) : Expr(1);
-    Expr block_size = k_block > 0 ? (depth + num_blocks - 1) / num_blocks : depth;
-    RDom k_in_block(0, block_size, name + "_k"), blocks(0, num_blocks, name + "_kb");
+                                    std::optional<Func> sum = std::nullopt,
+                                    const std::function<void(Func a_panel, Expr k_extent)> &define_a_panel = nullptr) {
+    const int panel_rows = blocking.panel_rows, panel_cols = blocking.panel_cols;
+    const KBlocks kbs = k_blocks(depth, blocking.k_block);
+    const Expr block_size = kbs.size;
+    RDom k_in_block(0, kbs.size, name + "_k"), blocks(0, kbs.count, name + "_kb");
     schedules::GemmFuncs p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"),
                            Func(name + "_a_panel"), Func(name + "_b_panel"), x, y, k_in_block.x,
                            blocks.x};
@@ -150,8 +161,11 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
     Expr kc = min(likely(k), max(depth - 1, 0));
     Expr panel_x = panel_cols > 0 ? xo * panel_cols + x : x;
     Expr panel_y = panel_rows > 0 ? yo * panel_rows + y : y;
-    p.a_panel(y, k, yo) =
-        select(likely(k < depth), f32(a(kc, min(likely(panel_y), rows - 1))), 0.0f);
+    if (define_a_panel) {
+        define_a_panel(p.a_panel, kbs.count * kbs.size);
+    } else {
+        p.a_panel(y, k, yo) = select(likely(k < depth), f32(a(kc, min(likely(panel_y), rows - 1))), 0.0f);
+    }
     Expr b_x = b_padded ? panel_x : min(likely(panel_x), cols - 1);
     p.b_panel(x, k, xo) = select(likely(k < depth), f32(b(b_x, kc)), 0.0f);
     Expr kk = kb * block_size + k_in_block;
@@ -161,7 +175,7 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
                                : p.b_panel(x, kk, 0);
     p.part(x, y, kb) = 0.0f;
     p.part(x, y, kb) += a_kk * b_kk;
-    if (k_block > 0 && !blocking.init_apart) {
+    if (blocking.k_block > 0 && !blocking.init_apart) {
         // Blocked k (the CPU): the initial value joins the first block's update, so that no pass
         // of its own writes c before the products do (a parallel loop that zeroed w_grad and
         // x_grad, 1 % of BlockLSTMGrad at 50,8,128). The select reads c's old value, unused, in
@@ -174,6 +188,30 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
         p.sum(x, y) += p.part(x, y, blocks);
     }
     return p;
+}
+
+// sum(x) = init(x) + sum_k b(x, k): the column sums of b, in float32, blocked over k as
+// matrix_product blocks it and added in its order (each block from zero, then onto the sum), so
+// they equal, bit for bit, a product row whose a is all ones (w_grad's product: b_grad, the
+// weight gradient of the constant input 1). b past depth is not read. part(x, kb) is one block's
+// sum; sum is a Func of the generator's (an output that is only stored: schedules read it back
+// from a buffer of their own, schedules/cpu.h: schedule_column_sums_cpu).
+struct ColumnSums {
+    Func sum, part;
+};
+inline ColumnSums column_sums(const std::string &name, const std::function<Expr(Expr x, Expr k)> &b,
+                              const std::function<Expr(Expr x)> &init, const Expr &depth, int k_block,
+                              const Var &x) {
+    const KBlocks kbs = k_blocks(depth, k_block);
+    RDom k_in_block(0, kbs.size, name + "_k"), blocks(0, kbs.count, name + "_kb");
+    Var kb("kb");
+    ColumnSums s{Func(name), Func(name + "_part")};
+    Expr k = kb * kbs.size + k_in_block;
+    s.part(x, kb) = 0.0f;
+    s.part(x, kb) += select(likely(k < depth), f32(b(x, min(likely(k), max(depth - 1, 0)))), 0.0f);
+    s.sum(x) = f32(init(x));
+    s.sum(x) += s.part(x, blocks);
+    return s;
 }
 
 }  // namespace blocklstm::gen

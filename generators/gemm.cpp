@@ -3,13 +3,16 @@
 //   nn       c[M,N] (dtype) = a[M,K] (f32)   . b[K,N] (dtype)             x_grad, h_prev_grad (b = W^T)
 //   tn       c[M,N] (dtype) = a[K,M]^T (dtype) . b[K,N] (f32)             w_grad = [x | h_prev_seq]^T . dgates
 //            c may have more rows than a has columns: a's missing columns are ones, so c's row M
-//            is 1^T . b = b's column sums (the CPU's b_grad, the weight gradient of the constant
-//            input 1, from the x product's last register tile, whose spare rows compute it
-//            anyway unless the tile height divides M)
-//   tn with weights=panels (gemm_tn_panels)
-//            c[M,N] (f32) = (accumulate ? c : 0) + a[K,M]^T (f32) . b[K,N] (f32), b in panels
-//            of 16 columns (generators/panels.cpp): the CPU's float32 w_grad, summed over chunks
-//            of the sequence, each chunk of dgates packed once for both of its products
+//            is 1^T . b = b's column sums (the CPU's float16 b_grad, the weight gradient of the
+//            constant input 1, from the x product's last register tile, whose spare rows compute
+//            it anyway unless the tile height divides M)
+//   tn with weights=panels (gemm_tn_panels), the CPU's float32 w_grad and b_grad over one chunk
+//   of the sequence (K rows of dgates), summed over the chunks:
+//            c[I+H,N] (f32) = (accumulate ? c : 0) + [a | a_h][K,I+H]^T (f32) . b[K,N] (f32)
+//            sums[N]  (f32) = (accumulate ? sums : 0) + 1^T . b
+//            a and a_h are the chunk's rows of x [K,I] and of h_prev_seq [K,H] (with I = 0, a is
+//            not read: any buffer of K rows), b the chunk of dgates in panels of 16 columns
+//            (generators/panels.cpp), packed once for the whole product
 // The float32 side is the runtime's workspace (projections, gate gradients); float16 variants
 // round once, when c is stored.
 #include "generators/common.h"
@@ -27,9 +30,10 @@ public:
                                    {"nn", GemmForm::nn},
                                    {"tn", GemmForm::tn}}};
 
-    Input<Buffer<>> *a = nullptr, *b = nullptr, *bias = nullptr, *c_in = nullptr;
+    Input<Buffer<>> *a = nullptr, *a_h = nullptr, *b = nullptr, *bias = nullptr, *c_in = nullptr,
+                    *sums_in = nullptr;
     Input<float> *accumulate = nullptr;  // b in panels: 0 (c = the product) or 1 (c += it)
-    Output<Buffer<>> *c = nullptr;
+    Output<Buffer<>> *c = nullptr, *sums = nullptr;
 
     void configure() {
         namespace n = args::gemm;
@@ -41,13 +45,17 @@ public:
         const bool b_is_f32 = form == GemmForm::tn || panels;
         const bool c_is_f32 = form == GemmForm::nn_bias || panels;
         a = add_input<Buffer<>>(n::a, a_is_f32 ? f32_type : Type(dtype), 2);
+        if (panels) a_h = add_input<Buffer<>>(n::a_h, f32_type, 2);
         b = add_input<Buffer<>>(n::b, b_is_f32 ? f32_type : Type(dtype), panels ? 3 : 2);
         if (form == GemmForm::nn_bias) bias = add_input<Buffer<>>(n::bias, dtype, 1);
         if (panels) {
-            c_in = add_input<Buffer<>>(n::c_in, f32_type, 2);  // c itself: read before it is written
+            // c and sums themselves: read before they are written
+            c_in = add_input<Buffer<>>(n::c_in, f32_type, 2);
+            sums_in = add_input<Buffer<>>(n::sums_in, f32_type, 1);
             accumulate = add_input<float>(n::accumulate);
         }
         c = add_output<Buffer<>>(n::c, c_is_f32 ? f32_type : Type(dtype), 2);
+        if (panels) sums = add_output<Buffer<>>(n::sums, f32_type, 1);
     }
 
     void generate() {
@@ -59,10 +67,12 @@ public:
         c->dim(0).set_min(0);
         c->dim(1).set_min(0);
         Expr rows = c->dim(1).extent(), cols = c->dim(0).extent();
-        Expr depth = transpose_a ? a->dim(1).extent() : a->dim(0).extent();
+        Expr depth = a_h ? a_h->dim(1).extent() : transpose_a ? a->dim(1).extent() : a->dim(0).extent();
+        const schedules::Machine t = machine();
+        const auto batched = schedules::GemmShape::batched;
+        const schedules::GemmBlocking blocking = schedules::gemm_blocking(batched, t);
         // A float32 c is the accumulator itself; a float16 c is one rounding of it.
         const bool c_is_f32 = c->types()[0] == Float(32);
-        const auto batched = schedules::GemmShape::batched;
         schedules::GemmFuncs p = matrix_product(
             "c",
             [&](Expr k, Expr yy) {
@@ -76,18 +86,46 @@ public:
                 if (c_in) return select(*accumulate != 0.0f, (*c_in)(xx, yy), 0.0f);
                 return bias ? f32((*bias)(xx)) : Expr(0.0f);
             },
-            rows, cols, depth, schedules::gemm_blocking(batched, machine()),
-            /*b_padded=*/b_panel_cols > 0, x, y,
-            c_is_f32 ? std::optional<Func>(Func(*c)) : std::nullopt);
+            rows, cols, depth, blocking, /*b_padded=*/b_panel_cols > 0, x, y,
+            c_is_f32 ? std::optional<Func>(Func(*c)) : std::nullopt,
+            a_h ? std::function<void(Func, Expr)>([&](Func a_panel, Expr k_extent) {
+                // A = [x | h_prev_seq]: its panel's tiles from h's rows, then from x's over the
+                // first I rows, each input read in dense rows (one select between the two at
+                // every element of the packing cost BlockLSTMGrad 2-6 %).
+                const int tile = blocking.panel_rows;
+                Expr h_cols = a_h->dim(0).extent(), x_cols = rows - h_cols, tiles = (rows + tile - 1) / tile;
+                Var yi, k, yo;
+                a_panel(yi, k, yo) = undef<float>();
+                RDom h_tiles(0, tile, 0, k_extent, x_cols / tile, tiles - x_cols / tile, "h_tiles");
+                Expr h_row = h_tiles.z * tile + h_tiles.x - x_cols;
+                Expr from_h = (*a_h)(min(max(likely(h_row), 0), h_cols - 1), min(likely(h_tiles.y), depth - 1));
+                a_panel(h_tiles.x, h_tiles.y, h_tiles.z) = select(likely(h_tiles.y < depth), from_h, 0.0f);
+                RDom x_tiles(0, tile, 0, k_extent, 0, (x_cols + tile - 1) / tile, "x_tiles");
+                Expr x_row = x_tiles.z * tile + x_tiles.x;
+                Expr from_x = (*a)(min(likely(x_row), a->dim(0).extent() - 1), min(likely(x_tiles.y), depth - 1));
+                a_panel(x_tiles.x, x_tiles.y, x_tiles.z) =
+                    select(likely(x_row < x_cols), select(likely(x_tiles.y < depth), from_x, 0.0f),
+                           a_panel(x_tiles.x, x_tiles.y, x_tiles.z));
+            })
+                : nullptr);
         if (!c_is_f32) (*c)(x, y) = cast(c->types()[0], p.sum(x, y));
 
-        const schedules::Machine t = machine();
+        if (sums) {
+            sums->dim(0).set_min(0);
+            gen::ColumnSums s = column_sums(
+                "column_sums", [&](Expr xx, Expr k) { return recurrent_weight(*b, b_panel_cols, xx, k); },
+                [&](Expr xx) { return select(*accumulate != 0.0f, (*sums_in)(xx), 0.0f); }, depth,
+                blocking.k_block, x);
+            (*sums)(x) = s.sum(x);
+            schedules::schedule_column_sums(*sums, s.sum, s.part, x, t);
+        }
         schedules::schedule_gemm(p,
                                  {.shape = batched,
                                   .cols = cols,
                                   .sum_is_output = c_is_f32,
                                   .a_rows_contiguous = !transpose_a,
                                   .b_in_panels = b_panel_cols > 0,
+                                  .a_from_two_inputs = a_h != nullptr,
                                   .a_converted = a->type() != Float(32)},
                                  t);
         if (!c_is_f32) schedules::schedule_elementwise(*c, x, y, t);

@@ -42,6 +42,10 @@ struct GemmUse {
     bool a_rows_contiguous = true;
     // b is read from weight panels packed once per call (generators/panels.cpp): nothing to pack.
     bool b_in_panels = false;
+    // a's panel comes from two inputs, each in updates over whole register tiles (w_grad's
+    // [x | h_prev_seq], generators/gemm.cpp): made once per call, each input copied in dense rows
+    // (docs/tuning.md: a select between them per element was 2-6 % of BlockLSTMGrad).
+    bool a_from_two_inputs = false;
     // a is stored in another type than float32 (float16): converted once into a float32 panel
     // (a step's product: per call; a batched one: per work item and k block), not at every use.
     bool a_converted = false;
@@ -123,7 +127,19 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             // parallel; b is packed once per k block for all row blocks. Measured on this
             // machine: transposed-A products 19 -> 31 GFLOP per core-second (OpenBLAS: 31-36).
             update.reorder(tiles_then({yb, xc})).fuse(yb, xc, work).parallel(work);
-            pack_a_at(LoopLevel(g.sum, work));
+            if (use.a_from_two_inputs) {
+                // Once per call, not per work item: a tile's rows are one dense vector of each
+                // input (the update's first RVar is the tile row).
+                g.a_panel.compute_root();
+                for (int u = 0; u < g.a_panel.num_update_definitions(); ++u) {
+                    const auto row_k_tile = g.a_panel.update(u).get_schedule().rvars();
+                    g.a_panel.update(u)
+                        .vectorize(RVar(row_k_tile[0].var))
+                        .parallel(RVar(row_k_tile[2].var));
+                }
+            } else {
+                pack_a_at(LoopLevel(g.sum, work));
+            }
             if (!use.b_in_panels) pack_b_at(LoopLevel(g.sum, g.blocks));
         }
     } else {
@@ -213,6 +229,23 @@ inline void schedule_column_sum_cpu(Func sum, Func out, Var x, const std::vector
         .reorder(order)
         .vectorize(xl)
         .unroll(xu);
+}
+
+// out(x) = sum(x), the column sums of a product's b panels in k blocks (part(x, kb), one block):
+// chunks of column_sum_vectors vectors in parallel, each summed in a buffer of its own, then stored
+// once. Summed in the output itself, the update's read-back of it would be an aligned vector load
+// (schedules/schedule.h: machine) of a buffer the caller may align to its elements only.
+// A pass over one chunk of dgates: 1/(I+H) of its product's work.
+inline void schedule_column_sums_cpu(Func out, Func sum, Func part, Var x, const CpuTuning &tuning) {
+    const int vec = tuning.vector_floats;
+    Var xo("xo"), xi("xi");
+    out.split(x, xo, xi, vec * tuning.column_sum_vectors, TailStrategy::GuardWithIf)
+        .parallel(xo)
+        .vectorize(xi, vec, TailStrategy::GuardWithIf);
+    sum.compute_at(out, xo).vectorize(x, vec, TailStrategy::GuardWithIf);
+    sum.update().vectorize(x, vec, TailStrategy::GuardWithIf);
+    part.compute_at(out, xo).vectorize(x, vec, TailStrategy::GuardWithIf);
+    part.update().vectorize(x, vec, TailStrategy::GuardWithIf);
 }
 
 // A transpose out(x, y) = in(y, x): square tiles of one vector, so both sides are read and

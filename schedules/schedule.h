@@ -124,6 +124,15 @@ inline void schedule_column_sum(Halide::Func sum, Halide::Func out, Halide::Var 
     schedule_column_sum_cuda(sum, out, x, rows, m.cuda);
 }
 
+// out(x) = sum(x), sum blocked over k with part(x, kb) one block's sum (generators/common.h:
+// column_sums). The CPU's w_grad product alone has them (its b in panels).
+inline void schedule_column_sums(Halide::Func out, Halide::Func sum, Halide::Func part, Halide::Var x,
+                                 const Machine &m) {
+    if (m.gpu()) throw std::invalid_argument("column sums in blocks: the GPU sums dgates in seq_bwd_reduce");
+    if (m.autoschedule) return;
+    schedule_column_sums_cpu(out, sum, part, x, m.cpu);
+}
+
 // out(x, y) = staged(y, x), staged a copy of the input (a shared-memory tile on the GPU).
 inline void schedule_transpose(Halide::Func out, Halide::Func staged, Halide::Var x, Halide::Var y,
                                const Machine &m) {

@@ -175,7 +175,7 @@ Call backward_step(const LstmShape &s, std::mt19937 &rng, bool panels) {
     return c;
 }
 
-// The reductions after the backward loop. On the CPU b_grad is w_grad's extra row, so the
+// The reductions after the backward loop. On the CPU b_grad comes with w_grad's product, so the
 // runtime passes it empty (with a host pointer).
 Call reductions(const LstmShape &s, std::mt19937 &rng, bool peephole, bool b_grad_elsewhere) {
     namespace n = kernel::args::seq_bwd_reduce;
@@ -202,21 +202,24 @@ std::vector<Family> cpu_families() {
         family("seq_fwd_step", Family::seq_fwd_step, false, {Site::forward_step}, std::bind(forward_step, _1, _2, true)),
         family("seq_bwd_step", Family::seq_bwd_step, false, {Site::backward_step}, std::bind(backward_step, _1, _2, true)),
         family("gemm_nn", Family::gemm_nn, false, {Site::x_grad}, input_grad),
-        // w_grad's x product over one chunk of dgates (and b_grad's extra row); the h product has
-        // the same shape where I = H.
-        family("gemm_tn_panels", Family::gemm_tn_panels, false, {Site::w_grad_x, Site::w_grad_h},
+        // w_grad's product (and b_grad's column sums) over one chunk of dgates.
+        family("gemm_tn_panels", Family::gemm_tn_panels, false, {Site::w_grad},
                [](const LstmShape &s, std::mt19937 &rng) {
-                   const int n = std::min(s.T * s.B, kChunkRows);
+                   namespace n = kernel::args::gemm;
+                   const int rows = std::min(s.T * s.B, kChunkRows);
                    Call c;
-                   c.buffers[kernel::args::gemm::a] = random(rng, {s.I, n});
-                   c.buffers[kernel::args::gemm::b] = random_panels(rng, 4 * s.H, n);
-                   c.buffers[kernel::args::gemm::c_in] = random(rng, {4 * s.H, s.I + 1});
-                   c.scalars[kernel::args::gemm::accumulate] = 1.0f;
-                   c.buffers[kernel::args::gemm::c] = empty_like({4 * s.H, s.I + 1});
+                   c.buffers[n::a] = random(rng, {s.I, rows});
+                   c.buffers[n::a_h] = random(rng, {s.H, rows});
+                   c.buffers[n::b] = random_panels(rng, 4 * s.H, rows);
+                   c.buffers[n::c_in] = random(rng, {4 * s.H, s.I + s.H});
+                   c.buffers[n::sums_in] = random(rng, {4 * s.H});
+                   c.scalars[n::accumulate] = 1.0f;
+                   c.buffers[n::c] = empty_like({4 * s.H, s.I + s.H});
+                   c.buffers[n::sums] = empty_like({4 * s.H});
                    return c;
                }),
         // The peephole sums after the backward loop (without peepholes there is nothing to sum:
-        // b_grad is w_grad's extra row on the CPU).
+        // b_grad comes with w_grad's product on the CPU).
         family("seq_bwd_reduce", Family::seq_bwd_reduce, false, {Site::reductions},
                std::bind(reductions, _1, _2, true, true), true),
     };

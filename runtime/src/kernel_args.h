@@ -103,21 +103,30 @@ inline void bind(KernelCall &call, const CellBwdArgs &x) {
         if (x.peephole_grads[k]) call.buffer(kernel::tuple_element(a::peephole_grads, k), *x.peephole_grads[k]);
 }
 
-// gemm (gemm_nn_bias, gemm_nn, gemm_tn, gemm_tn_panels): c = a . b (+ bias, or + c_in when
-// accumulate is 1); each form takes the arguments of generators/gemm.cpp's table.
+// gemm (gemm_nn_bias, gemm_nn, gemm_tn): c = a . b (+ bias); each form takes the arguments of
+// generators/gemm.cpp's table.
 struct GemmArgs {
     Buf &a, &b;
-    Buf *bias = nullptr;        // gemm_nn_bias
-    Buf *c_in = nullptr;        // gemm_tn_panels: c itself, read before it is written
-    float *accumulate = nullptr;  // gemm_tn_panels
+    Buf *bias = nullptr;  // gemm_nn_bias
     Buf &c;
 };
 inline void bind(KernelCall &call, const GemmArgs &x) {
     namespace a = kernel::args::gemm;
     call.buffer(a::a, x.a).buffer(a::b, x.b).buffer(a::c, x.c);
     if (x.bias) call.buffer(a::bias, *x.bias);
-    if (x.c_in) call.buffer(a::c_in, *x.c_in);
-    if (x.accumulate) call.scalar(a::accumulate, x.accumulate);
+}
+// gemm_tn_panels, one chunk of w_grad's product: c = (accumulate ? c : 0) + [x | h]^T . b and
+// sums = (accumulate ? sums : 0) + 1^T . b, b the chunk of dgates in panels; c and sums are also
+// read, before they are written (generators/gemm.cpp).
+struct WeightGradChunkArgs {
+    Buf &x, &h, &b;
+    float *accumulate;
+    Buf &c, &sums;
+};
+inline void bind(KernelCall &call, const WeightGradChunkArgs &x) {
+    namespace a = kernel::args::gemm;
+    call.buffer(a::a, x.x).buffer(a::a_h, x.h).buffer(a::b, x.b).scalar(a::accumulate, x.accumulate);
+    call.buffer(a::c_in, x.c).buffer(a::c, x.c).buffer(a::sums_in, x.sums).buffer(a::sums, x.sums);
 }
 
 // transpose: out = in^T. panels, panels_t: in packed into float32 panels (generators/panels.cpp).

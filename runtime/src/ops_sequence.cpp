@@ -233,12 +233,13 @@ void batched_product(Exec &exec, const KernelEntry &product, DType dt, int64_t M
     run(product, exec, GemmArgs{.a = a_buf, .b = b_buf, .c = c_buf});
 }
 
-// w_grad = [x | h_prev_seq]^T . dgates, and with I > 0 b_grad = 1^T . dgates (the x product's
-// extra row), on the CPU in float32: summed over chunks of kWeightGradChunkRows rows of dgates
-// (time steps x batch), each chunk packed once into panels (generators/panels.cpp) that both
-// products read, where a gemm_tn per product packs all of dgates again (perf at 100,64,512:
-// packing 2.1 -> 1.2 % of the samples; BlockLSTMGrad 0.98x the time). Run after the recurrence:
-// run between its steps, while a chunk's rows are still in cache, it was 1-2 % slower.
+// w_grad = [x | h_prev_seq]^T . dgates and b_grad = 1^T . dgates, on the CPU in float32: summed
+// over chunks of kWeightGradChunkRows rows of dgates (time steps x batch), each chunk packed once
+// into panels (generators/panels.cpp) that one gemm_tn_panels product reads for w_grad's rows of x
+// and of h_prev_seq and for b_grad (perf at 100,64,512: packing 2.1 -> 1.2 % of the samples
+// against a gemm_tn per product; BlockLSTMGrad 0.98x the time). Run after the recurrence: run
+// between its steps, while a chunk's rows are still in cache, it was 1-2 % slower. With I = 0,
+// b_grad comes from the reductions (plan::b_grad_with_w_grad) and the chunks' sums go to a scratch.
 void weight_grads_in_chunks(Exec &exec, const PlanKernels &kernels, const SeqDims &d, const float *x,
                             const float *h_prev, const float *h, float *dgates, float *w_grad, float *b_grad) {
     const int64_t B = d.B, I = d.I, H = d.H, rows = d.L * d.B, G = 4 * H;
@@ -249,46 +250,28 @@ void weight_grads_in_chunks(Exec &exec, const PlanKernels &kernels, const SeqDim
     // h_prev_seq's rows r are h_prev's for r < B, then h's: a chunk that starts in h_prev is
     // copied, every later one read in place.
     Scratch h_head(exec, chunk * H * 4, Scratch::Fill::none);
-    // The h product's rows start at w_grad's row I. A product reads its output back between k
-    // blocks with the alignment its index implies (schedules/schedule.h: machine), which a check
-    // target's tiles may make a whole vector, so where row I is not aligned to a cache line
-    // (I * 4H floats in) the h product runs in a workspace, copied to row I at the end.
-    const bool row_i_aligned = reinterpret_cast<std::uintptr_t>(w_grad + I * G) % 64 == 0;
-    std::optional<Scratch> h_rows;
-    if (!row_i_aligned) h_rows.emplace(exec, H * G * 4, Scratch::Fill::none);
-    float *row_i = row_i_aligned ? w_grad + I * G : h_rows->floats();
-    // The x product's extra row (b_grad's sum) and the h product's first row are both w_grad's
-    // row I: while the x product runs, the h product's partial row waits here, and the other
-    // way round.
-    Scratch other_row(exec, G * 4, Scratch::Fill::none);
+    std::optional<Scratch> unused_sums;
+    if (I == 0) unused_sums.emplace(exec, G * 4, Scratch::Fill::none);
+    Buf c = Buf::matrix(dev, w_grad, DType::f32, I + H, G, G);
+    Buf sums(dev, I > 0 ? b_grad : unused_sums->floats(), DType::f32, {G});
     for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
         const int64_t n = std::min(chunk, rows - r0);
         float accumulate = r0 > 0 ? 1.0f : 0.0f;
         Buf b = pack_panels(exec, packer, Buf::matrix(dev, dgates + r0 * G, DType::f32, n, G, G), G, n,
                             panels.data());
-        auto product_into = [&](const float *a, int64_t a_cols, float *c, int64_t c_rows) {
-            Buf a_buf = Buf::matrix(dev, const_cast<float *>(a), DType::f32, n, a_cols, a_cols);
-            Buf c_buf = Buf::matrix(dev, c, DType::f32, c_rows, G, G);
-            run(product, exec, GemmArgs{.a = a_buf, .b = b, .c_in = &c_buf, .accumulate = &accumulate, .c = c_buf});
-        };
-        if (I > 0) {
-            float *shared_row = w_grad + I * G;  // row_i itself, unless the h product is elsewhere
-            std::swap_ranges(shared_row, shared_row + G, other_row.floats());
-            product_into(x + r0 * I, I, w_grad, I + 1);
-            std::swap_ranges(shared_row, shared_row + G, other_row.floats());
-        }
-        if (r0 >= B) {
-            product_into(h + (r0 - B) * H, H, row_i, H);
-        } else {
+        const float *h_rows = h + (r0 - B) * H;
+        if (r0 < B) {
             const int64_t from_h_prev = std::min(n, B - r0);
             float *head = h_head.floats();
             std::copy_n(h_prev + r0 * H, from_h_prev * H, head);
             std::copy_n(h, (n - from_h_prev) * H, head + from_h_prev * H);
-            product_into(head, H, row_i, H);
+            h_rows = head;
         }
+        Buf h_buf = Buf::matrix(dev, const_cast<float *>(h_rows), DType::f32, n, H, H);
+        // With I = 0 x has no columns to read: h's chunk stands in for it (not read).
+        Buf x_buf = I > 0 ? Buf::matrix(dev, const_cast<float *>(x + r0 * I), DType::f32, n, I, I) : h_buf;
+        run(product, exec, WeightGradChunkArgs{.x = x_buf, .h = h_buf, .b = b, .accumulate = &accumulate, .c = c, .sums = sums});
     }
-    if (I > 0) std::copy_n(other_row.floats(), G, b_grad);
-    if (!row_i_aligned) std::copy_n(row_i, H * G, w_grad + I * G);
 }
 
 // One BlockLSTMGrad call, in its phases: transpose the weights, the recurrence in reverse time

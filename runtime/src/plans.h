@@ -37,13 +37,14 @@ constexpr bool has_split_steps(Kind kind, Device device, DType dtype) {
 // of the CPU's float32 w_grad (its L*B rows of dgates in chunks of kWeightGradChunkRows).
 enum class Times { once, per_step, per_chunk };
 
-// What a step computes: the same site may run another family on another device or dtype (w_grad's
-// products: gemm_tn_panels over chunks on the CPU in float32, gemm_tn elsewhere).
+// What a step computes: the same site may run another family on another device or dtype (the
+// forward step: seq_fwd_step fused, seq_fwd_gates split). w_grad runs as one product over chunks
+// on the CPU in float32 (w_grad), as its x and h products elsewhere (w_grad_x, w_grad_h).
 enum class Site {
     input_projection, w_h_panels, forward_step,                                 // forward
     cell_backward,                                                              // the cell's gradient
-    w_transpose, w_h_t_panels, backward_step, x_grad, h_prev_grad, dgates_panels, w_grad_x, w_grad_h,
-    reductions,                                                                 // a sequence's gradient
+    w_transpose, w_h_t_panels, backward_step, x_grad, h_prev_grad, dgates_panels, w_grad, w_grad_x,
+    w_grad_h, reductions,                                                       // a sequence's gradient
 };
 
 struct Step {
@@ -67,8 +68,7 @@ inline constexpr Step backward_step{Site::backward_step, Family::seq_bwd_step, T
 inline constexpr Step x_grad{Site::x_grad, Family::gemm_nn, Times::once, "x_grad = dgates . W_x^T (I > 0)"};
 inline constexpr Step h_prev_grad{Site::h_prev_grad, Family::gemm_nn, Times::once, "h_prev_grad = dgates[0] . W_h^T"};
 inline constexpr Step dgates_panels{Site::dgates_panels, Family::panels, Times::per_chunk, "a chunk of dgates packed into panels"};
-inline constexpr Step w_grad_x_chunk{Site::w_grad_x, Family::gemm_tn_panels, Times::per_chunk, "w_grad[:I] += x^T . the chunk, b_grad in its extra row (I > 0)"};
-inline constexpr Step w_grad_h_chunk{Site::w_grad_h, Family::gemm_tn_panels, Times::per_chunk, "w_grad[I:] += h_prev^T . the chunk"};
+inline constexpr Step w_grad_chunk{Site::w_grad, Family::gemm_tn_panels, Times::per_chunk, "w_grad += [x | h_prev]^T . the chunk, b_grad += its column sums (I > 0)"};
 inline constexpr Step w_grad_x{Site::w_grad_x, Family::gemm_tn, Times::once, "w_grad[:I] = x^T . dgates (I > 0; on the CPU b_grad in its extra row)"};
 inline constexpr Step w_grad_h{Site::w_grad_h, Family::gemm_tn, Times::once, "w_grad[I:] = h_prev^T . dgates"};
 inline constexpr Step reductions{Site::reductions, Family::seq_bwd_reduce, Times::once, "the peephole grads, cs_prev_grad, b_grad where w_grad's product has not"};
@@ -82,7 +82,7 @@ inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_
 inline constexpr Step kCellGrad[] = {steps::cell_backward};
 inline constexpr Step kSequenceGradCpuFloat32[] = {steps::w_transpose,    steps::w_h_t_panels, steps::backward_step,
                                                    steps::x_grad,         steps::h_prev_grad,  steps::dgates_panels,
-                                                   steps::w_grad_x_chunk, steps::w_grad_h_chunk, steps::reductions};
+                                                   steps::w_grad_chunk,   steps::reductions};
 inline constexpr Step kSequenceGradCpuFloat16[] = {steps::w_transpose, steps::w_h_t_panels, steps::backward_step,
                                                    steps::x_grad,      steps::h_prev_grad,  steps::w_grad_x,
                                                    steps::w_grad_h,    steps::reductions};
@@ -108,10 +108,11 @@ constexpr std::span<const Step> plan_of(Kind kind, Device device, DType dtype, S
     return {};
 }
 
-// Where b_grad of a sequence's gradient comes from: on the CPU, with I > 0, with w_grad's x
-// product (its c has one more row, the column sums of dgates, which the spare rows of its last
-// register tile compute anyway: a pass of its own reads all of dgates again, 1.6 % of
-// BlockLSTMGrad at 100,32,256); elsewhere from the reductions (cuBLAS has no such row).
+// Where b_grad of a sequence's gradient comes from: on the CPU, with I > 0, with w_grad's product
+// (float32: gemm_tn_panels sums each chunk's columns beside its product, 1/(I+H) of its work; float16:
+// gemm_tn's extra row of the x product, which the spare rows of its last register tile compute
+// anyway; a pass of its own read all of dgates again, 1.6 % of BlockLSTMGrad at 100,32,256);
+// elsewhere from the reductions (cuBLAS has no such row).
 constexpr bool b_grad_with_w_grad(Device device, int64_t input_size) {
     return device == Device::cpu && input_size > 0;
 }
