@@ -192,6 +192,14 @@ struct IdentityInputLstm {
 
 constexpr double kTol = 1e-5;  // test_util.h: the float32 tolerance of the CPU variants
 
+// One step (T = L = 1) of the identity-input recurrence in the twin's peephole flag and layout:
+// the reference of the step kernels.
+IdentityInputLstm one_step(Rng &rng, const Shape &s, const Twin &tw) {
+    Shape one = s;
+    one.T = one.L = 1;
+    return IdentityInputLstm(rng, one, tw.peephole(), tw.gate_layout());
+}
+
 // ---- One check per kernel family ----------------------------------------------------------------
 
 void check_gemm(const Twin &tw, const Shape &s, Rng &rng) {
@@ -226,9 +234,7 @@ void check_transpose(const Twin &tw, const Shape &s, Rng &rng) {
 // One forward step: step 0 of the identity-input recurrence.
 void check_seq_fwd_step(const Twin &tw, const Shape &s, Rng &rng) {
     const int64_t B = s.B, H = s.H;
-    Shape one = s;
-    one.T = one.L = 1;
-    const IdentityInputLstm r(rng, one, tw.peephole(), tw.gate_layout());
+    const IdentityInputLstm r = one_step(rng, s, tw);
     const Array xw = reshaped(r.x, {B, 4 * H});
     TwinCall call(tw);
     call.in("xw", xw).in("h_prev", r.h_prev).in("w_h", r.w_h).in("cs_prev", r.cs_prev);
@@ -249,9 +255,7 @@ void check_seq_fwd_step(const Twin &tw, const Shape &s, Rng &rng) {
 void check_seq_fwd_gates(const Twin &tw, const Shape &s, Rng &rng) {
     namespace a = blocklstm::kernel::args::seq_fwd_step;
     const int64_t B = s.B, H = s.H;
-    Shape one = s;
-    one.T = one.L = 1;
-    const IdentityInputLstm r(rng, one, tw.peephole(), tw.gate_layout());
+    const IdentityInputLstm r = one_step(rng, s, tw);
     TwinCall call(tw);
     call.in(a::pre_activations, plus(matmul(r.h_prev, r.w_h), reshaped(r.x, {B, 4 * H}))).in(a::cs_prev, r.cs_prev);
     call.in(a::wci, r.wci).in(a::wcf, r.wcf).in(a::wco, r.wco);
@@ -269,9 +273,7 @@ void check_seq_fwd_gates(const Twin &tw, const Shape &s, Rng &rng) {
 // dcs = cs_grad + carry are the output gradients of a one-step op reference.
 void check_seq_bwd_step(const Twin &tw, const Shape &s, Rng &rng) {
     const int64_t B = s.B, H = s.H;
-    Shape one = s;
-    one.T = one.L = 1;
-    const IdentityInputLstm r(rng, one, tw.peephole(), tw.gate_layout());
+    const IdentityInputLstm r = one_step(rng, s, tw);
     const Array dgates_next = random(rng, {B, 4 * H}), h_grad = random(rng, {B, H});
     const Array cs_grad = random(rng, {B, H}), carry = random(rng, {B, H});
     const Array dh = plus(times_wT(dgates_next, r.w_h), h_grad), dcs = plus(cs_grad, carry);
@@ -297,9 +299,7 @@ void check_seq_bwd_step(const Twin &tw, const Shape &s, Rng &rng) {
 void check_seq_bwd_gates(const Twin &tw, const Shape &s, Rng &rng) {
     namespace a = blocklstm::kernel::args::seq_bwd_step;
     const int64_t B = s.B, H = s.H;
-    Shape one = s;
-    one.T = one.L = 1;
-    const IdentityInputLstm r(rng, one, tw.peephole(), tw.gate_layout());
+    const IdentityInputLstm r = one_step(rng, s, tw);
     const Array dgates_next = random(rng, {B, 4 * H}), h_grad = random(rng, {B, H});
     const Array cs_grad = random(rng, {B, H}), carry = random(rng, {B, H});
     const Array product = times_wT(dgates_next, r.w_h), dcs = plus(cs_grad, carry);
