@@ -1,5 +1,5 @@
-"""blocklstm for PyTorch: the six ops as torch custom ops, and LSTM, a one-layer nn.LSTM with
-optional peepholes.
+"""blocklstm for PyTorch: the six ops as torch custom ops, and LSTM and LSTMCell, nn.LSTM and
+nn.LSTMCell with optional peepholes and TF's options.
 
 The ops are registered as torch.ops.blocklstm.<op> (block_lstm, block_lstm_grad, block_lstm_v2,
 block_lstm_grad_v2, lstm_block_cell, lstm_block_cell_grad), their schemas generated from the
@@ -184,51 +184,64 @@ torch.library.register_autograd("blocklstm::lstm_block_cell", _cell_backward,
                                 setup_context=_setup_context, lib=_lib)
 
 
-# ---- The module ----------------------------------------------------------------------------------
+# ---- The modules --------------------------------------------------------------------------------
 
-class LSTM(nn.Module):
-    """A one-layer LSTM with nn.LSTM's arguments, parameters and call, and optional peepholes.
+def _tf_weights(w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order):
+    """TF's w [I+H, 4H] and b [4H] from nn.LSTM's weights (gate blocks i, f, g, o): in IFCO order
+    (BlockLSTMV2's, the same blocks) or ICFO (LSTMBlockCell's: f and g swap places). forget_bias is
+    folded into b for IFCO (BlockLSTMV2 has no such attr); the cell op takes it as its attr."""
+    w = torch.cat([w_ih, w_hh], 1).t()
+    H = w_hh.shape[1]
+    b = b_ih + b_hh if b_ih is not None else w.new_zeros(4 * H)
+    if gate_order == "icfo":
+        blocks = [0, 2, 1, 3]
+        w = torch.cat([w[:, k * H:(k + 1) * H] for k in blocks], 1)
+        b = torch.cat([b[k * H:(k + 1) * H] for k in blocks])
+    elif forget_bias:
+        b = torch.cat([b[:H], b[H:2 * H] + forget_bias, b[2 * H:]])
+    return w.contiguous(), b
 
-    LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-    bidirectional=False, proj_size=0, device=None, dtype=None, *, peephole=False, forget_bias=0.0,
-    cell_clip=None): nn.LSTM's arguments in nn.LSTM's order (one layer, one direction, with biases
-    and no projection, as TF's fused ops: other values are refused), then TF's options by keyword.
-    Parameters: weight_ih_l0 [4H, I], weight_hh_l0 [4H, H], bias_ih_l0 [4H], bias_hh_l0 [4H] (gate
-    order i, f, g, o, as nn.LSTM), and with peephole=True weight_ci_l0, weight_cf_l0,
-    weight_co_l0 [H] (TF's wci, wcf, wco). load_state_dict(nn_lstm.state_dict()) works as it is;
-    peephole weights missing from a state dict keep their values (zeros after reset_parameters).
-    forward(input, (h_0, c_0)=None) -> (output, (h_n, c_n)) as nn.LSTM (batched [T, B, I] or
-    [B, T, I] with batch_first, or unbatched [T, I]), with TF's forget_bias (added to the forget
-    gate) and cell_clip (None: no clipping). The gradient is TF's: straight through the clip, so
-    with an active cell_clip it is not the derivative of the clipped forward.
-    """
 
-    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
-                 bidirectional=False, proj_size=0, device=None, dtype=None, *, peephole=False,
-                 forget_bias=0.0, cell_clip=None):
-        super().__init__()
-        for name, value, supported in (("num_layers", num_layers, 1), ("bias", bool(bias), True),
-                                       ("bidirectional", bool(bidirectional), False), ("proj_size", proj_size, 0)):
-            if type(value) is not type(supported) or value != supported:  # num_layers=True is no 1
-                raise ValueError(f"LSTM: {name}={value!r} is not supported: expected {supported!r} (one layer, "
-                                 "one direction, with biases, no projection, as TF's fused ops; stack modules "
-                                 "for more layers)")
-        if dropout:  # as nn.LSTM: dropout acts between layers, and there is one
-            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
-                          f"expects num_layers greater than 1, but got dropout={dropout} and num_layers=1")
-        self.input_size, self.hidden_size = input_size, hidden_size
-        self.peephole, self.forget_bias, self.cell_clip = peephole, float(forget_bias), cell_clip
-        self.batch_first, self.dropout = batch_first, float(dropout)
-        f = {"device": device, "dtype": dtype}
-        H = hidden_size
-        self.weight_ih_l0 = nn.Parameter(torch.empty(4 * H, input_size, **f))
-        self.weight_hh_l0 = nn.Parameter(torch.empty(4 * H, H, **f))
-        self.bias_ih_l0 = nn.Parameter(torch.empty(4 * H, **f))
-        self.bias_hh_l0 = nn.Parameter(torch.empty(4 * H, **f))
-        self._peepholes = ("weight_ci_l0", "weight_cf_l0", "weight_co_l0") if peephole else ()
-        for name in self._peepholes:
-            setattr(self, name, nn.Parameter(torch.empty(H, **f)))
-        self.reset_parameters()
+def _check_state(name, hx, want, like):
+    if not isinstance(hx, (tuple, list)) or len(hx) != 2:
+        raise ValueError(f"{name}: hx must be a tuple (h_0, c_0), as nn.{name}'s")
+    for k, t in enumerate(hx):
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
+            got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise RuntimeError(f"{name}: Expected hidden[{k}] size {want}, got {got}")
+        if t.dtype != like.dtype or t.device != like.device:
+            raise RuntimeError(f"{name}: Expected hidden[{k}] to be {like.dtype} on {like.device} as the "
+                               f"input, got {t.dtype} on {t.device}")
+
+
+def _check_input(name, input, weight, input_size, dims):
+    if input.dim() not in dims:
+        raise ValueError(f"{name}: Expected input to be {' or '.join(f'{d}D' for d in dims)}, got {input.dim()}D instead")
+    if input.shape[-1] != input_size:
+        raise RuntimeError(f"{name}: input.size(-1) must be equal to input_size. Expected {input_size}, "
+                           f"got {input.shape[-1]}")
+    if input.dtype != weight.dtype:  # nn.LSTM's words
+        raise ValueError(f"{name}: input dtype ({input.dtype}) does not match weight dtype ({weight.dtype}). "
+                         f"Convert input: input.to({weight.dtype}), or convert model: model.to({input.dtype})")
+    if input.device != weight.device:
+        raise RuntimeError(f"{name}: Input and parameter tensors are not at the same device, found input "
+                           f"tensor at {input.device} and parameter tensor at {weight.device}")
+
+
+def _within_lengths(T, lengths, device):
+    """index[t, b] of the time step that row b reads at step t of its reversed run: len_b - 1 - t for
+    t < len_b (the row reversed within its own length, as nn.LSTM's reverse direction runs a packed
+    row), t past it; and mask[t, b], whether step t is inside row b's length."""
+    t = torch.arange(T, device=device)[:, None]
+    inside = t < lengths[None, :]
+    return torch.where(inside, lengths[None, :] - 1 - t, t), inside
+
+
+class _PeepholeModule(nn.Module):
+    """What LSTM and LSTMCell share: nn's initialisation, zero peepholes, and an nn module's state
+    dict loading as it is (the peephole weights it lacks keep their values)."""
+
+    _peepholes = ()
 
     def reset_parameters(self):
         bound = 1 / math.sqrt(self.hidden_size)  # as nn.LSTM
@@ -246,72 +259,273 @@ class LSTM(nn.Module):
             if prefix + name in missing_keys:
                 missing_keys.remove(prefix + name)
 
+
+class LSTM(_PeepholeModule):
+    """nn.LSTM's arguments, parameters and call, with optional peepholes and TF's options.
+
+    LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+    bidirectional=False, proj_size=0, device=None, dtype=None, *, peephole=False, forget_bias=0.0,
+    cell_clip=None): nn.LSTM's arguments in nn.LSTM's order (proj_size must be 0: projections are
+    refused), then TF's options by keyword. Parameters as nn.LSTM names them for every layer and
+    direction — weight_ih_l{k}[_reverse] [4H, in], weight_hh_l{k}[_reverse] [4H, H], and with
+    bias=True bias_ih_l{k}[_reverse], bias_hh_l{k}[_reverse] [4H] (gate order i, f, g, o) — and
+    with peephole=True weight_ci_l{k}[_reverse], weight_cf_..., weight_co_... [H] (TF's wci, wcf,
+    wco). load_state_dict(nn_lstm.state_dict()) works as it is; peephole weights missing from a
+    state dict keep their values (zeros after reset_parameters).
+
+    forward(input, hx=None, *, lengths=None) -> (output, (h_n, c_n)) as nn.LSTM: input [T, B, I]
+    ([B, T, I] with batch_first), unbatched [T, I], or a PackedSequence (output is then packed as
+    nn.LSTM packs it); hx = (h_0, c_0) of [num_layers * D, B, H] (D = 2 if bidirectional). With
+    lengths (a [B] integer tensor, each in [0, T]) a padded batch runs as nn.LSTM runs it packed:
+    row b's steps past lengths[b] are zeros in the output, h_n and c_n are its state at its last
+    step (h_0 and c_0 for a length of 0), and the reverse direction runs each row reversed within
+    its own length. Layers after the first see the previous layer's output through dropout in
+    training mode, as nn.LSTM. TF's forget_bias is added to the forget gate and cell_clip (None: no
+    clipping) clips the cell state; the gradient is TF's: straight through the clip, so with an
+    active cell_clip it is not the derivative of the clipped forward.
+
+    Variable lengths run every step of the padded batch and mask the result (exact, with exact
+    gradients); the kernels do not yet skip the padded steps.
+    """
+
+    def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
+                 bidirectional=False, proj_size=0, device=None, dtype=None, *, peephole=False,
+                 forget_bias=0.0, cell_clip=None):
+        super().__init__()
+        if type(num_layers) is not int or num_layers < 1:  # num_layers=True is no 1
+            raise ValueError(f"LSTM: num_layers={num_layers!r} is not supported: expected an int >= 1")
+        if type(proj_size) is not int or proj_size != 0:
+            raise ValueError(f"LSTM: proj_size={proj_size!r} is not supported: expected 0 (LSTMP's projection "
+                             "h = W_hr (o * tanh c) is not in the kernels)")
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
+            raise ValueError("dropout should be a number in range [0, 1] representing the probability of an "
+                             "element being zeroed")
+        if dropout and num_layers == 1:  # as nn.LSTM: dropout acts between layers
+            warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
+                          f"expects num_layers greater than 1, but got dropout={dropout} and num_layers=1")
+        self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
+        self.bias, self.bidirectional, self.proj_size = bool(bias), bool(bidirectional), 0
+        self.peephole, self.forget_bias, self.cell_clip = peephole, float(forget_bias), cell_clip
+        self.batch_first, self.dropout = batch_first, float(dropout)
+        f = {"device": device, "dtype": dtype}
+        H, D = hidden_size, 2 if bidirectional else 1
+        self._names = []  # per (layer, direction): (w_ih, w_hh, b_ih or None, b_hh or None, (wci, wcf, wco) or None)
+        self._peepholes = []
+        for layer in range(num_layers):
+            for direction in range(D):
+                sfx = f"_l{layer}" + ("_reverse" if direction else "")
+                size_in = input_size if layer == 0 else H * D
+                shapes = {"weight_ih": (4 * H, size_in), "weight_hh": (4 * H, H)}
+                if self.bias:
+                    shapes.update(bias_ih=(4 * H,), bias_hh=(4 * H,))
+                if peephole:
+                    shapes.update(weight_ci=(H,), weight_cf=(H,), weight_co=(H,))
+                for name, shape in shapes.items():
+                    setattr(self, name + sfx, nn.Parameter(torch.empty(*shape, **f)))
+                names = {k: k + sfx for k in shapes}
+                self._names.append((names["weight_ih"], names["weight_hh"], names.get("bias_ih"),
+                                    names.get("bias_hh"),
+                                    (names["weight_ci"], names["weight_cf"], names["weight_co"]) if peephole else None))
+                if peephole:
+                    self._peepholes += [names["weight_ci"], names["weight_cf"], names["weight_co"]]
+        self._weights_cache = {}
+        self.reset_parameters()
+
     def flatten_parameters(self):
         """nn.LSTM's cuDNN weight compaction: nothing to do here (the weights are used as they are)."""
 
-    def tf_weights(self):
-        """TF's w [I+H, 4H] and b [4H] (IFCO gate blocks, BlockLSTMV2's layout) from nn.LSTM's."""
-        w = torch.cat([self.weight_ih_l0, self.weight_hh_l0], 1).t().contiguous()
-        b = self.bias_ih_l0 + self.bias_hh_l0
-        if self.forget_bias:
-            H = self.hidden_size
-            b = torch.cat([b[:H], b[H:2 * H] + self.forget_bias, b[2 * H:]])
-        return w, b
+    def tf_weights(self, layer=0, direction=0):
+        """TF's w [in+H, 4H] and b [4H] (IFCO gate blocks, BlockLSTMV2's layout, forget_bias folded
+        in) of one layer and direction, from its nn.LSTM weights."""
+        w_ih, w_hh, b_ih, b_hh, _ = self._names[layer * (2 if self.bidirectional else 1) + direction]
+        get = lambda n: getattr(self, n) if n else None
+        return _tf_weights(get(w_ih), get(w_hh), get(b_ih), get(b_hh), self.forget_bias, "ifco")
 
-    def forward(self, input, hx=None):
-        if isinstance(input, nn.utils.rnn.PackedSequence):
-            raise TypeError("LSTM: a PackedSequence is not supported: expected a padded tensor "
-                            "(torch.nn.utils.rnn.pad_packed_sequence)")
-        if input.dim() not in (2, 3):
-            raise ValueError(f"LSTM: Expected input to be 2D or 3D, got {input.dim()}D instead")
-        if input.shape[-1] != self.input_size:
-            raise RuntimeError(f"LSTM: input.size(-1) must be equal to input_size. Expected {self.input_size}, "
-                             f"got {input.shape[-1]}")
-        weight = self.weight_ih_l0
-        if input.dtype != weight.dtype:  # nn.LSTM's words
-            raise ValueError(f"LSTM: input dtype ({input.dtype}) does not match weight dtype ({weight.dtype}). "
-                             f"Convert input: input.to({weight.dtype}), or convert model: model.to({input.dtype})")
-        if input.device != weight.device:
-            raise RuntimeError(f"LSTM: Input and parameter tensors are not at the same device, found input "
-                               f"tensor at {input.device} and parameter tensor at {weight.device}")
+    def _weights(self, index, x):
+        """tf_weights of one layer and direction, reused while its parameters are unchanged (their
+        version counters) where no gradient flows through them; built anew where one does."""
+        w_ih, w_hh, b_ih, b_hh, peep = self._names[index]
+        params = [getattr(self, n) for n in (w_ih, w_hh, b_ih, b_hh) if n]
+        if peep:
+            wci, wcf, wco = (getattr(self, n) for n in peep)
+        else:
+            wci = wcf = wco = x.new_zeros(self.hidden_size)
+        get = lambda n: getattr(self, n) if n else None
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return (*_tf_weights(get(w_ih), get(w_hh), get(b_ih), get(b_hh), self.forget_bias, "ifco"), wci, wcf, wco)
+        if torch.compiler.is_compiling():  # no Python-side cache in a traced graph
+            with torch.no_grad():
+                return (*_tf_weights(get(w_ih), get(w_hh), get(b_ih), get(b_hh), self.forget_bias, "ifco"), wci, wcf, wco)
+        key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params) + (self.forget_bias,)
+        cached = self._weights_cache.get(index)
+        if cached is None or cached[0] != key:
+            with torch.no_grad():
+                cached = (key, _tf_weights(get(w_ih), get(w_hh), get(b_ih), get(b_hh), self.forget_bias, "ifco"))
+            self._weights_cache[index] = cached
+        return (*cached[1], wci, wcf, wco)
+
+    def forward(self, input, hx=None, *, lengths=None):
+        packed = isinstance(input, nn.utils.rnn.PackedSequence)
+        if packed:
+            if lengths is not None:
+                raise ValueError("LSTM: lengths is for a padded input: a PackedSequence carries its own")
+            padded, lengths = nn.utils.rnn.pad_packed_sequence(input)  # [T, B, I], the batch in its order
+            _check_input("LSTM", padded, self.weight_ih_l0, self.input_size, (3,))
+            output, state = self._padded(padded, hx, lengths.to(padded.device), batched=True)
+            # Packed as the input: its sorted order and batch sizes (the rows' lengths are the same).
+            sorted_out = output.index_select(1, input.sorted_indices) if input.sorted_indices is not None else output
+            data = nn.utils.rnn.pack_padded_sequence(sorted_out, lengths[input.sorted_indices.cpu()]
+                                                     if input.sorted_indices is not None else lengths).data
+            return nn.utils.rnn.PackedSequence(data, input.batch_sizes, input.sorted_indices,
+                                               input.unsorted_indices), state
+        _check_input("LSTM", input, self.weight_ih_l0, self.input_size, (2, 3))
         batched = input.dim() == 3  # unbatched [T, I]: one batch row, as nn.LSTM
         x = (input.transpose(0, 1) if self.batch_first else input) if batched else input.unsqueeze(1)
-        x = x.contiguous()
-        T, B, H = x.shape[0], x.shape[1], self.hidden_size
-        if hx is None:
-            h0 = c0 = x.new_zeros(B, H)
-        else:
-            want = (1, B, H) if batched else (1, H)
-            if not isinstance(hx, (tuple, list)) or len(hx) != 2:
-                raise ValueError("LSTM: hx must be a tuple (h_0, c_0), as nn.LSTM's")
-            for k, t in enumerate(hx):
-                if tuple(t.shape) != want:
-                    raise RuntimeError(f"LSTM: Expected hidden[{k}] size {want}, got {list(t.shape)}")
-                if t.dtype != input.dtype or t.device != input.device:
-                    raise RuntimeError(f"LSTM: Expected hidden[{k}] to be {input.dtype} on {input.device} as the "
-                                       f"input, got {t.dtype} on {t.device}")
-            h0, c0 = (t.reshape(B, H).contiguous() for t in hx)
-        if T == 0:  # no step: the state passes through
-            output = x.new_zeros(0, B, H)
-            h_n, c_n = h0.unsqueeze(0).clone(), c0.unsqueeze(0).clone()
-        else:
-            output, h_n, c_n = self._sequence(x, h0, c0)
+        if lengths is not None:
+            lengths = self._check_lengths(lengths, x)
+        output, state = self._padded(x, hx, lengths, batched)
         if not batched:
-            return output.squeeze(1), (h_n.squeeze(1), c_n.squeeze(1))
-        return (output.transpose(0, 1) if self.batch_first else output), (h_n, c_n)
+            return output.squeeze(1), tuple(t.squeeze(1) for t in state)
+        return (output.transpose(0, 1) if self.batch_first else output), state
 
-    def _sequence(self, x, h0, c0):
-        T, H = x.shape[0], self.hidden_size
-        w, b = self.tf_weights()
-        if self.peephole:
-            wci, wcf, wco = self.weight_ci_l0, self.weight_cf_l0, self.weight_co_l0
+    def _check_lengths(self, lengths, x):
+        T, B = x.shape[0], x.shape[1]
+        if not isinstance(lengths, torch.Tensor) or lengths.dtype not in (torch.int32, torch.int64) \
+                or tuple(lengths.shape) != (B,):
+            got = f"{lengths.dtype} of shape {list(lengths.shape)}" if isinstance(lengths, torch.Tensor) \
+                else type(lengths).__name__
+            raise ValueError(f"LSTM: lengths: expected an int32 or int64 tensor of shape [{B}] (one per batch "
+                             f"row), got {got}")
+        if torch.compiler.is_compiling():  # checked when the graph runs: the values are not known while tracing
+            torch._assert_async(((lengths >= 0) & (lengths <= T)).all(),
+                                f"LSTM: lengths: expected each in [0, {T}] (the input's steps)")
+        elif B and (int(lengths.min()) < 0 or int(lengths.max()) > T):
+            raise ValueError(f"LSTM: lengths: expected each in [0, {T}] (the input's steps), got "
+                             f"min {int(lengths.min())}, max {int(lengths.max())}")
+        return lengths.to(device=x.device, dtype=torch.int64)
+
+    def _padded(self, x, hx, lengths, batched):
+        """Every layer and direction over x [T, B, in]: (output [T, B, D*H], (h_n, c_n))."""
+        T, B, H = x.shape[0], x.shape[1], self.hidden_size
+        D = 2 if self.bidirectional else 1
+        LD = self.num_layers * D
+        if hx is None:
+            h0 = c0 = x.new_zeros(LD, B, H)
         else:
-            wci = wcf = wco = x.new_zeros(H)
+            _check_state("LSTM", hx, (LD, B, H) if batched else (LD, H), x)
+            h0, c0 = (t.reshape(LD, B, H) for t in hx)
+        if lengths is not None:
+            index, inside = _within_lengths(T, lengths, x.device)
+            last = (lengths - 1).clamp(min=0)
+        h_n, c_n = [], []
+        layer_in = x
+        for layer in range(self.num_layers):
+            if layer > 0 and self.dropout and self.training:
+                layer_in = nn.functional.dropout(layer_in, self.dropout, training=True)
+            outs = []
+            for direction in range(D):
+                k = layer * D + direction
+                seq = layer_in
+                if direction == 1:  # reversed in time, within each row's length
+                    seq = layer_in.flip(0) if lengths is None else layer_in.gather(
+                        0, index[:, :, None].expand(T, B, layer_in.shape[2]))
+                h, cs = self._run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous())
+                if T == 0:  # no step: the state passes through
+                    h_last, c_last = h0[k], c0[k]
+                elif lengths is None:
+                    h_last, c_last = h[-1], cs[-1]
+                else:
+                    at = last[None, :, None].expand(1, B, H)
+                    started = (lengths > 0)[:, None]
+                    h_last = torch.where(started, h.gather(0, at)[0], h0[k])
+                    c_last = torch.where(started, cs.gather(0, at)[0], c0[k])
+                if direction == 1:
+                    h = h.flip(0) if lengths is None else h.gather(0, index[:, :, None].expand(T, B, H))
+                if lengths is not None:
+                    h = h * inside[:, :, None].to(h.dtype)
+                outs.append(h)
+                h_n.append(h_last)
+                c_n.append(c_last)
+            layer_in = outs[0] if D == 1 else torch.cat(outs, 2)
+        return layer_in, (torch.stack(h_n), torch.stack(c_n))  # tensors of their own, as nn.LSTM's
+
+    def _run(self, index, x, h0, c0):
+        """One layer and direction: BlockLSTMV2 over x [T, B, in] from (h0, c0) [B, H]: (h, cs) [T, B, H]."""
+        T = x.shape[0]
+        if T == 0:
+            empty = x.new_zeros(0, x.shape[1], self.hidden_size)
+            return empty, empty
+        w, b, wci, wcf, wco = self._weights(index, x)
         clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
         i, cs, f, o, ci, co, h = torch.ops.blocklstm.block_lstm_v2(
             T, x, c0, h0, w, wci, wcf, wco, b, clip, self.peephole)
-        return h, h[-1:].clone(), cs[-1:].clone()  # h_n and c_n of their own, as nn.LSTM's
+        return h, cs
 
     def extra_repr(self):
-        return (f"{self.input_size}, {self.hidden_size}, peephole={self.peephole}, "
-                f"forget_bias={self.forget_bias}, cell_clip={self.cell_clip}, batch_first={self.batch_first}")
+        s = f"{self.input_size}, {self.hidden_size}"
+        if self.num_layers != 1:
+            s += f", num_layers={self.num_layers}"
+        if not self.bias:
+            s += ", bias=False"
+        if self.batch_first:
+            s += ", batch_first=True"
+        if self.dropout:
+            s += f", dropout={self.dropout}"
+        if self.bidirectional:
+            s += ", bidirectional=True"
+        return s + f", peephole={self.peephole}, forget_bias={self.forget_bias}, cell_clip={self.cell_clip}"
+
+
+class LSTMCell(_PeepholeModule):
+    """nn.LSTMCell's arguments, parameters and call on TF's LSTMBlockCell op, with optional
+    peepholes and TF's options.
+
+    LSTMCell(input_size, hidden_size, bias=True, device=None, dtype=None, *, peephole=False,
+    forget_bias=0.0, cell_clip=None). Parameters weight_ih [4H, I], weight_hh [4H, H], with bias
+    bias_ih, bias_hh [4H] (gate order i, f, g, o, as nn.LSTMCell: load_state_dict of an
+    nn.LSTMCell's state works as it is), and with peephole=True weight_ci, weight_cf, weight_co [H].
+    forward(input, hx=None) -> (h_1, c_1): input [B, I] or unbatched [I], hx = (h_0, c_0) of [B, H]
+    (or [H]), zeros when None. One step per call, for code that loops over time itself; a whole
+    sequence runs faster through LSTM.
+    """
+
+    def __init__(self, input_size, hidden_size, bias=True, device=None, dtype=None, *, peephole=False,
+                 forget_bias=0.0, cell_clip=None):
+        super().__init__()
+        self.input_size, self.hidden_size, self.bias = input_size, hidden_size, bool(bias)
+        self.peephole, self.forget_bias, self.cell_clip = peephole, float(forget_bias), cell_clip
+        f = {"device": device, "dtype": dtype}
+        H = hidden_size
+        self.weight_ih = nn.Parameter(torch.empty(4 * H, input_size, **f))
+        self.weight_hh = nn.Parameter(torch.empty(4 * H, H, **f))
+        self.bias_ih = nn.Parameter(torch.empty(4 * H, **f)) if self.bias else None
+        self.bias_hh = nn.Parameter(torch.empty(4 * H, **f)) if self.bias else None
+        self._peepholes = ("weight_ci", "weight_cf", "weight_co") if peephole else ()
+        for name in self._peepholes:
+            setattr(self, name, nn.Parameter(torch.empty(H, **f)))
+        self.reset_parameters()
+
+    def forward(self, input, hx=None):
+        _check_input("LSTMCell", input, self.weight_ih, self.input_size, (1, 2))
+        batched = input.dim() == 2
+        x = input if batched else input.unsqueeze(0)
+        B, H = x.shape[0], self.hidden_size
+        if hx is None:
+            h0 = c0 = x.new_zeros(B, H)
+        else:
+            _check_state("LSTMCell", hx, (B, H) if batched else (H,), x)
+            h0, c0 = (t.reshape(B, H) for t in hx)
+        w, b = _tf_weights(self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh, 0.0, "icfo")
+        if self.peephole:
+            wci, wcf, wco = self.weight_ci, self.weight_cf, self.weight_co
+        else:
+            wci = wcf = wco = x.new_zeros(H)
+        clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
+        i, cs, f, o, ci, co, h = torch.ops.blocklstm.lstm_block_cell(
+            x.contiguous(), c0.contiguous(), h0.contiguous(), w, wci, wcf, wco, b, self.forget_bias, clip,
+            self.peephole)
+        return (h, cs) if batched else (h[0], cs[0])
+
+    def extra_repr(self):
+        return (f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False") +
+                f", peephole={self.peephole}, forget_bias={self.forget_bias}, cell_clip={self.cell_clip}")

@@ -6,6 +6,7 @@ from conftest import import_torch
 torch = import_torch("the PyTorch suites")
 import blocklstm  # noqa: E402
 import blocklstm.torch as bt  # noqa: E402
+from torch_reference import reference_module  # noqa: E402
 
 
 def _cuda_skip_reason():
@@ -134,33 +135,6 @@ def test_peephole_module_loads_nn_lstm_state_and_learns_peepholes():
     assert ours.weight_ci_l0.grad.abs().sum() > 0 and ours.weight_co_l0.grad.abs().sum() > 0
 
 
-def reference_module(m, x, h0, c0):
-    """The module's function in float64 autograd, written from the equations: nn.LSTM's gates
-    (i, f, g, o) with TF's options: wci and wcf see the previous cell state and wco the new clipped
-    one, forget_bias is added to the forget gate's pre-activation, and the cell state is clipped to
-    +-cell_clip with TF's gradient, straight through the clip. Returns (output, h_n, c_n), the
-    float64 leaves (x, h0, c0 and every parameter by name) and whether the clip acted."""
-    leaves = {n: t.detach().double().requires_grad_() for n, t in m.named_parameters()}
-    leaves.update(x=x.detach().double().requires_grad_(), h0=h0.detach().double().requires_grad_(),
-                  c0=c0.detach().double().requires_grad_())
-    p = leaves
-    zero = torch.zeros(m.hidden_size, dtype=torch.float64)
-    wci, wcf, wco = (p.get(n, zero) for n in ("weight_ci_l0", "weight_cf_l0", "weight_co_l0"))
-    h, c, hs, clipped = p["h0"][0], p["c0"][0], [], False
-    for t in range(x.shape[0]):
-        z = p["x"][t] @ p["weight_ih_l0"].T + h @ p["weight_hh_l0"].T + p["bias_ih_l0"] + p["bias_hh_l0"]
-        zi, zf, zg, zo = z.chunk(4, 1)
-        i = torch.sigmoid(zi + wci * c)
-        f = torch.sigmoid(zf + m.forget_bias + wcf * c)
-        c = f * c + i * torch.tanh(zg)
-        if m.cell_clip:
-            clipped |= bool((c.abs() > m.cell_clip).any())
-            c = c + (c.clamp(-m.cell_clip, m.cell_clip) - c).detach()  # TF's gradient: straight through
-        h = torch.sigmoid(zo + wco * c) * torch.tanh(c)
-        hs.append(h)
-    return torch.stack(hs), h[None], c[None], leaves, clipped
-
-
 @pytest.mark.parametrize("dtype, fwd_tol, grad_tol", [(torch.float32, 1e-5, 1e-5), (torch.float16, 4e-3, 1e-2)],
                          ids=["float32", "float16"])
 def test_module_with_tf_options_matches_the_float64_reference(dtype, fwd_tol, grad_tol):
@@ -226,12 +200,15 @@ def test_export_keeps_time_and_batch_symbolic():
 
 
 def test_module_takes_nn_lstm_arguments_in_order_and_refuses_what_it_cannot_be():
-    m = bt.LSTM(4, 5, 1, True, True)  # num_layers, bias, batch_first: positional, as nn.LSTM
-    assert m.batch_first and not m.peephole
-    for kwargs in ({"num_layers": 2}, {"num_layers": True}, {"bidirectional": True}, {"proj_size": 3}, {"bias": False}):
+    m = bt.LSTM(4, 5, 2, False, True, 0.25, True)  # nn.LSTM's positional order
+    assert (m.num_layers, m.bias, m.batch_first, m.dropout, m.bidirectional) == (2, False, True, 0.25, True)
+    assert not m.peephole
+    for kwargs in ({"num_layers": 0}, {"num_layers": True}, {"proj_size": 3}):
         name = next(iter(kwargs))
         with pytest.raises(ValueError, match=f"LSTM: {name}=.* is not supported"):
             bt.LSTM(4, 5, **kwargs)
+    with pytest.raises(ValueError, match="dropout should be a number in range"):
+        bt.LSTM(4, 5, 2, dropout=1.5)
     with pytest.warns(UserWarning, match="non-zero dropout expects num_layers greater than 1"):
         bt.LSTM(4, 5, dropout=0.5)
 
@@ -249,8 +226,6 @@ def test_module_checks_its_input_and_state_as_nn_lstm():
         ours(torch.randn(6, 2, 4), (torch.randn(1, 5, 2), torch.randn(1, 5, 2)))
     with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size. Expected 4, got 7"):
         ours(torch.randn(6, 2, 7))
-    with pytest.raises(TypeError, match="PackedSequence is not supported"):
-        ours(torch.nn.utils.rnn.pack_sequence([torch.randn(3, 4)]))
     for T in (3, 0):  # h_n and c_n are tensors of their own, also when no step runs
         y, (h, c) = ours(torch.randn(T, 2, 4))
         assert h._base is None and c._base is None and h.data_ptr() != c.data_ptr()

@@ -1,0 +1,264 @@
+"""blocklstm.torch.LSTM as nn.LSTM in every configuration it takes (layers, directions, no biases,
+given states, packed and variable-length batches, dropout between layers), and LSTMCell as
+nn.LSTMCell: outputs, final states and every gradient against nn's with the same weights."""
+import pytest
+from conftest import import_torch
+
+torch = import_torch("the PyTorch layer suites")
+import blocklstm.torch as bt  # noqa: E402
+from torch_reference import reference_module  # noqa: E402
+
+nn = torch.nn
+TOL = 1e-5  # float32: nn's and ours differ in the order of their sums only
+
+
+def twins(I, H, **kwargs):
+    """An nn.LSTM and our LSTM with the same weights."""
+    ref = nn.LSTM(I, H, **kwargs)
+    ours = bt.LSTM(I, H, **kwargs)
+    ours.load_state_dict(ref.state_dict())
+    assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
+    return ref, ours
+
+
+def backward_both(outs_ref, outs_ours):
+    """A loss that weighs every output element differently, through both modules."""
+    for outs in (outs_ref, outs_ours):
+        loss = sum((o * torch.randn(o.shape, generator=torch.Generator().manual_seed(k))).sum()
+                   for k, o in enumerate(outs))
+        loss.backward()
+
+
+def assert_grads_equal(ref, ours):
+    for name, p in ref.named_parameters():
+        q = getattr(ours, name)
+        assert q.grad is not None, name
+        torch.testing.assert_close(q.grad, p.grad, atol=TOL, rtol=0, msg=name)
+
+
+CONFIGS = [
+    dict(num_layers=2),
+    dict(bidirectional=True),
+    dict(num_layers=2, bidirectional=True),
+    dict(num_layers=3, bias=False),
+    dict(num_layers=2, bidirectional=True, batch_first=True),
+    dict(num_layers=2, bidirectional=True, bias=False, batch_first=True),
+]
+
+
+@pytest.mark.parametrize("kwargs", CONFIGS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+@pytest.mark.parametrize("given_state", [False, True], ids=["zero_state", "given_state"])
+def test_module_matches_nn_lstm(kwargs, given_state):
+    torch.manual_seed(0)
+    T, B, I, H = 6, 4, 5, 7
+    ref, ours = twins(I, H, **kwargs)
+    LD = ref.num_layers * (2 if ref.bidirectional else 1)
+    x = torch.randn(B, T, I) if ref.batch_first else torch.randn(T, B, I)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    states = [[torch.randn(LD, B, H).requires_grad_() for _ in range(2)] for _ in range(2)] if given_state else None
+    if given_state:
+        with torch.no_grad():
+            states[1][0].copy_(states[0][0]), states[1][1].copy_(states[0][1])
+    y1, (h1, c1) = ref(xs[0], tuple(states[0]) if given_state else None)
+    y2, (h2, c2) = ours(xs[1], tuple(states[1]) if given_state else None)
+    for a, b in ((y1, y2), (h1, h2), (c1, c2)):
+        assert a.shape == b.shape
+        torch.testing.assert_close(b, a, atol=TOL, rtol=0)
+    backward_both((y1, h1, c1), (y2, h2, c2))
+    torch.testing.assert_close(xs[1].grad, xs[0].grad, atol=TOL, rtol=0)
+    if given_state:
+        for k in range(2):
+            torch.testing.assert_close(states[1][k].grad, states[0][k].grad, atol=TOL, rtol=0)
+    assert_grads_equal(ref, ours)
+
+
+def test_unbatched_input_of_a_two_layer_bidirectional_module():
+    torch.manual_seed(1)
+    ref, ours = twins(3, 4, num_layers=2, bidirectional=True)
+    x, h0, c0 = torch.randn(5, 3), torch.randn(4, 4), torch.randn(4, 4)
+    (y1, (h1, c1)), (y2, (h2, c2)) = ref(x, (h0, c0)), ours(x, (h0, c0))
+    for a, b in ((y1, y2), (h1, h2), (c1, c2)):
+        assert a.shape == b.shape
+        torch.testing.assert_close(b, a, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("enforce_sorted", [False, True])
+def test_packed_sequence_in_and_out_as_nn_lstm(enforce_sorted):
+    torch.manual_seed(2)
+    T, I, H = 7, 3, 5
+    lengths = torch.tensor([7, 5, 5, 2, 1]) if enforce_sorted else torch.tensor([2, 7, 1, 5, 5])
+    ref, ours = twins(I, H, num_layers=2, bidirectional=True)
+    x = torch.randn(T, len(lengths), I)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    h0 = torch.randn(4, len(lengths), H)
+    packs = [nn.utils.rnn.pack_padded_sequence(t, lengths, enforce_sorted=enforce_sorted) for t in xs]
+    y1, (h1, c1) = ref(packs[0], (h0, h0))
+    y2, (h2, c2) = ours(packs[1], (h0, h0))
+    assert isinstance(y2, nn.utils.rnn.PackedSequence)
+    assert torch.equal(y2.batch_sizes, y1.batch_sizes)
+    for a, b in ((y1.sorted_indices, y2.sorted_indices), (y1.unsorted_indices, y2.unsorted_indices)):
+        assert (a is None and b is None) or torch.equal(a, b)
+    for a, b in ((y1.data, y2.data), (h1, h2), (c1, c2)):
+        torch.testing.assert_close(b, a, atol=TOL, rtol=0)
+    backward_both((y1.data, h1, c1), (y2.data, h2, c2))
+    torch.testing.assert_close(xs[1].grad, xs[0].grad, atol=TOL, rtol=0)
+    assert_grads_equal(ref, ours)
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_padded_batch_with_lengths_runs_as_nn_lstm_runs_it_packed(batch_first):
+    """lengths=: no packing, no sorting; outputs past a row's length are zeros, h_n and c_n are the
+    state at its last step, the reverse direction runs the row reversed within its length. A row of
+    length 0 (which nn.LSTM cannot pack) keeps h_0 and c_0 and has no output."""
+    torch.manual_seed(3)
+    T, I, H = 6, 4, 5
+    lengths = torch.tensor([3, 6, 0, 1])
+    B = len(lengths)
+    ref, ours = twins(I, H, num_layers=2, bidirectional=True, batch_first=batch_first)
+    x = torch.randn(B, T, I) if batch_first else torch.randn(T, B, I)
+    h0, c0 = torch.randn(4, B, H), torch.randn(4, B, H)
+    xs = [x.clone().requires_grad_() for _ in range(2)]
+    y, (h_n, c_n) = ours(xs[1], (h0, c0), lengths=lengths)
+    rows = lengths > 0  # the rows nn.LSTM can take
+    sub = (lambda t: t[rows]) if batch_first else (lambda t: t[:, rows])
+    packed = nn.utils.rnn.pack_padded_sequence(sub(xs[0]), lengths[rows], batch_first=batch_first,
+                                               enforce_sorted=False)
+    y_ref, (h_ref, c_ref) = ref(packed, (h0[:, rows].contiguous(), c0[:, rows].contiguous()))
+    y_ref, _ = nn.utils.rnn.pad_packed_sequence(y_ref, batch_first=batch_first, total_length=T)
+    torch.testing.assert_close(sub(y), y_ref, atol=TOL, rtol=0)
+    torch.testing.assert_close(h_n[:, rows], h_ref, atol=TOL, rtol=0)
+    torch.testing.assert_close(c_n[:, rows], c_ref, atol=TOL, rtol=0)
+    zero_row = (y[~rows] if batch_first else y[:, ~rows])
+    assert torch.equal(zero_row, torch.zeros_like(zero_row))
+    assert torch.equal(h_n[:, ~rows], h0[:, ~rows]) and torch.equal(c_n[:, ~rows], c0[:, ~rows])
+    backward_both((y_ref, h_ref, c_ref), (sub(y), h_n[:, rows], c_n[:, rows]))
+    torch.testing.assert_close(sub(xs[1].grad), sub(xs[0].grad), atol=TOL, rtol=0)
+    assert torch.equal(xs[1].grad[~rows] if batch_first else xs[1].grad[:, ~rows],
+                       torch.zeros_like(xs[1].grad[~rows] if batch_first else xs[1].grad[:, ~rows]))
+    assert_grads_equal(ref, ours)
+
+
+def test_lengths_that_cannot_be_are_refused_naming_them():
+    m = bt.LSTM(3, 4)
+    x = torch.randn(5, 2, 3)
+    for lengths, message in ((torch.tensor([5, 6]), r"lengths: expected each in \[0, 5\]"),
+                             (torch.tensor([5, -1]), r"lengths: expected each in \[0, 5\]"),
+                             (torch.tensor([5]), r"lengths: expected an int32 or int64 tensor of shape \[2\]"),
+                             (torch.tensor([5.0, 2.0]), "lengths: expected an int32 or int64 tensor"),
+                             ([5, 2], "lengths: expected an int32 or int64 tensor")):
+        with pytest.raises(ValueError, match=message):
+            m(x, lengths=lengths)
+    packed = nn.utils.rnn.pack_sequence([torch.randn(3, 3)])
+    with pytest.raises(ValueError, match="lengths is for a padded input"):
+        m(packed, lengths=torch.tensor([3]))
+
+
+def test_dropout_acts_between_layers_in_training_only():
+    torch.manual_seed(4)
+    x = torch.randn(5, 3, 4)
+    ref, ours = twins(4, 6, num_layers=2, dropout=1.0)  # p = 1: layer 2 sees zeros, in both
+    ref.train(), ours.train()
+    torch.testing.assert_close(ours(x)[0], ref(x)[0], atol=TOL, rtol=0)
+    ref.eval(), ours.eval()  # no dropout at all
+    torch.testing.assert_close(ours(x)[0], ref(x)[0], atol=TOL, rtol=0)
+    half = bt.LSTM(4, 6, num_layers=2, dropout=0.5)
+    half.load_state_dict(ref.state_dict())
+    half.train()
+    assert not torch.allclose(half(x)[0], ref(x)[0], atol=1e-3)  # p = 0.5 changes the output ...
+    half.eval()
+    torch.testing.assert_close(half(x)[0], ref(x)[0], atol=TOL, rtol=0)  # ... in training only
+
+
+def test_weights_reused_for_inference_follow_in_place_updates():
+    """Without a gradient the converted weights are kept between calls while the parameters are
+    unchanged; an in-place update (an optimiser step, load_state_dict) is seen by the next call."""
+    torch.manual_seed(5)
+    ref, ours = twins(4, 6, num_layers=2, bidirectional=True)
+    x = torch.randn(5, 3, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], ref(x)[0], atol=TOL, rtol=0)
+        for p in list(ours.parameters()) + list(ref.parameters()):
+            p.mul_(0.5)
+        torch.testing.assert_close(ours(x)[0], ref(x)[0], atol=TOL, rtol=0)
+        ref2 = nn.LSTM(4, 6, num_layers=2, bidirectional=True)
+        ours.load_state_dict(ref2.state_dict())
+        torch.testing.assert_close(ours(x)[0], ref2(x)[0], atol=TOL, rtol=0)
+
+
+def test_torch_compile_and_export_of_a_two_layer_bidirectional_module():
+    torch.manual_seed(6)
+    m = bt.LSTM(6, 10, num_layers=2, bidirectional=True, peephole=True)
+    x = torch.randn(5, 2, 6)
+    eager = m(x)[0]
+    torch.testing.assert_close(torch.compile(m, fullgraph=True)(x)[0], eager, atol=0, rtol=0)
+    ep = torch.export.export(m, (x,))
+    torch.testing.assert_close(ep.module()(x)[0], eager, atol=0, rtol=0)
+    lengths = torch.tensor([5, 3])
+    torch.testing.assert_close(torch.compile(m, fullgraph=True)(x, lengths=lengths)[0], m(x, lengths=lengths)[0],
+                               atol=0, rtol=0)
+
+
+def test_peepholes_of_every_layer_and_direction_are_parameters_that_learn():
+    m = bt.LSTM(3, 4, num_layers=2, bidirectional=True, peephole=True)
+    names = {n for n, _ in m.named_parameters()}
+    for sfx in ("_l0", "_l0_reverse", "_l1", "_l1_reverse"):
+        assert {"weight_ci" + sfx, "weight_cf" + sfx, "weight_co" + sfx} <= names
+    m.load_state_dict(nn.LSTM(3, 4, num_layers=2, bidirectional=True).state_dict())  # the peepholes keep theirs
+    y, (h, c) = m(torch.randn(5, 2, 3))
+    (y.sum() + c.sum()).backward()
+    for sfx in ("_l0", "_l0_reverse", "_l1", "_l1_reverse"):
+        assert getattr(m, "weight_ci" + sfx).grad.abs().sum() > 0, sfx
+
+
+# ---- LSTMCell ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_cell_stepped_in_a_loop_matches_nn_lstm_cell(bias):
+    torch.manual_seed(7)
+    ref = nn.LSTMCell(5, 6, bias=bias)
+    ours = bt.LSTMCell(5, 6, bias=bias)
+    ours.load_state_dict(ref.state_dict())
+    xs = torch.randn(4, 3, 5)
+    state = [None, None]
+    outs = [[], []]
+    leaves = [xs.clone().requires_grad_() for _ in range(2)]
+    for t in range(4):
+        for k, m in enumerate((ref, ours)):
+            h, c = m(leaves[k][t], state[k])
+            state[k] = (h, c)
+            outs[k].append(h)
+    torch.testing.assert_close(torch.stack(outs[1]), torch.stack(outs[0]), atol=TOL, rtol=0)
+    torch.testing.assert_close(state[1][1], state[0][1], atol=TOL, rtol=0)
+    backward_both((torch.stack(outs[0]), state[0][1]), (torch.stack(outs[1]), state[1][1]))
+    torch.testing.assert_close(leaves[1].grad, leaves[0].grad, atol=TOL, rtol=0)
+    assert_grads_equal(ref, ours)
+    h, c = ours(torch.randn(5))  # unbatched, as nn.LSTMCell
+    assert h.shape == c.shape == (6,)
+
+
+def test_cell_with_tf_options_matches_the_float64_reference():
+    """Peepholes, forget_bias and an active cell_clip on one step: the outputs and the gradient of
+    every input and parameter against the float64 reference of the equations."""
+    g = torch.Generator().manual_seed(8)
+    B, I, H = 3, 4, 5
+    m = bt.LSTMCell(I, H, peephole=True, forget_bias=1.0, cell_clip=0.5)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(2 * torch.rand(p.shape, generator=g) - 1)
+    x, h0, c0 = (2 * torch.rand(*s, generator=g) - 1 for s in ((B, I), (B, H), (B, H)))
+    c0 = 3 * c0  # some cell states past the clip
+    ref_y, _, ref_c, leaves, clipped = reference_module(m, x[None], h0[None], c0[None], suffix="")
+    assert clipped, "the clip never acted: the test would not see cell_clip"
+    r, s = torch.randn(B, H, generator=g), torch.randn(B, H, generator=g)
+    ((ref_y[0] * r.double()).sum() + (ref_c[0] * s.double()).sum()).backward()
+    ins = [t.clone().requires_grad_() for t in (x, h0, c0)]
+    h, c = m(ins[0], (ins[1], ins[2]))
+    ((h * r).sum() + (c * s).sum()).backward()
+    torch.testing.assert_close(h.double(), ref_y[0].detach(), atol=TOL, rtol=0)
+    torch.testing.assert_close(c.double(), ref_c[0].detach(), atol=TOL, rtol=0)
+    grads = dict(zip(("x", "h0", "c0"), (t.grad for t in ins)))
+    grads.update((n, p.grad) for n, p in m.named_parameters())
+    assert set(grads) == set(leaves)
+    for name, grad in grads.items():
+        want = leaves[name].grad.reshape(grad.shape)
+        torch.testing.assert_close(grad.double(), want, atol=TOL, rtol=0, msg=name)
