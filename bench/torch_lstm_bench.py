@@ -1,11 +1,14 @@
 """blocklstm.torch.LSTM against torch.nn.LSTM on the CPU, in one process, interleaved.
 
-For each shape (T, B, I = H) it times the forward (no autograd) and the forward + backward
-(loss = sum of the output) of both modules, holding the same weights, float32, and prints a
-Markdown table of the medians and the ratio nn.LSTM / ours (> 1: ours is faster), with the cost
-of ours' weight conversion (nn.LSTM's weights -> TF's w, b) per call.
+For each shape (T, B, I = H) and configuration it times the forward (no autograd) and the
+forward + backward (loss = sum of the output) of both modules, holding the same weights, float32,
+and prints a Markdown table of the medians and the ratio nn.LSTM / ours (> 1: ours is faster),
+with the cost of ours' weight conversion (nn.LSTM's weights -> TF's w, b, one layer and direction)
+per call. Configurations: `1` (one layer), `2bi` (two layers, bidirectional), `packed` (two layers,
+bidirectional, a PackedSequence of lengths drawn uniformly from [T/4, T]).
 
   PYTHONPATH=build/python .venv/bin/python bench/torch_lstm_bench.py [--threads 2] [--rounds 5]
+      [--configs 1,2bi,packed]
 """
 import argparse
 import datetime
@@ -45,41 +48,55 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--configs", default="1,2bi,packed")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     print(f"{datetime.date.today()}, {cpu_model()}, {a.threads} threads, torch {torch.__version__}, "
           f"blocklstm CPU target {blocklstm.cpu_target_in_use()}, float32, median of {a.rounds} rounds")
-    print("\n| T, B, I=H | nn.LSTM fwd ms | ours fwd ms | ratio | nn.LSTM fwd+bwd ms | ours fwd+bwd ms | ratio | conversion ms |")
-    print("|---|---|---|---|---|---|---|---|")
-    for T, B, H in SHAPES:
-        torch.manual_seed(0)
-        ref = torch.nn.LSTM(H, H)
-        ours = bt.LSTM(H, H)
-        ours.load_state_dict(ref.state_dict())
-        x = torch.randn(T, B, H)
-        xg = x.clone().requires_grad_()
+    print("\n| config | T, B, I=H | nn.LSTM fwd ms | ours fwd ms | ratio | nn.LSTM fwd+bwd ms | ours fwd+bwd ms | ratio "
+          "| conversion ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for config in a.configs.split(","):
+        kwargs = {"1": {}, "2bi": {"num_layers": 2, "bidirectional": True},
+                  "packed": {"num_layers": 2, "bidirectional": True}}[config]
+        for T, B, H in SHAPES:
+            torch.manual_seed(0)
+            ref = torch.nn.LSTM(H, H, **kwargs)
+            ours = bt.LSTM(H, H, **kwargs)
+            ours.load_state_dict(ref.state_dict())
+            x = torch.randn(T, B, H)
+            lengths = torch.randint(T // 4, T + 1, (B,)) if config == "packed" else None
 
-        def fwd(m):
-            with torch.no_grad():
-                m(x)
+            def batch(requires_grad):
+                xx = x.clone().requires_grad_(requires_grad)
+                if lengths is None:
+                    return xx
+                return torch.nn.utils.rnn.pack_padded_sequence(xx, lengths, enforce_sorted=False)
 
-        def fwd_bwd(m):
-            m(xg)[0].sum().backward()
+            def output(y):
+                return y.data if lengths is not None else y
 
-        def conversion():
-            with torch.no_grad():
-                ours.tf_weights()
+            def fwd(m):
+                with torch.no_grad():
+                    m(batch(False))
 
-        r = {k: [] for k in ("rf", "of", "rb", "ob", "conv")}
-        for _ in range(a.rounds):  # interleaved: a drift of the machine hits both alike
-            r["rf"].append(timed(lambda: fwd(ref)))
-            r["of"].append(timed(lambda: fwd(ours)))
-            r["rb"].append(timed(lambda: fwd_bwd(ref)))
-            r["ob"].append(timed(lambda: fwd_bwd(ours)))
-            r["conv"].append(timed(conversion))
-        m = {k: 1e3 * statistics.median(v) for k, v in r.items()}
-        print(f"| {T}, {B}, {H} | {m['rf']:.2f} | {m['of']:.2f} | {m['rf'] / m['of']:.2f} | "
-              f"{m['rb']:.2f} | {m['ob']:.2f} | {m['rb'] / m['ob']:.2f} | {m['conv']:.3f} |", flush=True)
+            def fwd_bwd(m):
+                output(m(batch(True))[0]).sum().backward()
+
+            def conversion():
+                with torch.no_grad():
+                    ours.tf_weights()
+
+            r = {k: [] for k in ("rf", "of", "rb", "ob", "conv")}
+            for _ in range(a.rounds):  # interleaved: a drift of the machine hits both alike
+                r["rf"].append(timed(lambda: fwd(ref)))
+                r["of"].append(timed(lambda: fwd(ours)))
+                r["rb"].append(timed(lambda: fwd_bwd(ref)))
+                r["ob"].append(timed(lambda: fwd_bwd(ours)))
+                r["conv"].append(timed(conversion))
+            m = {k: 1e3 * statistics.median(v) for k, v in r.items()}
+            print(f"| {config} | {T}, {B}, {H} | {m['rf']:.2f} | {m['of']:.2f} | {m['rf'] / m['of']:.2f} | "
+                  f"{m['rb']:.2f} | {m['ob']:.2f} | {m['rb'] / m['ob']:.2f} | {m['conv']:.3f} |", flush=True)
 
 
 if __name__ == "__main__":
