@@ -202,6 +202,23 @@ def _tf_weights(w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order):
     return w.contiguous(), b
 
 
+class _ThroughTfWeights(torch.autograd.Function):
+    """TF's (w, b) of one layer and direction, converted once and kept, as a function of nn's
+    (w_ih, w_hh[, b_ih, b_hh]) for autograd: w = [w_ih | w_hh]^T and b = b_ih + b_hh (+ forget_bias),
+    so w's gradient splits back into the two transposed and b's goes to both biases."""
+
+    @staticmethod
+    def forward(ctx, w, b, w_ih, w_hh, *biases):
+        ctx.input_size, ctx.biases = w_ih.shape[1], len(biases)
+        return w.view_as(w), b.view_as(b)
+
+    @staticmethod
+    def backward(ctx, w_grad, b_grad):
+        I = ctx.input_size
+        grads = [None, None, w_grad[:I].t(), w_grad[I:].t()]
+        return tuple(grads + [b_grad] * ctx.biases)
+
+
 def _check_state(name, hx, want, like):
     if not isinstance(hx, (tuple, list)) or len(hx) != 2:
         raise ValueError(f"{name}: hx must be a tuple (h_0, c_0), as nn.{name}'s")
@@ -342,8 +359,9 @@ class LSTM(_PeepholeModule):
         return _tf_weights(get(w_ih), get(w_hh), get(b_ih), get(b_hh), self.forget_bias, "ifco")
 
     def _weights(self, index, x):
-        """tf_weights of one layer and direction, reused while its parameters are unchanged (their
-        version counters) where no gradient flows through them; built anew where one does."""
+        """(w, b, wci, wcf, wco) of one layer and direction for BlockLSTMV2: tf_weights, kept between
+        calls while the parameters are unchanged (their version counters); with a gradient, the
+        kept tensors pass the gradient back to nn's weights (_ThroughTfWeights)."""
         w_ih, w_hh, b_ih, b_hh, peep = self._names[index]
         params = [getattr(self, n) for n in (w_ih, w_hh, b_ih, b_hh) if n]
         if peep:
@@ -351,18 +369,18 @@ class LSTM(_PeepholeModule):
         else:
             wci = wcf = wco = x.new_zeros(self.hidden_size)
         get = lambda n: getattr(self, n) if n else None
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
-            return (*_tf_weights(get(w_ih), get(w_hh), get(b_ih), get(b_hh), self.forget_bias, "ifco"), wci, wcf, wco)
         if torch.compiler.is_compiling():  # no Python-side cache in a traced graph
-            with torch.no_grad():
-                return (*_tf_weights(get(w_ih), get(w_hh), get(b_ih), get(b_hh), self.forget_bias, "ifco"), wci, wcf, wco)
+            return (*_tf_weights(get(w_ih), get(w_hh), get(b_ih), get(b_hh), self.forget_bias, "ifco"), wci, wcf, wco)
         key = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params) + (self.forget_bias,)
         cached = self._weights_cache.get(index)
         if cached is None or cached[0] != key:
             with torch.no_grad():
                 cached = (key, _tf_weights(get(w_ih), get(w_hh), get(b_ih), get(b_hh), self.forget_bias, "ifco"))
             self._weights_cache[index] = cached
-        return (*cached[1], wci, wcf, wco)
+        w, b = cached[1]
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            w, b = _ThroughTfWeights.apply(w, b, *params)
+        return w, b, wci, wcf, wco
 
     def forward(self, input, hx=None, *, lengths=None):
         packed = isinstance(input, nn.utils.rnn.PackedSequence)

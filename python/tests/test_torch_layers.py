@@ -185,6 +185,23 @@ def test_weights_reused_for_inference_follow_in_place_updates():
         torch.testing.assert_close(ours(x)[0], ref2(x)[0], atol=TOL, rtol=0)
 
 
+def test_training_steps_match_nn_lstm_while_the_weights_change():
+    """Three SGD steps on both modules: the kept weight conversion follows each update, and the
+    gradient reaches nn's weights through it."""
+    torch.manual_seed(9)
+    ref, ours = twins(4, 6, num_layers=2, bidirectional=True)
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (ref, ours)]
+    for step in range(3):
+        x = torch.randn(5, 3, 4)
+        for m, opt in zip((ref, ours), opts):
+            opt.zero_grad()
+            y, (h, c) = m(x)
+            (y.square().sum() + c.sum()).backward()
+            opt.step()
+        for name, p in ref.named_parameters():
+            torch.testing.assert_close(getattr(ours, name), p, atol=TOL, rtol=0, msg=f"{name} after step {step}")
+
+
 def test_torch_compile_and_export_of_a_two_layer_bidirectional_module():
     torch.manual_seed(6)
     m = bt.LSTM(6, 10, num_layers=2, bidirectional=True, peephole=True)
