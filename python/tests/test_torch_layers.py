@@ -185,6 +185,22 @@ def test_weights_reused_for_inference_follow_in_place_updates():
         torch.testing.assert_close(ours(x)[0], ref2(x)[0], atol=TOL, rtol=0)
 
 
+def test_inference_into_kept_buffers_returns_outputs_of_its_own():
+    """Without a gradient the unused activations go to buffers kept between calls: a result stays
+    as it was after later calls, and equals the result with autograd on."""
+    torch.manual_seed(10)
+    m = bt.LSTM(4, 6, num_layers=2, bidirectional=True, peephole=True)
+    x1, x2 = torch.randn(5, 3, 4), torch.randn(5, 3, 4)
+    want1 = m(x1)
+    with torch.no_grad():
+        got1 = m(x1)
+        m(x2)
+        got2 = m(x2)
+    want2 = m(x2)
+    for got, want in ((got1, want1), (got2, want2)):
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1][0], want[1][0]) and torch.equal(got[1][1], want[1][1])
+
+
 def test_training_steps_match_nn_lstm_while_the_weights_change():
     """Three SGD steps on both modules: the kept weight conversion follows each update, and the
     gradient reaches nn's weights through it."""
