@@ -24,3 +24,20 @@ def import_torch(what):
         if os.environ.get("BLOCKLSTM_REQUIRE_TORCH") == "1":
             pytest.fail(f"{reason}, but BLOCKLSTM_REQUIRE_TORCH=1: {what} must run here", pytrace=False)
         pytest.skip(f"{reason}: {what} skipped", allow_module_level=True)
+
+
+def cuda_skip_reason(torch):
+    """Why the CUDA cases cannot run here, or None. Where torch sees a CUDA device, blocklstm (built
+    with CUDA) must see it too: the cases then run, and fail if it does not."""
+    import blocklstm
+    if not torch.cuda.is_available():
+        return "torch sees no CUDA device: CUDA cases skipped"
+    if not blocklstm.cuda_built():
+        return "blocklstm is built without CUDA: CUDA cases skipped"
+    return None
+
+
+def devices(torch):
+    """["cpu", "cuda"] for parametrize, the CUDA case skipped with its reason where it cannot run."""
+    reason = cuda_skip_reason(torch)
+    return ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(reason is not None, reason=str(reason)))]

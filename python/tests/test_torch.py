@@ -1,7 +1,7 @@
 """blocklstm.torch: the custom ops (opcheck, TF's gradients against finite differences), the LSTM
 module against nn.LSTM, torch.compile, and bad input."""
 import pytest
-from conftest import import_torch
+from conftest import cuda_skip_reason, devices as all_devices, import_torch
 
 torch = import_torch("the PyTorch suites")
 import blocklstm  # noqa: E402
@@ -9,19 +9,9 @@ import blocklstm.torch as bt  # noqa: E402
 from torch_reference import reference_module  # noqa: E402
 
 
-def _cuda_skip_reason():
-    """Why the CUDA cases cannot run here, or None. Where torch sees a CUDA device, blocklstm (built
-    with CUDA) must see it too: the cases then run, and fail if it does not."""
-    if not torch.cuda.is_available():
-        return "torch sees no CUDA device: CUDA cases skipped"
-    if not blocklstm.cuda_built():
-        return "blocklstm is built without CUDA: CUDA cases skipped"
-    return None
-
-
-CUDA_SKIP = _cuda_skip_reason()
+CUDA_SKIP = cuda_skip_reason(torch)
 needs_cuda = pytest.mark.skipif(CUDA_SKIP is not None, reason=str(CUDA_SKIP))
-devices = ["cpu", pytest.param("cuda", marks=needs_cuda)]
+devices = all_devices(torch)
 
 
 @needs_cuda

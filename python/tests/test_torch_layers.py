@@ -2,7 +2,7 @@
 given states, packed and variable-length batches, dropout between layers), and LSTMCell as
 nn.LSTMCell: outputs, final states and every gradient against nn's with the same weights."""
 import pytest
-from conftest import import_torch
+from conftest import devices, import_torch
 
 torch = import_torch("the PyTorch layer suites")
 import blocklstm.torch as bt  # noqa: E402
@@ -10,12 +10,17 @@ from torch_reference import reference_module  # noqa: E402
 
 nn = torch.nn
 TOL = 1e-5  # float32: nn's and ours differ in the order of their sums only
+torch.backends.cudnn.allow_tf32 = False  # cuDNN's float32 as float32, as ours
+torch.backends.cuda.matmul.allow_tf32 = False
 
 
-def twins(I, H, **kwargs):
+DEVICES = devices(torch)
+
+
+def twins(I, H, device="cpu", **kwargs):
     """An nn.LSTM and our LSTM with the same weights."""
-    ref = nn.LSTM(I, H, **kwargs)
-    ours = bt.LSTM(I, H, **kwargs)
+    ref = nn.LSTM(I, H, device=device, **kwargs)
+    ours = bt.LSTM(I, H, device=device, **kwargs)
     ours.load_state_dict(ref.state_dict())
     assert [n for n, _ in ours.named_parameters()] == [n for n, _ in ref.named_parameters()]
     return ref, ours
@@ -24,7 +29,7 @@ def twins(I, H, **kwargs):
 def backward_both(outs_ref, outs_ours):
     """A loss that weighs every output element differently, through both modules."""
     for outs in (outs_ref, outs_ours):
-        loss = sum((o * torch.randn(o.shape, generator=torch.Generator().manual_seed(k))).sum()
+        loss = sum((o * torch.randn(o.shape, generator=torch.Generator().manual_seed(k)).to(o.device)).sum()
                    for k, o in enumerate(outs))
         loss.backward()
 
@@ -46,16 +51,18 @@ CONFIGS = [
 ]
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("kwargs", CONFIGS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
 @pytest.mark.parametrize("given_state", [False, True], ids=["zero_state", "given_state"])
-def test_module_matches_nn_lstm(kwargs, given_state):
+def test_module_matches_nn_lstm(kwargs, given_state, device):
     torch.manual_seed(0)
     T, B, I, H = 6, 4, 5, 7
-    ref, ours = twins(I, H, **kwargs)
+    ref, ours = twins(I, H, device, **kwargs)
     LD = ref.num_layers * (2 if ref.bidirectional else 1)
-    x = torch.randn(B, T, I) if ref.batch_first else torch.randn(T, B, I)
+    x = (torch.randn(B, T, I) if ref.batch_first else torch.randn(T, B, I)).to(device)
     xs = [x.clone().requires_grad_() for _ in range(2)]
-    states = [[torch.randn(LD, B, H).requires_grad_() for _ in range(2)] for _ in range(2)] if given_state else None
+    states = [[torch.randn(LD, B, H, device=device).requires_grad_() for _ in range(2)] for _ in range(2)] \
+        if given_state else None
     if given_state:
         with torch.no_grad():
             states[1][0].copy_(states[0][0]), states[1][1].copy_(states[0][1])
@@ -82,15 +89,16 @@ def test_unbatched_input_of_a_two_layer_bidirectional_module():
         torch.testing.assert_close(b, a, atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("enforce_sorted", [False, True])
-def test_packed_sequence_in_and_out_as_nn_lstm(enforce_sorted):
+def test_packed_sequence_in_and_out_as_nn_lstm(enforce_sorted, device):
     torch.manual_seed(2)
     T, I, H = 7, 3, 5
     lengths = torch.tensor([7, 5, 5, 2, 1]) if enforce_sorted else torch.tensor([2, 7, 1, 5, 5])
-    ref, ours = twins(I, H, num_layers=2, bidirectional=True)
-    x = torch.randn(T, len(lengths), I)
+    ref, ours = twins(I, H, device, num_layers=2, bidirectional=True)
+    x = torch.randn(T, len(lengths), I, device=device)
     xs = [x.clone().requires_grad_() for _ in range(2)]
-    h0 = torch.randn(4, len(lengths), H)
+    h0 = torch.randn(4, len(lengths), H, device=device)
     packs = [nn.utils.rnn.pack_padded_sequence(t, lengths, enforce_sorted=enforce_sorted) for t in xs]
     y1, (h1, c1) = ref(packs[0], (h0, h0))
     y2, (h2, c2) = ours(packs[1], (h0, h0))
