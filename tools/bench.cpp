@@ -159,14 +159,17 @@ std::string gib(double bytes) {
 
 
 // Progress of the timed loop on stderr: one updating line on a terminal, otherwise a line at most
-// once a second.
+// once a second. It shows from the start when the warm-up predicts a run over 2 s, and otherwise
+// from the moment a run passes 2 s (the prediction misses when calls speed up after the warm-up).
 class Progress {
 public:
-    Progress(int total, bool enabled) : total_(total), enabled_(enabled), start_(Clock::now()), line_(stderr, 100.0, 1000.0) {}
+    Progress(int total, bool predicted_long)
+        : total_(total), enabled_(predicted_long), start_(Clock::now()), line_(stderr, 100.0, 1000.0) {}
 
     void update(int done) {
-        if (!enabled_) return;
         const double elapsed = ms_between(start_, Clock::now()) / 1000.0;
+        if (!enabled_ && elapsed < 2.0) return;
+        enabled_ = true;
         const double left = done > 0 ? elapsed * (total_ - done) / done : 0.0;
         char buf[160];
         std::snprintf(buf, sizeof buf, "bench: rep %d/%d  %3d%%  %.1f s elapsed, ~%.1f s left", done, total_,
