@@ -28,6 +28,9 @@ public:
 
     halide_buffer_t *get() { return &buf_; }
     void set_data(void *data);  // non-null
+    // The extent of the outermost dimension (a [B,H] step's rows; a matrix's rows), e.g. the
+    // rows of a batch still running at a step.
+    void set_rows(int64_t rows) { dims_[buf_.dimensions - 1].extent = static_cast<int32_t>(rows); }
 
     Buf(const Buf &other);
     Buf &operator=(const Buf &other);

@@ -83,8 +83,8 @@ int64_t checked_elements(const char *arg, const TensorView &t) {
     auto fail = [&](const std::string &what) {
         throw Error(std::string("copy: argument '") + arg + "' " + what);
     };
-    if (t.dtype != DType::f16 && t.dtype != DType::f32) {
-        fail("has dtype value " + std::to_string(static_cast<int>(t.dtype)) + ": expected float16 or float32");
+    if (t.dtype != DType::f16 && t.dtype != DType::f32 && t.dtype != DType::i32 && t.dtype != DType::i64) {
+        fail("has dtype value " + std::to_string(static_cast<int>(t.dtype)) + ": expected float16, float32, int32 or int64");
     }
     if (t.device != Device::cpu && t.device != Device::cuda) {
         fail("has device value " + std::to_string(static_cast<int>(t.device)) + ": expected cpu or cuda");

@@ -62,8 +62,10 @@ const std::vector<OpDef> &defs() {
         auto op = [](OpId id, const char *name, const char *summary, bool sequence, const char *forward_op,
                      const char *layout, std::vector<OpArg> in, std::vector<OpArg> out,
                      std::optional<float> forget_bias, std::optional<float> cell_clip) {
-            return OpDef{id, {name, summary, sequence, *forward_op != '\0', layout, std::move(in),
-                              std::move(out), forget_bias, cell_clip, forward_op}};
+            OpDef d{id, {name, summary, sequence, *forward_op != '\0', layout, std::move(in),
+                         std::move(out), forget_bias, cell_clip, forward_op}};
+            if (sequence) d.info.optional_inputs = args({{"seq_lengths", "[B]"}});
+            return d;
         };
         return std::vector<OpDef>{
             op(OpId::cell, "LSTMBlockCell", "one LSTM step (ICFO gates)", false, "", "icfo", cell_in,
@@ -94,7 +96,8 @@ const OpDef &def_of(const std::string &name) {
 
 // The tensors of a call in the table's order, from a map by name.
 std::vector<TensorView> in_order(const OpInfo &op, const std::vector<OpArg> &expected,
-                                 const std::map<std::string, TensorView> &given, const char *what) {
+                                 const std::map<std::string, TensorView> &given, const char *what,
+                                 const std::vector<OpArg> &optional = {}) {
     std::vector<TensorView> out;
     for (const OpArg &a : expected) {
         auto it = given.find(a.name);
@@ -103,8 +106,9 @@ std::vector<TensorView> in_order(const OpInfo &op, const std::vector<OpArg> &exp
     }
     for (const auto &[name, t] : given) {
         (void)t;
-        const bool known = std::any_of(expected.begin(), expected.end(),
-                                       [&](const OpArg &a) { return a.name == name; });
+        auto named = [&](const OpArg &a) { return a.name == name; };
+        const bool known = std::any_of(expected.begin(), expected.end(), named) ||
+                           std::any_of(optional.begin(), optional.end(), named);
         if (!known) throw Error(op.name + ": unknown " + what + " '" + name + "'");
     }
     return out;
@@ -139,7 +143,7 @@ Attrs fwd_attrs(const OpAttrs &a) {
 // An op's typed call on inputs `a` in the table's order, bound to its outputs `out` (views in
 // the table's order) and attrs once, to be run any number of times.
 std::function<void()> bind_typed(OpId id, int64_t L, const std::vector<TensorView> &a, const OpAttrs &attrs,
-                                 const std::vector<TensorView> &out) {
+                                 const std::vector<TensorView> &out, std::optional<TensorView> lengths) {
 #define BLOCKLSTM_X8 a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]
 #define BLOCKLSTM_X16 BLOCKLSTM_X8, a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]
 #define BLOCKLSTM_X17 BLOCKLSTM_X16, a[16]
@@ -153,36 +157,47 @@ std::function<void()> bind_typed(OpId id, int64_t L, const std::vector<TensorVie
         return [=, o = bundle_of<LSTMBlockCellGradOutputs<TensorView>>(out)] { LSTMBlockCellGrad(BLOCKLSTM_X16, o, grad); };
     case OpId::seq:
         return [=, o = bundle_of<LSTMOutputs<TensorView>>(out), at = fwd_attrs<BlockLSTMAttrs>(attrs)] {
-            BlockLSTM(L, BLOCKLSTM_X8, o, at);
+            BlockLSTM(L, BLOCKLSTM_X8, o, at, lengths ? &*lengths : nullptr);
         };
     case OpId::seq_v2:
         return [=, o = bundle_of<LSTMOutputs<TensorView>>(out), at = fwd_attrs<BlockLSTMV2Attrs>(attrs)] {
-            BlockLSTMV2(L, BLOCKLSTM_X8, o, at);
+            BlockLSTMV2(L, BLOCKLSTM_X8, o, at, lengths ? &*lengths : nullptr);
         };
     case OpId::seq_grad:
-        return [=, o = bundle_of<BlockLSTMGradOutputs<TensorView>>(out)] { BlockLSTMGrad(L, BLOCKLSTM_X17, o, grad); };
+        return [=, o = bundle_of<BlockLSTMGradOutputs<TensorView>>(out)] {
+            BlockLSTMGrad(L, BLOCKLSTM_X17, o, grad, lengths ? &*lengths : nullptr);
+        };
     case OpId::seq_grad_v2:
-        return [=, o = bundle_of<BlockLSTMGradOutputs<TensorView>>(out)] { BlockLSTMGradV2(L, BLOCKLSTM_X17, o, grad); };
+        return [=, o = bundle_of<BlockLSTMGradOutputs<TensorView>>(out)] {
+            BlockLSTMGradV2(L, BLOCKLSTM_X17, o, grad, lengths ? &*lengths : nullptr);
+        };
     }
     throw Error("blocklstm internal error: op id out of range");
 }
 
 // The same call allocating its outputs, returned by name.
 std::map<std::string, Tensor> run_allocating(OpId id, int64_t L, const std::vector<TensorView> &a,
-                                             const OpAttrs &attrs) {
+                                             const OpAttrs &attrs, const TensorView *lengths) {
     const GradAttrs grad{attrs.use_peephole};
     switch (id) {
     case OpId::cell: return named(LSTMBlockCell(BLOCKLSTM_X8, fwd_attrs<LSTMBlockCellAttrs>(attrs)));
     case OpId::cell_grad: return named(LSTMBlockCellGrad(BLOCKLSTM_X16, grad));
-    case OpId::seq: return named(BlockLSTM(L, BLOCKLSTM_X8, fwd_attrs<BlockLSTMAttrs>(attrs)));
-    case OpId::seq_v2: return named(BlockLSTMV2(L, BLOCKLSTM_X8, fwd_attrs<BlockLSTMV2Attrs>(attrs)));
-    case OpId::seq_grad: return named(BlockLSTMGrad(L, BLOCKLSTM_X17, grad));
-    case OpId::seq_grad_v2: return named(BlockLSTMGradV2(L, BLOCKLSTM_X17, grad));
+    case OpId::seq: return named(BlockLSTM(L, BLOCKLSTM_X8, fwd_attrs<BlockLSTMAttrs>(attrs), lengths));
+    case OpId::seq_v2: return named(BlockLSTMV2(L, BLOCKLSTM_X8, fwd_attrs<BlockLSTMV2Attrs>(attrs), lengths));
+    case OpId::seq_grad: return named(BlockLSTMGrad(L, BLOCKLSTM_X17, grad, lengths));
+    case OpId::seq_grad_v2: return named(BlockLSTMGradV2(L, BLOCKLSTM_X17, grad, lengths));
     }
 #undef BLOCKLSTM_X8
 #undef BLOCKLSTM_X16
 #undef BLOCKLSTM_X17
     throw Error("blocklstm internal error: op id out of range");
+}
+
+// The optional seq_lengths of a call by name (the sequence ops'), or none.
+std::optional<TensorView> seq_lengths_of(const OpInfo &op, const std::map<std::string, TensorView> &given) {
+    auto it = given.find("seq_lengths");
+    if (it == given.end() || op.optional_inputs.empty()) return std::nullopt;
+    return it->second;
 }
 
 void check_attrs(const OpInfo &op, const OpAttrs &attrs) {
@@ -314,8 +329,10 @@ std::function<void()> bind_op(const std::string &op, int64_t seq_len_max,
                            const std::map<std::string, TensorView> &outputs, const OpAttrs &attrs) {
     const detail::OpDef &d = detail::def_of(op);
     detail::check_attrs(d.info, attrs);
-    return detail::bind_typed(d.id, seq_len_max, detail::in_order(d.info, d.info.inputs, inputs, "input"), attrs,
-                              detail::in_order(d.info, d.info.outputs, outputs, "output"));
+    return detail::bind_typed(d.id, seq_len_max,
+                              detail::in_order(d.info, d.info.inputs, inputs, "input", d.info.optional_inputs), attrs,
+                              detail::in_order(d.info, d.info.outputs, outputs, "output"),
+                              detail::seq_lengths_of(d.info, inputs));
 }
 
 void invoke(const std::string &op, int64_t seq_len_max, const std::map<std::string, TensorView> &inputs,
@@ -327,8 +344,10 @@ std::map<std::string, Tensor> invoke(const std::string &op, int64_t seq_len_max,
                                      const std::map<std::string, TensorView> &inputs, const OpAttrs &attrs) {
     const detail::OpDef &d = detail::def_of(op);
     detail::check_attrs(d.info, attrs);
-    return detail::run_allocating(d.id, seq_len_max, detail::in_order(d.info, d.info.inputs, inputs, "input"),
-                                  attrs);
+    const std::optional<TensorView> lengths = detail::seq_lengths_of(d.info, inputs);
+    return detail::run_allocating(d.id, seq_len_max,
+                                  detail::in_order(d.info, d.info.inputs, inputs, "input", d.info.optional_inputs),
+                                  attrs, lengths ? &*lengths : nullptr);
 }
 
 }  // namespace blocklstm

@@ -15,6 +15,7 @@
 #include "runtime/src/kernel_table.h"
 #include "runtime/src/plans.h"
 #include "runtime/src/products.h"
+#include "runtime/src/step_rows.h"
 #include "runtime/src/validate.h"
 
 namespace blocklstm {
@@ -24,6 +25,7 @@ namespace {
 struct SeqInputs {
     int64_t seq_len_max;
     const TV &x, &cs_prev, &h_prev, &w, &wci, &wcf, &wco, &b;
+    const TV *seq_lengths;  // blocklstm's extension (blocklstm.h); nullptr: none
 };
 struct SeqDims {
     int64_t T, B, I, H, L;
@@ -37,6 +39,30 @@ struct SeqActivations {
             fn("cs_grad", cs_grad), fn("h_grad", h_grad);
     }
 };
+
+// seq_lengths (blocklstm's extension): [B] int32 or int64 in host memory, each in [0, T]. Read
+// here, before anything is written, and again by step_rows.
+void validate_seq_lengths(const Validator &v, const TV &lengths, const SeqDims &d) {
+    if (lengths.dtype != DType::i32 && lengths.dtype != DType::i64)
+        v.fail_arg("seq_lengths", std::string("has dtype ") + to_string(lengths.dtype) + ": expected int32 or int64");
+    if (lengths.device != Device::cpu)
+        v.fail_arg("seq_lengths", std::string("is on device ") + to_string(lengths.device) +
+                                      ": expected cpu (host memory; the call reads the lengths to plan its steps)");
+    if (lengths.shape != std::vector<int64_t>{d.B})
+        v.fail_arg("seq_lengths", "has shape " + shape_string(lengths.shape) + ": expected [" + std::to_string(d.B) +
+                                      "] (x has batch size " + std::to_string(d.B) + ")");
+    if (d.B > 0 && lengths.data == nullptr) v.fail_arg("seq_lengths", "has null data: expected " + std::to_string(d.B) + " values");
+    if (reinterpret_cast<uintptr_t>(lengths.data) % size_of(lengths.dtype) != 0)
+        v.fail_arg("seq_lengths", "is not aligned: expected an address that is a multiple of " +
+                                      std::to_string(size_of(lengths.dtype)) + " bytes (" + to_string(lengths.dtype) + ")");
+    for (int64_t b = 0; b < d.B; ++b) {
+        const int64_t len = lengths.dtype == DType::i32 ? static_cast<const int32_t *>(lengths.data)[b]
+                                                        : static_cast<const int64_t *>(lengths.data)[b];
+        if (len < 0 || len > d.T)
+            v.fail_arg("seq_lengths", "has " + std::to_string(len) + " at [" + std::to_string(b) + "]: expected a value in [0, " +
+                                          std::to_string(d.T) + "] (x has " + std::to_string(d.T) + " time steps)");
+    }
+}
 
 // TF's checks of the nine inputs shared by all sequence ops, in TF's order. The cell
 // size comes from cs_prev (forward) or from w (grad, as TF does).
@@ -67,6 +93,7 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
                                       " time steps)");
     }
     check_int32_extent(v, "x", "a gate workspace [T*B, 4*cell_size]", saturating_product({d.T, d.B, 4, d.H}));
+    if (in.seq_lengths) validate_seq_lengths(v, *in.seq_lengths, d);
     return d;
 }
 
@@ -137,27 +164,34 @@ Checked<SeqDims> validate_grad(const char *op, const SeqInputs &in, const SeqAct
 
 // ---- forward ------------------------------------------------------------------------------------
 
-void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMOutputs<TV> &out,
-                 float forget_bias, float cell_clip, bool use_peephole) {
-    const Checked<SeqDims> c = validate_forward(op, in, &out);
-    const DType dt = c.dtype;
-    const Device dev = c.device;
-    const int64_t B = c.dims.B, I = c.dims.I, H = c.dims.H, L = c.dims.L;
-    const auto [exec_ptr, kernels] = exec_and_kernels(plan::Kind::forward, c, {use_peephole, layout});
-    Exec &exec = *exec_ptr;
+// The forward time loop on rows in length order (StepRows::in_order): step t computes its first
+// n[t] rows, the input projection the packed rows of every step.
+void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDims &dims, const StepRows &rows,
+                   const SeqInputs &in, const LSTMOutputs<TV> &out, float forget_bias, float cell_clip) {
+    const Device dev = exec.device();
+    const int64_t B = dims.B, I = dims.I, H = dims.H, S = rows.steps, N = rows.total();
     const bool split = kernels.has(Family::seq_fwd_gates);
 
-    // Every output is zero past seq_len_max (TF leaves i, f, o, ci, co unwritten there); written
-    // below once the workspaces are held, so that running out of memory for one writes nothing.
-    auto zero_past_seq_len_max = [&] { each_output(out, [&](const char *, const TV &t) { zero_steps(exec, t, L); }); };
-    if (L == 0 || B == 0) return zero_past_seq_len_max();
+    // Every output is zero where no step writes: past a row's length (TF leaves i, f, o, ci, co
+    // unwritten past seq_len_max). Written once the workspaces are held, so that running out of
+    // memory for one writes nothing.
+    auto zero_idle = [&] { each_output(out, [&](const char *, const TV &t) { zero_idle_rows(exec, rows, t); }); };
+    if (N == 0) return zero_idle();
 
-    // xw = x . W_x + b for all L steps in one GEMM.
-    Scratch xw(exec, L * B * 4 * H * 4, Scratch::Fill::none);
-    input_projection(exec, kernels[Family::gemm_nn_bias], dt, in.x.data, L * B, I, H, in.w.data, in.b.data,
-                     xw.floats());
+    // xw = x . W_x + b for every row of every step in one GEMM: x's rows packed where rows stop
+    // early (a copy of I per row against 8H(I+H) multiply-adds), else x itself.
+    std::optional<Scratch> x_packed;
+    const void *x_rows = in.x.data;
+    if (rows.ragged() && I > 0) {
+        x_packed.emplace(exec, N * I * static_cast<int64_t>(size_of(dt)), Scratch::Fill::none);
+        pack_steps(exec, rows, in.x.data, x_packed->data(), I, dt);
+        x_rows = x_packed->data();
+    }
+    Scratch xw(exec, N * 4 * H * 4, Scratch::Fill::none);
+    input_projection(exec, kernels[Family::gemm_nn_bias], dt, x_rows, N, I, H, in.w.data, in.b.data, xw.floats());
+    x_packed.reset();
 
-    // The recurrence: step t reads the outputs of step t-1.
+    // The recurrence: step t reads the outputs of step t-1 (its first n[t] rows).
     float fb = attr_in_dtype(forget_bias, dt), clip = attr_in_dtype(cell_clip, dt);
     Buf xw_t = Buf::matrix(dev, xw.data(), DType::f32, B, 4 * H, 4 * H);
     Buf h_prev(dev, in.h_prev.data, dt, {B, H}), cs_prev(dev, in.cs_prev.data, dt, {B, H});
@@ -167,12 +201,16 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     for (const TV *t : outs) slices.emplace_back(dev, t->data, dt, std::initializer_list<int64_t>{B, H});
     const std::array<Buf *, 7> lstm{&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5], &slices[6]};
     const int64_t slice = B * H;
-    auto step_outputs_at = [&](int64_t t) {
+    auto step_at = [&](int64_t t, Buf &gates_rows) {
+        const int64_t n = rows.n[t];
         if (t > 0) {
             h_prev.set_data(offset_bytes(out.h.data, (t - 1) * slice, dt));
             cs_prev.set_data(offset_bytes(out.cs.data, (t - 1) * slice, dt));
         }
         for (int k = 0; k < 7; ++k) slices[k].set_data(offset_bytes(outs[k]->data, t * slice, dt));
+        xw_t.set_data(xw.floats() + rows.packed[t] * 4 * H);
+        for (Buf *b : {&h_prev, &cs_prev, &xw_t, &gates_rows}) b->set_rows(n);
+        for (Buf &b : slices) b.set_rows(n);
     };
 
     if (split) {
@@ -181,13 +219,12 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
         bind(gates, SeqFwdGatesArgs{.pre_activations = xw_t, .cs_prev = cs_prev, .wci = wci, .wcf = wcf,
                                     .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm});
         const Operand w_h{offset_bytes(in.w.data, I * 4 * H, dt), dt, 4 * H};
-        zero_past_seq_len_max();  // the first write to an output
-        for (int64_t t = 0; t < L; ++t) {
-            float *xw_row = xw.floats() + t * B * 4 * H;
+        zero_idle();  // the first write to an output
+        for (int64_t t = 0; t < S; ++t) {
+            float *xw_row = xw.floats() + rows.packed[t] * 4 * H;
             const void *h = t == 0 ? in.h_prev.data : offset_bytes(out.h.data, (t - 1) * slice, dt);
-            product_on_cublas(exec, B, 4 * H, H, {h, dt, H}, w_h, xw_row, 1.0f);
-            xw_t.set_data(xw_row);
-            step_outputs_at(t);
+            product_on_cublas(exec, rows.n[t], 4 * H, H, {h, dt, H}, w_h, xw_row, 1.0f);
+            step_at(t, xw_t);
             gates.run();
         }
         return;
@@ -206,12 +243,46 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
                               .wcf = wcf, .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm,
                               .gates = gates_buf});
 
-    zero_past_seq_len_max();  // the first write to an output
-    for (int64_t t = 0; t < L; ++t) {
-        xw_t.set_data(xw.floats() + t * B * 4 * H);
-        step_outputs_at(t);
+    zero_idle();  // the first write to an output
+    for (int64_t t = 0; t < S; ++t) {
+        step_at(t, gates_buf);
         step.run();
     }
+}
+
+// A [.., B, width] tensor in length order, in a workspace of the call (the call on rows that are
+// not already in length order).
+struct Reordered {
+    Scratch storage;
+    TV view;
+    Reordered(Exec &exec, const TV &like) : storage(exec, static_cast<int64_t>(like.num_bytes()), Scratch::Fill::none),
+                                            view{storage.data(), like.dtype, like.shape, like.device} {}
+};
+
+void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMOutputs<TV> &out,
+                 float forget_bias, float cell_clip, bool use_peephole) {
+    const Checked<SeqDims> c = validate_forward(op, in, &out);
+    const auto [exec_ptr, kernels] = exec_and_kernels(plan::Kind::forward, c, {use_peephole, layout});
+    Exec &exec = *exec_ptr;
+    const StepRows rows = step_rows(c.dims.B, c.dims.L, in.seq_lengths);
+    if (rows.in_order()) return forward_steps(exec, kernels, c.dtype, c.dims, rows, in, out, forget_bias, cell_clip);
+
+    // Rows not in length order: the call runs on copies of x, h_prev and cs_prev in that order
+    // (the rows that run only) and writes its outputs in that order, then in the caller's.
+    Reordered x(exec, in.x), cs_prev(exec, in.cs_prev), h_prev(exec, in.h_prev);
+    std::vector<Reordered> outs;
+    each_output(out, [&](const char *, const TV &t) { outs.emplace_back(exec, t); });
+    const StepRows sorted = in_length_order(rows);
+    to_length_order(exec, rows, in.x, x.storage.data());
+    to_length_order(exec, rows, in.cs_prev, cs_prev.storage.data());
+    to_length_order(exec, rows, in.h_prev, h_prev.storage.data());
+    const SeqInputs sorted_in{in.seq_len_max, x.view, cs_prev.view, h_prev.view, in.w, in.wci, in.wcf, in.wco, in.b,
+                              nullptr};
+    const LSTMOutputs<TV> sorted_out{outs[0].view, outs[1].view, outs[2].view, outs[3].view,
+                                     outs[4].view, outs[5].view, outs[6].view};
+    forward_steps(exec, kernels, c.dtype, c.dims, sorted, sorted_in, sorted_out, forget_bias, cell_clip);
+    std::size_t k = 0;
+    each_output(out, [&](const char *, const TV &t) { from_length_order(exec, rows, outs[k++].storage.data(), t); });
 }
 
 // ---- backward -----------------------------------------------------------------------------------
@@ -234,22 +305,23 @@ void batched_product(Exec &exec, const KernelEntry &product, DType dt, int64_t M
 }
 
 // w_grad = [x | h_prev_seq]^T . dgates and b_grad = 1^T . dgates, on the CPU in float32: summed
-// over chunks of kWeightGradChunkRows rows of dgates (time steps x batch), each chunk packed once
-// into panels (generators/panels.cpp) that one gemm_tn_panels product reads for w_grad's rows of x
-// and of h_prev_seq and for b_grad (perf at 100,64,512: packing 2.1 -> 1.2 % of the samples
-// against a gemm_tn per product; BlockLSTMGrad 0.98x the time). Run after the recurrence: run
-// between its steps, while a chunk's rows are still in cache, it was 1-2 % slower. With I = 0,
-// b_grad comes from the reductions (plan::b_grad_with_w_grad) and the chunks' sums go to a scratch.
-void weight_grads_in_chunks(Exec &exec, const PlanKernels &kernels, const SeqDims &d, const float *x,
-                            const float *h_prev, const float *h, float *dgates, float *w_grad, float *b_grad) {
-    const int64_t B = d.B, I = d.I, H = d.H, rows = d.L * d.B, G = 4 * H;
+// over chunks of kWeightGradChunkRows rows of dgates (the packed rows of every step), each chunk
+// packed once into panels (generators/panels.cpp) that one gemm_tn_panels product reads for
+// w_grad's rows of x and of h_prev_seq and for b_grad (perf at 100,64,512: packing 2.1 -> 1.2 % of
+// the samples against a gemm_tn per product; BlockLSTMGrad 0.98x the time). Run after the
+// recurrence: run between its steps, while a chunk's rows are still in cache, it was 1-2 % slower.
+// With I = 0, b_grad comes from the reductions (plan::b_grad_with_w_grad) and the chunks' sums go
+// to a scratch. h_prev_seq's first `head_rows` rows are `h_head`'s, the rest `h_rest`'s.
+void weight_grads_in_chunks(Exec &exec, const PlanKernels &kernels, int64_t rows, int64_t I, int64_t H,
+                            const float *x, const float *h_head, int64_t head_rows, const float *h_rest,
+                            float *dgates, float *w_grad, float *b_grad) {
+    const int64_t G = 4 * H;
     const Device dev = Device::cpu;
     const KernelEntry &product = kernels[Family::gemm_tn_panels], &packer = kernels[Family::panels];
     const int64_t chunk = std::min(rows, kWeightGradChunkRows);
     Scratch panels(exec, panel_elements(G, chunk) * 4, Scratch::Fill::none);
-    // h_prev_seq's rows r are h_prev's for r < B, then h's: a chunk that starts in h_prev is
-    // copied, every later one read in place.
-    Scratch h_head(exec, chunk * H * 4, Scratch::Fill::none);
+    // A chunk that straddles h_head and h_rest is copied, every other one read in place.
+    Scratch straddle(exec, chunk * H * 4, Scratch::Fill::none);
     std::optional<Scratch> unused_sums;
     if (I == 0) unused_sums.emplace(exec, G * 4, Scratch::Fill::none);
     Buf c = Buf::matrix(dev, w_grad, DType::f32, I + H, G, G);
@@ -259,13 +331,12 @@ void weight_grads_in_chunks(Exec &exec, const PlanKernels &kernels, const SeqDim
         float accumulate = r0 > 0 ? 1.0f : 0.0f;
         Buf b = pack_panels(exec, packer, Buf::matrix(dev, dgates + r0 * G, DType::f32, n, G, G), G, n,
                             panels.data());
-        const float *h_rows = h + (r0 - B) * H;
-        if (r0 < B) {
-            const int64_t from_h_prev = std::min(n, B - r0);
-            float *head = h_head.floats();
-            std::copy_n(h_prev + r0 * H, from_h_prev * H, head);
-            std::copy_n(h, (n - from_h_prev) * H, head + from_h_prev * H);
-            h_rows = head;
+        const float *h_rows = r0 < head_rows ? h_head + r0 * H : h_rest + (r0 - head_rows) * H;
+        if (r0 < head_rows && r0 + n > head_rows) {
+            const int64_t from_head = head_rows - r0;
+            std::copy_n(h_head + r0 * H, from_head * H, straddle.floats());
+            std::copy_n(h_rest, (n - from_head) * H, straddle.floats() + from_head * H);
+            h_rows = straddle.floats();
         }
         Buf h_buf = Buf::matrix(dev, const_cast<float *>(h_rows), DType::f32, n, H, H);
         // With I = 0 x has no columns to read: h's chunk stands in for it (not read).
@@ -274,28 +345,32 @@ void weight_grads_in_chunks(Exec &exec, const PlanKernels &kernels, const SeqDim
     }
 }
 
-// One BlockLSTMGrad call, in its phases: transpose the weights, the recurrence in reverse time
-// (dgates of every step), then the products batched over the sequence (x_grad, h_prev_grad,
-// w_grad) and the reductions (b_grad, the peephole grads, cs_prev_grad). The workspaces live as
-// long as the pass; declare the Exec first, so that they are freed before it.
+// One BlockLSTMGrad call on rows in length order (StepRows::in_order), in its phases: transpose
+// the weights, the recurrence in reverse time (dgates of every step's running rows, packed), then
+// the products batched over the packed rows (x_grad, h_prev_grad, w_grad) and the reductions
+// (b_grad, the peephole grads, cs_prev_grad). The workspaces live as long as the pass; declare the
+// Exec first, so that they are freed before it.
 class GradPass {
 public:
-    GradPass(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &c, const SeqInputs &in,
-             const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole)
-        : exec_(exec), kernels_(kernels), d_(c.dims), dt_(c.dtype), dev_(c.device),
+    GradPass(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &c, const StepRows &rows,
+             const SeqInputs &in, const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole)
+        : exec_(exec), kernels_(kernels), d_(c.dims), rows_(rows), dt_(c.dtype), dev_(c.device),
           es_(static_cast<int64_t>(size_of(c.dtype))), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
           b_grad_from_w_grad_(plan::b_grad_with_w_grad(c.device, c.dims.I)) {}
 
-    // With no step to run (L = 0 or B = 0) every gradient is zero. False: nothing to run.
+    // With no step to run (L = 0, B = 0 or every length 0) every gradient is zero. False: nothing to run.
     bool anything_to_run() {
-        if (d_.L > 0 && d_.B > 0) return true;
+        if (rows_.total() > 0) return true;
         each_output(out_, [&](const char *, const TV &t) { zero(exec_, t); });
         return false;
     }
 
-    // Zeroes what no phase writes: x_grad past seq_len_max, the peephole grads without peepholes.
+    // Zeroes what no phase writes: x_grad where a row does not run, h_prev_grad of rows that run no
+    // step, the peephole grads without peepholes. (cs_prev_grad of those rows is their carry, zero.)
     void zero_unwritten() {
-        zero_steps(exec_, out_.x_grad, d_.L);
+        zero_idle_rows(exec_, rows_, out_.x_grad);
+        const int64_t n0 = rows_.n[0];
+        if (n0 < d_.B) exec_.zero_bytes(offset_bytes(out_.h_prev_grad.data, n0 * d_.H, dt_), (d_.B - n0) * d_.H * es_);
         if (!use_peephole_) zero(exec_, out_.wci_grad), zero(exec_, out_.wcf_grad), zero(exec_, out_.wco_grad);
     }
 
@@ -310,11 +385,12 @@ public:
         run(kernels_[Family::transpose], exec_, TransposeArgs{.in = w_buf, .out = w_t_buf});
     }
 
-    // The recurrence, reverse time: dgates[t] for every t; the cell-state carry ping-pongs
-    // between two buffers and ends in carry1_.
+    // The recurrence, reverse time: dgates[t] for the running rows of every t; the cell-state carry
+    // ping-pongs between two buffers and ends in carry1_. A row that stops at step t (runs no step
+    // t+1) starts with a zero carry and a zero gradient from step t+1.
     void reverse_recurrence() {
-        const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L;
-        dgates_.emplace(exec_, L * B * 4 * H * 4, Scratch::Fill::none);
+        const int64_t B = d_.B, I = d_.I, H = d_.H, S = rows_.steps;
+        dgates_.emplace(exec_, rows_.total() * 4 * H * 4, Scratch::Fill::none);
         Scratch carry0(exec_, B * H * 4);
         carry1_.emplace(exec_, B * H * 4);
         float *carry[2] = {carry0.floats(), carry1_->floats()};
@@ -328,18 +404,24 @@ public:
         Scratch dh(exec_, B * H * 4, Scratch::Fill::none);  // one step's gradient of h, reused
         Buf dh_buf = Buf::matrix(dev_, dh.data(), DType::f32, B, H, H);
         const int64_t slice = B * H;
-        auto at = [&](const TV &x, int64_t t) { return offset_bytes(x.data, t * slice, dt_); };
-        auto step_arguments_at = [&](int64_t t) {
-            for (std::size_t k = 0; k < per_step.size(); ++k) per_step[k].set_data(at(*step_inputs[k], t));
-            cs_prev.set_data(t == 0 ? in_.cs_prev.data : at(act_.cs, t - 1));
-            carry_in.set_data(carry[t % 2]);
-            carry_out.set_data(carry[(t + 1) % 2]);
-            dgates_t.set_data(dgates_->floats() + t * B * 4 * H);
+        // Every per-row argument at rows [r0, r0 + count) of step t.
+        auto rows_at = [&](int64_t t, int64_t r0, int64_t count) {
+            for (std::size_t k = 0; k < per_step.size(); ++k)
+                per_step[k].set_data(offset_bytes(step_inputs[k]->data, t * slice + r0 * H, dt_));
+            cs_prev.set_data(offset_bytes(t == 0 ? in_.cs_prev.data : act_.cs.data, (t == 0 ? 0 : (t - 1) * slice) + r0 * H, dt_));
+            carry_in.set_data(carry[t % 2] + r0 * H);
+            carry_out.set_data(carry[(t + 1) % 2] + r0 * H);
+            dgates_t.set_data(dgates_->floats() + (rows_.packed[t] + r0) * 4 * H);
+            dh_buf.set_data(dh.floats() + r0 * H);
+            for (Buf &b : per_step) b.set_rows(count);
+            for (Buf *b : {&cs_prev, &carry_in, &carry_out, &dgates_t, &dh_buf}) b->set_rows(count);
         };
+        // The rows running at step t and at step t+1 (a prefix of them).
+        auto running = [&](int64_t t) { return std::pair{rows_.n[t], t + 1 < S ? rows_.n[t + 1] : 0}; };
 
         if (kernels_.has(Family::seq_bwd_gates)) {
-            // Each step: dh = dgates[t+1] . W_h^T on cuBLAS (W_h's rows read transposed; zero at
-            // t = L-1), then the cell's backward math with h_grad[t] added.
+            // Each step: dh = dgates[t+1] . W_h^T on cuBLAS (W_h's rows read transposed; zero
+            // for rows that stop at t), then the cell's backward math with h_grad[t] added.
             KernelCall gates(kernels_[Family::seq_bwd_gates], exec_);
             bind(gates, SeqBwdGatesArgs{.dh_product = dh_buf, .h_grad = per_step[0], .cs_grad = per_step[1],
                                         .dcs_carry = carry_in, .i = per_step[2], .f = per_step[3],
@@ -347,19 +429,24 @@ public:
                                         .wci = wci, .wcf = wcf, .wco = wco, .dgates = dgates_t,
                                         .dcs_carry_out = carry_out});
             const Operand w_h_t{offset_bytes(in_.w.data, I * 4 * H, dt_), dt_, 4 * H, /*transposed=*/true};
-            exec_.zero_bytes(dh.data(), B * H * 4);
-            for (int64_t t = L - 1; t >= 0; --t) {
-                if (t < L - 1)
-                    product_on_cublas(exec_, B, H, 4 * H, {dgates_->floats() + (t + 1) * B * 4 * H, DType::f32, 4 * H},
+            for (int64_t t = S - 1; t >= 0; --t) {
+                const auto [n, m] = running(t);
+                if (m > 0)
+                    product_on_cublas(exec_, m, H, 4 * H, {dgates_->floats() + rows_.packed[t + 1] * 4 * H, DType::f32, 4 * H},
                                       w_h_t, dh.floats(), 0.0f);
-                step_arguments_at(t);
+                if (m < n) {
+                    exec_.zero_bytes(dh.floats() + m * H, (n - m) * H * 4);
+                    exec_.zero_bytes(carry[t % 2] + m * H, (n - m) * H * 4);
+                }
+                rows_at(t, 0, n);
                 gates.run();
             }
             return;
         }
 
         // Each step one seq_bwd_step: dh = h_grad[t] + dgates[t+1] . W_h^T and the cell's
-        // backward math. W_h^T: in panels straight from the rows of W_h, or the rows of w^T.
+        // backward math. W_h^T: in panels straight from the rows of W_h, or the rows of w^T. Rows
+        // that stop at t run as a second call, with zeros for dgates[t+1].
         const KernelEntry &step_kernel = kernels_[Family::seq_bwd_step];
         Scratch zeros(exec_, B * 4 * H * 4);
         Buf dnext = Buf::matrix(dev_, zeros.data(), DType::f32, B, 4 * H, 4 * H);
@@ -374,35 +461,64 @@ public:
                                   .ci = per_step[5], .co = per_step[6], .cs_prev = cs_prev, .wci = wci, .wcf = wcf,
                                   .wco = wco, .dgates = dgates_t, .dcs_carry_out = carry_out, .dh = dh_buf});
 
-        for (int64_t t = L - 1; t >= 0; --t) {
-            if (t < L - 1) dnext.set_data(dgates_->floats() + (t + 1) * B * 4 * H);
-            step_arguments_at(t);
-            step.run();
+        for (int64_t t = S - 1; t >= 0; --t) {
+            const auto [n, m] = running(t);
+            if (m > 0) {
+                dnext.set_data(dgates_->floats() + rows_.packed[t + 1] * 4 * H);
+                dnext.set_rows(m);
+                rows_at(t, 0, m);
+                step.run();
+            }
+            if (m < n) {
+                exec_.zero_bytes(carry[t % 2] + m * H, (n - m) * H * 4);
+                dnext.set_data(zeros.data());
+                dnext.set_rows(n - m);
+                rows_at(t, m, n - m);
+                step.run();
+            }
         }
         // The step t = 0 wrote carry[1]; a step's panels, zeros and dh go with this scope.
     }
 
-    // x_grad[0:L] = dgates . W_x^T and h_prev_grad = dgates[0] . W_h^T, batched.
+    // x_grad = dgates . W_x^T (packed rows, then each step's) and h_prev_grad = dgates[0] . W_h^T, batched.
     void input_and_state_grads() {
-        const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L;
+        const int64_t I = d_.I, H = d_.H, N = rows_.total();
         const KernelEntry &product = kernels_[Family::gemm_nn];
         if (I > 0) {
-            batched_product(exec_, product, dt_, L * B, I, 4 * H, dgates_->data(), 4 * H, w_t_->data(), I + H,
-                            out_.x_grad.data);
+            std::optional<Scratch> packed;
+            if (rows_.ragged()) packed.emplace(exec_, N * I * es_, Scratch::Fill::none);
+            void *x_grad = packed ? packed->data() : out_.x_grad.data;
+            batched_product(exec_, product, dt_, N, I, 4 * H, dgates_->data(), 4 * H, w_t_->data(), I + H, x_grad);
+            if (packed) unpack_steps(exec_, rows_, x_grad, out_.x_grad.data, I, dt_);
         }
-        batched_product(exec_, product, dt_, B, H, 4 * H, dgates_->data(), 4 * H, w_t_bytes() + I * es_, I + H,
-                        out_.h_prev_grad.data);
+        batched_product(exec_, product, dt_, rows_.n[0], H, 4 * H, dgates_->data(), 4 * H, w_t_bytes() + I * es_,
+                        I + H, out_.h_prev_grad.data);
     }
 
     // w_grad = [x | h_prev_seq]^T . dgates, and b_grad with it where the plan says
     // (plan::b_grad_with_w_grad): over chunks of dgates where the plan runs gemm_tn_panels (the
-    // CPU in float32), else one product each for x and h_prev_seq.
+    // CPU in float32), else one product each for x and h_prev_seq. Where rows stop early, x's and
+    // h_prev_seq's rows are packed as dgates' are.
     void weight_grads() {
-        const int64_t B = d_.B, I = d_.I, H = d_.H, L = d_.L, slice = B * H;
+        const int64_t B = d_.B, I = d_.I, H = d_.H, N = rows_.total();
+        std::optional<Scratch> x_packed;
+        const void *x_rows = in_.x.data;
+        if (rows_.ragged() && I > 0) {
+            x_packed.emplace(exec_, N * I * es_, Scratch::Fill::none);
+            pack_steps(exec_, rows_, in_.x.data, x_packed->data(), I, dt_);
+            x_rows = x_packed->data();
+        }
         if (kernels_.has(Family::gemm_tn_panels)) {
-            auto f32 = [](const TV &t) { return static_cast<float *>(t.data); };
-            weight_grads_in_chunks(exec_, kernels_, d_, f32(in_.x), f32(in_.h_prev), f32(act_.h),
-                                   dgates_->floats(), f32(out_.w_grad), f32(out_.b_grad));
+            auto f32 = [](const void *p) { return static_cast<float *>(const_cast<void *>(p)); };
+            if (rows_.ragged()) {
+                Scratch h_seq(exec_, N * H * es_, Scratch::Fill::none);
+                pack_prev_steps(in_.h_prev, act_.h, h_seq.data());
+                weight_grads_in_chunks(exec_, kernels_, N, I, H, f32(x_rows), h_seq.floats(), N, nullptr,
+                                       dgates_->floats(), f32(out_.w_grad.data), f32(out_.b_grad.data));
+            } else {  // h_prev_seq = [h_prev, h[0], ...] read in place
+                weight_grads_in_chunks(exec_, kernels_, N, I, H, f32(x_rows), f32(in_.h_prev.data), B, f32(act_.h.data),
+                                       dgates_->floats(), f32(out_.w_grad.data), f32(out_.b_grad.data));
+            }
             return;
         }
         // One product each for x and h_prev_seq over the whole sequence (float16: c is rounded
@@ -410,30 +526,36 @@ public:
         // product's extra row is w_grad's row I, rewritten by the h product below.
         const KernelEntry &product = kernels_[Family::gemm_tn];
         if (I > 0) {
-            batched_product(exec_, product, dt_, I, 4 * H, L * B, in_.x.data, I, dgates_->data(),
-                            4 * H, out_.w_grad.data, b_grad_from_w_grad_);
+            batched_product(exec_, product, dt_, I, 4 * H, N, x_rows, I, dgates_->data(), 4 * H, out_.w_grad.data,
+                            b_grad_from_w_grad_);
             if (b_grad_from_w_grad_) {
                 exec_.copy_bytes(out_.b_grad.data, offset_bytes(out_.w_grad.data, I * 4 * H, dt_),
                                  4 * H * es_);
             }
         }
-        // h_prev_seq = [h_prev, h[0], ..., h[L-2]]
-        Scratch h_seq(exec_, L * B * H * es_, Scratch::Fill::none);
-        exec_.copy_bytes(h_seq.data(), in_.h_prev.data, slice * es_);
-        if (L > 1) {
-            exec_.copy_bytes(static_cast<std::byte *>(h_seq.data()) + slice * es_, act_.h.data,
-                             (L - 1) * slice * es_);
-        }
-        batched_product(exec_, product, dt_, H, 4 * H, L * B, h_seq.data(), H, dgates_->data(),
+        Scratch h_seq(exec_, N * H * es_, Scratch::Fill::none);
+        pack_prev_steps(in_.h_prev, act_.h, h_seq.data());
+        batched_product(exec_, product, dt_, H, 4 * H, N, h_seq.data(), H, dgates_->data(),
                         4 * H, offset_bytes(out_.w_grad.data, I * 4 * H, dt_));
     }
 
-    // b_grad (unless weight_grads made it), the peephole grads and cs_prev_grad.
+    // b_grad (unless weight_grads made it), the peephole grads and cs_prev_grad. The reductions
+    // read cs and the cell state before each step by row of dgates: as [steps, B] rows, or, where
+    // rows stop early, packed as one step of all the packed rows.
     void reductions() {
-        const int64_t B = d_.B, H = d_.H, L = d_.L;
-        Buf dgates_all = Buf::matrix(dev_, dgates_->data(), DType::f32, L * B, 4 * H, 4 * H);
-        Buf cs_seq(dev_, act_.cs.data, dt_, {L, B, H});
+        const int64_t B = d_.B, H = d_.H, S = rows_.steps, N = rows_.total();
+        Buf dgates_all = Buf::matrix(dev_, dgates_->data(), DType::f32, N, 4 * H, 4 * H);
+        std::optional<Scratch> cs_packed, cs_prev_packed;
+        Buf cs_seq(dev_, act_.cs.data, dt_, {S, B, H});
         Buf cs_prev_all(dev_, in_.cs_prev.data, dt_, {B, H});
+        if (use_peephole_ && rows_.ragged()) {
+            cs_packed.emplace(exec_, N * H * es_, Scratch::Fill::none);
+            cs_prev_packed.emplace(exec_, N * H * es_, Scratch::Fill::none);
+            pack_steps(exec_, rows_, act_.cs.data, cs_packed->data(), H, dt_);
+            pack_prev_steps(in_.cs_prev, act_.cs, cs_prev_packed->data());
+            cs_seq = Buf(dev_, cs_packed->data(), dt_, {1, N, H});
+            cs_prev_all = Buf(dev_, cs_prev_packed->data(), dt_, {N, H});
+        }
         Buf carry_final(dev_, carry1_->data(), DType::f32, {B, H});
         Buf b_grad(dev_, out_.b_grad.data, dt_, {b_grad_from_w_grad_ ? 0 : 4 * H});  // empty: done
         Buf cs_prev_grad(dev_, out_.cs_prev_grad.data, dt_, {B, H});
@@ -448,9 +570,20 @@ public:
 private:
     std::byte *w_t_bytes() const { return static_cast<std::byte *>(w_t_->data()); }
 
+    // The state before each step of the running rows, packed: `first`'s rows for step 0, then
+    // `steps`' rows of the step before (h_prev_seq from h_prev and h; cs_prev's from cs).
+    void pack_prev_steps(const TV &first, const TV &steps, void *packed) const {
+        const int64_t H = d_.H;
+        exec_.copy_bytes(packed, first.data, rows_.n[0] * H * es_);
+        for (int64_t t = 1; t < rows_.steps; ++t)
+            exec_.copy_bytes(offset_bytes(packed, rows_.packed[t] * H, dt_),
+                             offset_bytes(steps.data, (t - 1) * d_.B * H, dt_), rows_.n[t] * H * es_);
+    }
+
     Exec &exec_;
     const PlanKernels &kernels_;
     const SeqDims d_;
+    const StepRows &rows_;
     const DType dt_;
     const Device dev_;
     const int64_t es_;  // bytes per element of dtype
@@ -458,24 +591,55 @@ private:
     const SeqActivations &act_;
     const BlockLSTMGradOutputs<TV> &out_;
     const bool use_peephole_;
-    std::optional<Scratch> w_t_, dgates_, carry1_;  // w^T; dgates [L*B, 4H]; the final carry
+    std::optional<Scratch> w_t_, dgates_, carry1_;  // w^T; dgates [packed rows, 4H]; the final carry
     const bool b_grad_from_w_grad_;  // plan::b_grad_with_w_grad
 };
 
-void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
-              const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
-    const Checked<SeqDims> c = validate_grad(op, in, act, &out);
-    const auto [exec, kernels] = exec_and_kernels(plan::Kind::sequence_grad, c, {use_peephole, layout});
-    GradPass pass(*exec, kernels, c, in, act, out, use_peephole);
+void grad_steps(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &c, const StepRows &rows,
+                const SeqInputs &in, const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out,
+                bool use_peephole) {
+    GradPass pass(exec, kernels, c, rows, in, act, out, use_peephole);
     if (!pass.anything_to_run()) return;
-    // The weights' transpose and dgates (the largest workspace, L*B*4H floats) come before the
-    // first write to an output: running out of memory for them leaves the outputs as they were.
+    // The weights' transpose and dgates (the largest workspace, 4H floats per packed row) come
+    // before the first write to an output: running out of memory for them leaves the outputs as
+    // they were.
     pass.transpose_weights();
     pass.reverse_recurrence();
     pass.zero_unwritten();
     pass.input_and_state_grads();
     pass.weight_grads();
     pass.reductions();
+}
+
+void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
+              const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
+    const Checked<SeqDims> c = validate_grad(op, in, act, &out);
+    const auto [exec, kernels] = exec_and_kernels(plan::Kind::sequence_grad, c, {use_peephole, layout});
+    const StepRows rows = step_rows(c.dims.B, c.dims.L, in.seq_lengths);
+    if (rows.in_order()) return grad_steps(*exec, kernels, c, rows, in, act, out, use_peephole);
+
+    // Rows not in length order: the call runs on copies of its per-row inputs in that order (the
+    // rows that run only) and writes x_grad, cs_prev_grad and h_prev_grad in that order, then in
+    // the caller's; the weight gradients do not depend on the order.
+    std::vector<Reordered> ins;
+    ins.reserve(12);
+    auto reordered = [&](const TV &t) -> const TV & {
+        ins.emplace_back(*exec, t);
+        to_length_order(*exec, rows, t, ins.back().storage.data());
+        return ins.back().view;
+    };
+    const SeqInputs sorted_in{in.seq_len_max, reordered(in.x), reordered(in.cs_prev), reordered(in.h_prev), in.w,
+                              in.wci, in.wcf, in.wco, in.b, nullptr};
+    const SeqActivations sorted_act{reordered(act.i),  reordered(act.cs), reordered(act.f),
+                                    reordered(act.o),  reordered(act.ci), reordered(act.co),
+                                    reordered(act.h),  reordered(act.cs_grad), reordered(act.h_grad)};
+    Reordered x_grad(*exec, out.x_grad), cs_prev_grad(*exec, out.cs_prev_grad), h_prev_grad(*exec, out.h_prev_grad);
+    const BlockLSTMGradOutputs<TV> sorted_out{x_grad.view, cs_prev_grad.view, h_prev_grad.view, out.w_grad,
+                                              out.wci_grad, out.wcf_grad, out.wco_grad, out.b_grad};
+    grad_steps(*exec, kernels, c, in_length_order(rows), sorted_in, sorted_act, sorted_out, use_peephole);
+    from_length_order(*exec, rows, x_grad.storage.data(), out.x_grad);
+    from_length_order(*exec, rows, cs_prev_grad.storage.data(), out.cs_prev_grad);
+    from_length_order(*exec, rows, h_prev_grad.storage.data(), out.h_prev_grad);
 }
 
 // The allocating forms: validated (an error throws before anything is allocated), then run into
@@ -534,36 +698,36 @@ using detail::SeqActivations;
 using detail::SeqInputs;
 
 void BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
-               const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs) {
-    detail::run_forward("BlockLSTM", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b}, out,
+               const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs, const TV *seq_lengths) {
+    detail::run_forward("BlockLSTM", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, seq_lengths}, out,
                         attrs.forget_bias, attrs.cell_clip, attrs.use_peephole);
 }
 
 LSTMOutputs<Tensor> BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
-                              const TV &wci, const TV &wcf, const TV &wco, const TV &b, const BlockLSTMAttrs &attrs) {
-    return detail::allocate_forward("BlockLSTM", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                              const TV &wci, const TV &wcf, const TV &wco, const TV &b, const BlockLSTMAttrs &attrs, const TV *seq_lengths) {
+    return detail::allocate_forward("BlockLSTM", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, seq_lengths},
                                     attrs.forget_bias, attrs.cell_clip, attrs.use_peephole);
 }
 
 void BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
-                 const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out, const BlockLSTMV2Attrs &attrs) {
-    detail::run_forward("BlockLSTMV2", Layout::ifco, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b}, out,
+                 const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out, const BlockLSTMV2Attrs &attrs, const TV *seq_lengths) {
+    detail::run_forward("BlockLSTMV2", Layout::ifco, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, seq_lengths}, out,
                         0.0f, attrs.cell_clip, attrs.use_peephole);
 }
 
 LSTMOutputs<Tensor> BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
                                 const TV &wci, const TV &wcf, const TV &wco, const TV &b,
-                                const BlockLSTMV2Attrs &attrs) {
+                                const BlockLSTMV2Attrs &attrs, const TV *seq_lengths) {
     return detail::allocate_forward("BlockLSTMV2", Layout::ifco,
-                                    {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b}, 0.0f, attrs.cell_clip,
+                                    {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, seq_lengths}, 0.0f, attrs.cell_clip,
                                     attrs.use_peephole);
 }
 
 void BlockLSTMGrad(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
                    const TV &wcf, const TV &wco, const TV &b, const TV &i, const TV &cs, const TV &f, const TV &o,
                    const TV &ci, const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
-                   const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs) {
-    detail::run_grad("BlockLSTMGrad", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                   const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs, const TV *seq_lengths) {
+    detail::run_grad("BlockLSTMGrad", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, seq_lengths},
                      {i, cs, f, o, ci, co, h, cs_grad, h_grad}, out, attrs.use_peephole);
 }
 
@@ -571,16 +735,16 @@ BlockLSTMGradOutputs<Tensor> BlockLSTMGrad(int64_t seq_len_max, const TV &x, con
                                            const TV &w, const TV &wci, const TV &wcf, const TV &wco, const TV &b,
                                            const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
                                            const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
-                                           const GradAttrs &attrs) {
-    return detail::allocate_grad("BlockLSTMGrad", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                                           const GradAttrs &attrs, const TV *seq_lengths) {
+    return detail::allocate_grad("BlockLSTMGrad", Layout::icfo, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, seq_lengths},
                                  {i, cs, f, o, ci, co, h, cs_grad, h_grad}, attrs.use_peephole);
 }
 
 void BlockLSTMGradV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
                      const TV &wci, const TV &wcf, const TV &wco, const TV &b, const TV &i, const TV &cs,
                      const TV &f, const TV &o, const TV &ci, const TV &co, const TV &h, const TV &cs_grad,
-                     const TV &h_grad, const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs) {
-    detail::run_grad("BlockLSTMGradV2", Layout::ifco, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                     const TV &h_grad, const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs, const TV *seq_lengths) {
+    detail::run_grad("BlockLSTMGradV2", Layout::ifco, {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, seq_lengths},
                      {i, cs, f, o, ci, co, h, cs_grad, h_grad}, out, attrs.use_peephole);
 }
 
@@ -588,9 +752,9 @@ BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(int64_t seq_len_max, const TV &x, c
                                              const TV &w, const TV &wci, const TV &wcf, const TV &wco, const TV &b,
                                              const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
                                              const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
-                                             const GradAttrs &attrs) {
+                                             const GradAttrs &attrs, const TV *seq_lengths) {
     return detail::allocate_grad("BlockLSTMGradV2", Layout::ifco,
-                                 {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b},
+                                 {seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, seq_lengths},
                                  {i, cs, f, o, ci, co, h, cs_grad, h_grad}, attrs.use_peephole);
 }
 

@@ -19,9 +19,17 @@ const char *halide_version() {
         HALIDE_VERSION_PATCH);
 }
 
-const char *to_string(DType dtype) { return dtype == DType::f16 ? "float16" : "float32"; }
+const char *to_string(DType dtype) {
+    switch (dtype) {
+    case DType::f16: return "float16";
+    case DType::f32: return "float32";
+    case DType::i32: return "int32";
+    case DType::i64: return "int64";
+    }
+    return "unknown";
+}
 const char *to_string(Device device) { return device == Device::cpu ? "cpu" : "cuda"; }
-std::size_t size_of(DType dtype) { return dtype == DType::f16 ? 2 : 4; }
+std::size_t size_of(DType dtype) { return dtype == DType::f16 ? 2 : dtype == DType::i64 ? 8 : 4; }
 
 int64_t TensorView::num_elements() const {
     int64_t n = 1;
@@ -33,8 +41,9 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> shape, Device device) {
     view_.dtype = dtype;
     view_.shape = std::move(shape);
     view_.device = device;
-    if (dtype != DType::f16 && dtype != DType::f32) {
-        throw Error("Tensor: dtype value " + std::to_string(static_cast<int>(dtype)) + ": expected float16 or float32");
+    if (dtype != DType::f16 && dtype != DType::f32 && dtype != DType::i32 && dtype != DType::i64) {
+        throw Error("Tensor: dtype value " + std::to_string(static_cast<int>(dtype)) +
+                    ": expected float16, float32, int32 or int64");
     }
     if (device != Device::cpu && device != Device::cuda) {
         throw Error("Tensor: device value " + std::to_string(static_cast<int>(device)) + ": expected cpu or cuda");

@@ -288,7 +288,8 @@ std::vector<std::pair<std::string, Tensor>> expected(const Problem &p, const Att
                         const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
                         const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
                         const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
-                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::GradAttrs &)>(
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::GradAttrs &,
+                        const blocklstm::TV *)>(
                         &blocklstm::BlockLSTMGrad)
                   : static_cast<blocklstm::BlockLSTMGradOutputs<Tensor> (*)(
                         int64_t, const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
@@ -296,11 +297,12 @@ std::vector<std::pair<std::string, Tensor>> expected(const Problem &p, const Att
                         const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
                         const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
                         const blocklstm::TV &, const blocklstm::TV &, const blocklstm::TV &,
-                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::GradAttrs &)>(
+                        const blocklstm::TV &, const blocklstm::TV &, const blocklstm::GradAttrs &,
+                        const blocklstm::TV *)>(
                         &blocklstm::BlockLSTMGradV2);
     return seqgrad(fn(p.seq_len_max, p["x"], p["cs_prev"], p["h_prev"], p["w"], p["wci"], p["wcf"],
                       p["wco"], p["b"], p["i"], p["cs"], p["f"], p["o"], p["ci"], p["co"], p["h"],
-                      p["cs_grad"], p["h_grad"], ga));
+                      p["cs_grad"], p["h_grad"], ga, nullptr));
 }
 
 // ---- run: every op, both dtypes, against the library -------------------------------------------

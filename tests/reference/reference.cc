@@ -90,7 +90,7 @@ Array zeros(std::vector<int64_t> shape) {
 LSTMOut block_lstm(int64_t L, const Array &x, const Array &cs_prev, const Array &h_prev,
                    const Array &w, const Array &wci, const Array &wcf, const Array &wco,
                    const Array &b, double forget_bias, double cell_clip, bool peep,
-                   Layout layout) {
+                   Layout layout, const std::vector<int64_t> *lengths) {
     require(x.shape.size() == 3, "x must be rank 3");
     require(cs_prev.shape.size() == 2, "cs_prev must be rank 2");
     const int64_t T = x.shape[0], B = x.shape[1], I = x.shape[2], H = cs_prev.shape[1];
@@ -112,6 +112,13 @@ LSTMOut block_lstm(int64_t L, const Array &x, const Array &cs_prev, const Array 
     for (int64_t t = 0; t < L; ++t) {
         const double *xt = x.data.data() + t * B * I;
         for (int64_t n = 0; n < B; ++n) {
+            if (lengths && t >= (*lengths)[n]) {  // the row has stopped: its outputs stay zero, its state as it was
+                for (int64_t j = 0; j < H; ++j) {
+                    out.cs.data[(t * B + n) * H + j] = c[n * H + j];
+                    out.h.data[(t * B + n) * H + j] = h[n * H + j];
+                }
+                continue;
+            }
             for (int64_t k = 0; k < 4 * H; ++k) G[k] = 0;
             for (int64_t r = 0; r < I + H; ++r) {
                 const double v = r < I ? xt[n * I + r] : h[n * H + (r - I)];
@@ -145,6 +152,10 @@ LSTMOut block_lstm(int64_t L, const Array &x, const Array &cs_prev, const Array 
         }
         std::copy(out.cs.data.begin() + t * B * H, out.cs.data.begin() + (t + 1) * B * H, c.begin());
         std::copy(out.h.data.begin() + t * B * H, out.h.data.begin() + (t + 1) * B * H, h.begin());
+        if (lengths)  // the outputs of stopped rows, which carried their state, are zero
+            for (int64_t n = 0; n < B; ++n)
+                if (t >= (*lengths)[n])
+                    for (int64_t j = 0; j < H; ++j) out.cs.data[(t * B + n) * H + j] = out.h.data[(t * B + n) * H + j] = 0;
     }
     return out;
 }
@@ -197,7 +208,8 @@ SeqGradOut block_lstm_grad(int64_t L, const Array &x, const Array &cs_prev, cons
                            const Array &w, const Array &wci, const Array &wcf, const Array &wco,
                            const Array &b, const Array &i, const Array &cs, const Array &f,
                            const Array &o, const Array &ci, const Array &co, const Array &h,
-                           const Array &cs_grad, const Array &h_grad, bool peep, Layout layout) {
+                           const Array &cs_grad, const Array &h_grad, bool peep, Layout layout,
+                           const std::vector<int64_t> *lengths) {
     require(x.shape.size() == 3, "x must be rank 3");
     require(w.shape.size() == 2 && w.shape[1] % 4 == 0, "w must be [I+H, 4H]");
     const int64_t T = x.shape[0], B = x.shape[1], I = x.shape[2], H = w.shape[1] / 4;
@@ -228,8 +240,10 @@ SeqGradOut block_lstm_grad(int64_t L, const Array &x, const Array &cs_prev, cons
         const double *cp = t == 0 ? cs_prev.data.data() : cs.data.data() + (t - 1) * BH;
         const double *hp = t == 0 ? h_prev.data.data() : h.data.data() + (t - 1) * BH;
         for (int64_t e = 0; e < BH; ++e) {
-            dcs_in[e] = out.cs_prev_grad.data[e] + cs_grad.data[t * BH + e];
-            dh[e] = out.h_prev_grad.data[e] + h_grad.data[t * BH + e];
+            // A row past its length takes no gradient at t: nothing flows from its steps >= length.
+            const bool runs = !lengths || t < (*lengths)[e / H];
+            dcs_in[e] = runs ? out.cs_prev_grad.data[e] + cs_grad.data[t * BH + e] : 0.0;
+            dh[e] = runs ? out.h_prev_grad.data[e] + h_grad.data[t * BH + e] : 0.0;
         }
         const int64_t s = t * BH;
         step.run(i.data.data() + s, cs.data.data() + s, f.data.data() + s, o.data.data() + s,

@@ -43,10 +43,11 @@ BLOCKLSTM_API const char *version();
 // The version of Halide its kernels were generated with, e.g. "21.0.0".
 BLOCKLSTM_API const char *halide_version();
 
-enum class DType : int { f16, f32 };
+// f16 and f32 are the ops' float types; i32 and i64 serve only seq_lengths.
+enum class DType : int { f16, f32, i32, i64 };
 enum class Device : int { cpu, cuda };
 
-BLOCKLSTM_API const char *to_string(DType dtype);    // "float16", "float32"
+BLOCKLSTM_API const char *to_string(DType dtype);    // "float16", "float32", "int32", "int64"
 BLOCKLSTM_API const char *to_string(Device device);  // "cpu", "cuda"
 BLOCKLSTM_API std::size_t size_of(DType dtype);      // bytes per element
 
@@ -162,44 +163,58 @@ BLOCKLSTM_API LSTMBlockCellGradOutputs<Tensor> LSTMBlockCellGrad(
     const TV &co, const TV &cs_grad, const TV &h_grad, const GradAttrs &attrs = {});
 
 // The whole sequence, ICFO, seq_len_max steps of x [T,B,I]; every output is zero past seq_len_max.
+//
+// seq_lengths (blocklstm's extension, not TF's; docs/semantics.md "Per-example lengths"): an
+// optional [B] int32 or int64 tensor in host memory, each value in [0, T]. Row b then runs
+// min(seq_lengths[b], seq_len_max) steps: its outputs past that are zero, its final state is its
+// h and cs at its last step, and the gradient ops neither read its cs_grad and h_grad past it nor
+// pass anything from there back (x_grad zero there). Only the steps rows run are computed: the
+// rows are ordered by length inside the call, so that each step runs on those still running.
+// nullptr: TF's op exactly.
 BLOCKLSTM_API void BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
                const TV &wci, const TV &wcf, const TV &wco, const TV &b,
-               const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs = {});
+               const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs = {},
+               const TV *seq_lengths = nullptr);
 BLOCKLSTM_API LSTMOutputs<Tensor> BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev,
                               const TV &h_prev, const TV &w, const TV &wci, const TV &wcf,
-                              const TV &wco, const TV &b, const BlockLSTMAttrs &attrs = {});
+                              const TV &wco, const TV &b, const BlockLSTMAttrs &attrs = {},
+                              const TV *seq_lengths = nullptr);
 
 // As BlockLSTM with gate layout IFCO and no forget bias.
 BLOCKLSTM_API void BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev,
                  const TV &w, const TV &wci, const TV &wcf, const TV &wco, const TV &b,
-                 const LSTMOutputs<TV> &out, const BlockLSTMV2Attrs &attrs = {});
+                 const LSTMOutputs<TV> &out, const BlockLSTMV2Attrs &attrs = {},
+                 const TV *seq_lengths = nullptr);
 BLOCKLSTM_API LSTMOutputs<Tensor> BlockLSTMV2(int64_t seq_len_max, const TV &x, const TV &cs_prev,
                                 const TV &h_prev, const TV &w, const TV &wci, const TV &wcf,
-                                const TV &wco, const TV &b, const BlockLSTMV2Attrs &attrs = {});
+                                const TV &wco, const TV &b, const BlockLSTMV2Attrs &attrs = {},
+                                const TV *seq_lengths = nullptr);
 
 // Gradient of BlockLSTM (ICFO). i..h are BlockLSTM's outputs, cs_grad/h_grad [T,B,H].
 BLOCKLSTM_API void BlockLSTMGrad(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev,
                    const TV &w, const TV &wci, const TV &wcf, const TV &wco, const TV &b,
                    const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
                    const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
-                   const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs = {});
+                   const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs = {},
+                   const TV *seq_lengths = nullptr);
 BLOCKLSTM_API BlockLSTMGradOutputs<Tensor> BlockLSTMGrad(
     int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
     const TV &wci, const TV &wcf, const TV &wco, const TV &b, const TV &i, const TV &cs,
     const TV &f, const TV &o, const TV &ci, const TV &co, const TV &h, const TV &cs_grad,
-    const TV &h_grad, const GradAttrs &attrs = {});
+    const TV &h_grad, const GradAttrs &attrs = {}, const TV *seq_lengths = nullptr);
 
 // The exact gradient of BlockLSTMV2 (IFCO).
 BLOCKLSTM_API void BlockLSTMGradV2(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev,
                      const TV &w, const TV &wci, const TV &wcf, const TV &wco, const TV &b,
                      const TV &i, const TV &cs, const TV &f, const TV &o, const TV &ci,
                      const TV &co, const TV &h, const TV &cs_grad, const TV &h_grad,
-                     const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs = {});
+                     const BlockLSTMGradOutputs<TV> &out, const GradAttrs &attrs = {},
+                     const TV *seq_lengths = nullptr);
 BLOCKLSTM_API BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(
     int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
     const TV &wci, const TV &wcf, const TV &wco, const TV &b, const TV &i, const TV &cs,
     const TV &f, const TV &o, const TV &ci, const TV &co, const TV &h, const TV &cs_grad,
-    const TV &h_grad, const GradAttrs &attrs = {});
+    const TV &h_grad, const GradAttrs &attrs = {}, const TV *seq_lengths = nullptr);
 
 // ---- CUDA ----------------------------------------------------------------------------------
 

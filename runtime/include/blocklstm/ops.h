@@ -55,6 +55,9 @@ struct BLOCKLSTM_API OpInfo {
     std::optional<float> forget_bias;  // the attr's TF default, or none: the op has no such attr
     std::optional<float> cell_clip;
     std::string forward_op;         // a gradient op: the op whose outputs it takes ("" otherwise)
+    // Inputs a call may leave out, blocklstm's extensions of TF's op: the sequence ops'
+    // "seq_lengths" [B] (int32 or int64, host memory; blocklstm.h, docs/semantics.md).
+    std::vector<OpArg> optional_inputs;
 
     // The plan a call on a device in a dtype runs now: the kernel families, in order, and how
     // often, e.g. BlockLSTM on the CPU: gemm_nn_bias 1, panels 1, seq_fwd_step L (on CUDA it
@@ -75,8 +78,9 @@ BLOCKLSTM_API const OpInfo &op_info(const std::string &name);
 // without peepholes.
 BLOCKLSTM_API bool op_available(const std::string &op, Device device, DType dtype, bool use_peephole);
 
-// Calls `op` with every input by TF name (seq_len_max is read by sequence ops only) and writes its
-// outputs into `outputs` (every output by TF name, caller-owned). A missing or unknown tensor name,
+// Calls `op` with every input by TF name, and any of its optional_inputs by name (seq_len_max is
+// read by sequence ops only), and writes its outputs into `outputs` (every output by TF name,
+// caller-owned). A missing or unknown tensor name,
 // or an attr the op does not have, throws blocklstm::Error naming it; then validation as the typed
 // function does it.
 BLOCKLSTM_API void invoke(const std::string &op, int64_t seq_len_max,

@@ -1,0 +1,60 @@
+// Which rows of a batch run at each step of a sequence op. Without seq_lengths every row runs
+// L = seq_len_max steps; with them row b runs len_b = min(seq_lengths[b], L) steps. The time loops
+// take the rows in order of decreasing length, so that the rows still running at step t are the
+// first n[t] of that order and each step computes those only; the batched products (the input
+// projection, x_grad, w_grad) run on the rows of every step laid one after another, "packed",
+// as cuDNN's packed layout, so that no padded step costs a multiply.
+#pragma once
+
+#include <blocklstm/blocklstm.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace blocklstm::detail {
+
+class Exec;
+
+struct StepRows {
+    int64_t B = 0;
+    int64_t steps = 0;            // the longest row's length (L without seq_lengths)
+    std::vector<int64_t> length;  // len_b by row
+    std::vector<int64_t> order;   // order[j]: the row in place j, by decreasing length (stable)
+    std::vector<int64_t> place;   // place[b]: the place of row b in `order`
+    std::vector<int64_t> n;       // n[t]: the rows running at step t < steps
+    std::vector<int64_t> packed;  // packed[t]: the packed row where step t starts; packed[steps]: all
+
+    int64_t total() const { return packed[steps]; }
+    // Some row stops before the longest: the packed rows are not x's [steps, B] rows.
+    bool ragged() const { return total() != steps * B; }
+    // The rows are already by decreasing length: the time loops run on the tensors as they are.
+    bool in_order() const {
+        for (int64_t j = 0; j < B; ++j)
+            if (order[j] != j) return false;
+        return true;
+    }
+};
+
+// Every one of B rows running L steps, or the lengths read from seq_lengths (validated: [B], int32
+// or int64, host memory, each in [0, T]), each capped at L.
+StepRows step_rows(int64_t B, int64_t L, const TensorView *seq_lengths);
+
+// The same rows by decreasing length: place j holds row order[j] (the call on permuted tensors).
+StepRows in_length_order(const StepRows &rows);
+
+// Copies between a [T, B, width] tensor of `dtype` and its packed rows (step t's first n[t]
+// rows at packed row packed[t]), one copy per step.
+void pack_steps(const Exec &exec, const StepRows &rows, const void *steps, void *packed, int64_t width, DType dtype);
+void unpack_steps(const Exec &exec, const StepRows &rows, const void *packed, void *steps, int64_t width, DType dtype);
+
+// Zero what no step writes in a [T, B, ...] output of rows in length order: rows n[t].. of each
+// step t < steps, and every step from `steps` on.
+void zero_idle_rows(const Exec &exec, const StepRows &rows, const TensorView &t);
+
+// Between a tensor in the caller's row order and one in length order (dst and src of the same
+// shape, [B, width] or [T, B, width]): to_length_order copies the rows that run (every row of a
+// [B, width] tensor); from_length_order writes every row of dst, zeros where a row does not run.
+void to_length_order(const Exec &exec, const StepRows &rows, const TensorView &src, void *dst);
+void from_length_order(const Exec &exec, const StepRows &rows, const void *src, const TensorView &dst);
+
+}  // namespace blocklstm::detail

@@ -1,0 +1,314 @@
+// Per-example lengths (seq_lengths, blocklstm's extension of the sequence ops): the four ops against
+// the float64 reference that learns lengths too, the gradient against finite differences of that
+// reference's forward, the same bits as the op without lengths where every row runs every step,
+// validation that names the argument and writes nothing, and the call by name.
+//
+// Everything a row must not read past its length (x in the forward; the activations, cs_grad and
+// h_grad in the gradient) is NaN here: reading any of it would show in some output.
+#include <blocklstm/ops.h>
+
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "test_util.h"
+
+namespace blt {
+namespace {
+
+using blocklstm::Device;
+using blocklstm::TensorView;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+struct LengthCase {
+    const char *name;
+    Shape shape;
+    std::vector<int64_t> lengths;  // one per row, in [0, T]
+};
+
+// Rows out of length order, lengths 0 and T, seq_len_max below T; rows in length order; every row
+// the same length below L; a batch that runs nothing; no input columns with the clip on; a larger
+// batch whose packed rows (~640) make more than one chunk of the CPU's float32 w_grad (512 rows).
+std::vector<LengthCase> length_cases() {
+    std::vector<LengthCase> cases = {
+        {"unsorted", {6, 7, 5, 8, 5, 1.5, 0.0, 0.7, ""}, {3, 0, 5, 6, 1, 5, 2}},
+        {"sorted", {6, 7, 5, 8, 6, 1.5, 0.0, 0.7, ""}, {6, 5, 5, 3, 2, 1, 0}},
+        {"equal_below_L", {5, 4, 3, 8, 5, 1.5, 0.0, 0.7, ""}, {3, 3, 3, 3}},
+        {"all_zero", {4, 3, 3, 5, 4, 1.5, 0.0, 0.7, ""}, {0, 0, 0}},
+        {"clip_and_I_0", {5, 6, 0, 8, 5, 1.5, 0.4, 0.7, ""}, {5, 1, 4, 0, 2, 5}},
+    };
+    LengthCase big{"chunks", {16, 80, 9, 12, 16, 1.5, 0.0, 0.7, ""}, {}};
+    Rng rng(seed_for("seq_lengths/chunks"));
+    for (int64_t b = 0; b < 80; ++b) big.lengths.push_back(static_cast<int64_t>(rng() % 17));
+    cases.push_back(big);
+    return cases;
+}
+
+struct Combo {
+    LengthCase c;
+    DType dtype;
+    Layout layout;
+    bool peephole;
+    bool int64;
+};
+
+std::string combo_name(const ::testing::TestParamInfo<Combo> &info) {
+    const Combo &c = info.param;
+    return std::string(c.c.name) + (c.dtype == DType::f32 ? "_f32" : "_f16") +
+           (c.layout == Layout::icfo ? "_icfo" : "_ifco") + (c.peephole ? "_peephole" : "_plain") +
+           (c.int64 ? "_i64" : "_i32");
+}
+
+std::vector<Combo> combos() {
+    std::vector<Combo> out;
+    for (const LengthCase &c : length_cases())
+        for (DType dt : {DType::f32, DType::f16})
+            for (Layout layout : {Layout::icfo, Layout::ifco})
+                for (bool peephole : {false, true}) out.push_back({c, dt, layout, peephole, out.size() % 2 == 0});
+    return out;
+}
+
+// The lengths as the op takes them, and capped at L as the reference takes them.
+struct Lengths {
+    Tensor tensor;
+    std::vector<int64_t> capped;
+    Lengths(const std::vector<int64_t> &values, int64_t L, bool int64)
+        : tensor(int64 ? DType::i64 : DType::i32, {static_cast<int64_t>(values.size())}) {
+        for (std::size_t b = 0; b < values.size(); ++b) {
+            if (int64) tensor.data_as<int64_t>()[b] = values[b];
+            else tensor.data_as<int32_t>()[b] = static_cast<int32_t>(values[b]);
+            capped.push_back(std::min(values[b], L));
+        }
+    }
+};
+
+// NaN in every row of a [T, B, width] array past its length.
+void poison_past_lengths(Array &a, const std::vector<int64_t> &lengths) {
+    const int64_t T = a.shape[0], B = a.shape[1], width = a.shape[2];
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t b = 0; b < B; ++b)
+            if (t >= lengths[b])
+                for (int64_t k = 0; k < width; ++k) a.data[(t * B + b) * width + k] = kNaN;
+}
+
+ref::LSTMOut ref_forward(const Problem &p, const std::vector<int64_t> &lengths) {
+    ref::LSTMOut f = ref::block_lstm(p.s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
+                                     p.s.cell_clip, p.peephole, p.layout, &lengths);
+    for (Array *a : {&f.i, &f.cs, &f.f, &f.o, &f.ci, &f.co, &f.h}) *a = rounded(*a, p.dtype);
+    return f;
+}
+
+blocklstm::LSTMOutputs<Tensor> run_forward(const Problem &p, const Inputs &in, const TensorView *lengths) {
+    const auto fb = static_cast<float>(p.s.forget_bias), clip = static_cast<float>(p.s.cell_clip);
+    if (p.layout == Layout::icfo)
+        return blocklstm::BlockLSTM(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                    {fb, clip, p.peephole}, lengths);
+    return blocklstm::BlockLSTMV2(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                  {clip, p.peephole}, lengths);
+}
+
+blocklstm::BlockLSTMGradOutputs<Tensor> run_grad(const Problem &p, const Inputs &in, const TensorView *lengths) {
+    using Fn = blocklstm::BlockLSTMGradOutputs<Tensor> (*)(
+        int64_t, const TensorView &, const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+        const TensorView &, const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+        const TensorView &, const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+        const TensorView &, const TensorView &, const blocklstm::GradAttrs &, const TensorView *);
+    const Fn fn = p.layout == Layout::icfo ? static_cast<Fn>(&blocklstm::BlockLSTMGrad)
+                                           : static_cast<Fn>(&blocklstm::BlockLSTMGradV2);
+    return fn(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, in.i, in.cs, in.f, in.o, in.ci,
+              in.co, in.h, in.cs_grad, in.h_grad, {p.peephole}, lengths);
+}
+
+// A problem whose forward activations are the reference's with lengths.
+Problem problem_with_lengths(const Combo &c, const std::vector<int64_t> &capped) {
+    BLT_SEED(seed, "seq_lengths/" + std::string(c.c.name));
+    Problem p = make_problem(seed, c.c.shape, c.dtype, false, c.peephole, c.layout);
+    p.fwd = ref_forward(p, capped);
+    return p;
+}
+
+// The same problem with NaN past the lengths in what the ops must not read there: x (the forward
+// op), the activations, cs_grad and h_grad (the gradient op).
+Problem poisoned(Problem p, const std::vector<int64_t> &capped) {
+    for (Array *a : {&p.fwd.i, &p.fwd.cs, &p.fwd.f, &p.fwd.o, &p.fwd.ci, &p.fwd.co, &p.fwd.h, &p.cs_grad, &p.h_grad})
+        poison_past_lengths(*a, capped);
+    if (p.s.I > 0) poison_past_lengths(p.x, capped);
+    return p;
+}
+
+class SeqLengths : public ::testing::TestWithParam<Combo> {};
+
+TEST_P(SeqLengths, ForwardMatchesTheReference) {
+    const Combo c = GetParam();
+    const Lengths lengths(c.c.lengths, c.c.shape.L, c.int64);
+    const Problem p = problem_with_lengths(c, lengths.capped);
+    const Inputs in(poisoned(p, lengths.capped));
+    expect_fwd(run_forward(p, in, &lengths.tensor.view()), p.fwd, fwd_tol(c.dtype));
+}
+
+TEST_P(SeqLengths, GradMatchesTheReference) {
+    const Combo c = GetParam();
+    const Lengths lengths(c.c.lengths, c.c.shape.L, c.int64);
+    const Problem p = problem_with_lengths(c, lengths.capped);
+    const ref::SeqGradOut want =
+        ref::block_lstm_grad(p.s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fwd.i, p.fwd.cs,
+                             p.fwd.f, p.fwd.o, p.fwd.ci, p.fwd.co, p.fwd.h, p.cs_grad, p.h_grad, p.peephole,
+                             p.layout, &lengths.capped);
+    const Inputs in(poisoned(p, lengths.capped));
+    expect_seq_grad(run_grad(p, in, &lengths.tensor.view()), want, grad_tol(c.dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SeqLengths, ::testing::ValuesIn(combos()), combo_name);
+
+// The reference's gradient with lengths is the derivative of its forward with lengths, and ours
+// matches it: central differences (eps 1e-5, in double) of sum(cs . cs_grad + h . h_grad).
+TEST(SeqLengthsFD, GradIsTheDerivativeOfTheForwardWithLengths) {
+    for (Layout layout : {Layout::icfo, Layout::ifco})
+        for (bool peephole : {false, true}) {
+            SCOPED_TRACE(std::string(layout == Layout::icfo ? "icfo" : "ifco") + (peephole ? " peephole" : " plain"));
+            const Shape s{5, 4, 3, 4, 4, 1.5, 0.0, 0.7, ""};
+            BLT_SEED(seed, "seq_lengths/fd");
+            Problem p = make_problem(seed, s, DType::f32, false, peephole, layout);
+            const Lengths lengths({2, 5, 0, 3}, s.L, true);
+            p.fwd = ref_forward(p, lengths.capped);
+            const Inputs in(p);
+            const auto ours = run_grad(p, in, &lengths.tensor.view());
+            auto loss = [&] {
+                const auto f = ref::block_lstm(s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
+                                               s.cell_clip, peephole, layout, &lengths.capped);
+                return seq_loss(f.cs, f.h, p.cs_grad, p.h_grad);
+            };
+            const auto fd =
+                finite_differences({&p.x, &p.cs_prev, &p.h_prev, &p.w, &p.wci, &p.wcf, &p.wco, &p.b}, loss, 1e-5);
+            constexpr double tol = 1e-6;  // as finite_diff_test's float32 gradients against the reference
+            EXPECT_TRUE(close("x_grad", ours.x_grad, fd[0], tol));
+            EXPECT_TRUE(close("cs_prev_grad", ours.cs_prev_grad, fd[1], tol));
+            EXPECT_TRUE(close("h_prev_grad", ours.h_prev_grad, fd[2], tol));
+            EXPECT_TRUE(close("w_grad", ours.w_grad, fd[3], tol));
+            EXPECT_TRUE(close("wci_grad", ours.wci_grad, fd[4], tol));
+            EXPECT_TRUE(close("wcf_grad", ours.wcf_grad, fd[5], tol));
+            EXPECT_TRUE(close("wco_grad", ours.wco_grad, fd[6], tol));
+            EXPECT_TRUE(close("b_grad", ours.b_grad, fd[7], tol));
+            // A row of length 0 passes nothing back to its initial state.
+            for (int64_t j = 0; j < s.H; ++j) {
+                EXPECT_EQ(ours.h_prev_grad.data_as<float>()[2 * s.H + j], 0.0f);
+                EXPECT_EQ(ours.cs_prev_grad.data_as<float>()[2 * s.H + j], 0.0f);
+            }
+        }
+}
+
+// Where every row runs every step (lengths T, capped at seq_len_max), the call is TF's op: the
+// same bits as without seq_lengths.
+TEST(SeqLengthsFull, SameBitsAsWithout) {
+    for (DType dt : {DType::f32, DType::f16}) {
+        const Shape s{6, 5, 4, 8, 4, 1.5, 0.0, 0.7, ""};
+        BLT_SEED(seed, "seq_lengths/full");
+        const Problem p = make_problem(seed, s, dt, false, true, Layout::icfo);
+        const Inputs in(p);
+        const Lengths lengths(std::vector<int64_t>(s.B, s.T), s.L, false);
+        const auto with = run_forward(p, in, &lengths.tensor.view()), without = run_forward(p, in, nullptr);
+        EXPECT_TRUE(same_bits("h", with.h, without.h));
+        EXPECT_TRUE(same_bits("cs", with.cs, without.cs));
+        const auto g_with = run_grad(p, in, &lengths.tensor.view()), g_without = run_grad(p, in, nullptr);
+        EXPECT_TRUE(same_bits("x_grad", g_with.x_grad, g_without.x_grad));
+        EXPECT_TRUE(same_bits("w_grad", g_with.w_grad, g_without.w_grad));
+        EXPECT_TRUE(same_bits("wci_grad", g_with.wci_grad, g_without.wci_grad));
+        EXPECT_TRUE(same_bits("cs_prev_grad", g_with.cs_prev_grad, g_without.cs_prev_grad));
+    }
+}
+
+// Bad seq_lengths: an error naming the argument with the expected and the actual value, and no
+// output written.
+TEST(SeqLengthsValidation, BadLengthsNameTheArgumentAndWriteNothing) {
+    const Shape s{4, 3, 2, 4, 4, 1.5, 0.0, 0.7, ""};
+    BLT_SEED(seed, "seq_lengths/validation");
+    const Problem p = make_problem(seed, s, DType::f32, false, false, Layout::icfo);
+    const Inputs in(p);
+    Tensor f32(DType::f32, {3}), long_shape(DType::i32, {4}), rank2(DType::i32, {3, 1}), negative(DType::i64, {3}),
+        too_long(DType::i32, {3}), good(DType::i32, {3});
+    negative.data_as<int64_t>()[1] = -1;
+    too_long.data_as<int32_t>()[2] = 5;
+    TensorView on_cuda = good.view(), null_data = good.view();
+    on_cuda.device = Device::cuda;
+    null_data.data = nullptr;
+    const std::vector<std::pair<TensorView, std::string>> cases = {
+        {f32.view(), "argument 'seq_lengths' has dtype float32: expected int32 or int64"},
+        {long_shape.view(), "argument 'seq_lengths' has shape [4]: expected [3]"},
+        {rank2.view(), "argument 'seq_lengths' has shape [3,1]: expected [3]"},
+        {negative.view(), "argument 'seq_lengths' has -1 at [1]: expected a value in [0, 4]"},
+        {too_long.view(), "argument 'seq_lengths' has 5 at [2]: expected a value in [0, 4]"},
+        {on_cuda, "argument 'seq_lengths' is on device cuda: expected cpu"},
+        {null_data, "argument 'seq_lengths' has null data: expected 3 values"},
+    };
+    for (const auto &[lengths, message] : cases) {
+        SCOPED_TRACE(message);
+        for (bool grad : {false, true}) {
+            std::vector<Tensor> outs;
+            auto output = [&](std::vector<int64_t> shape) {
+                Array a = ref::zeros(std::move(shape));
+                std::fill(a.data.begin(), a.data.end(), 777.0);
+                outs.push_back(ref::to_tensor(a, DType::f32));
+                return outs.back().view();
+            };
+            outs.reserve(8);
+            try {
+                if (!grad) {
+                    const blocklstm::LSTMOutputs<TensorView> out{output({4, 3, 4}), output({4, 3, 4}), output({4, 3, 4}),
+                                                                 output({4, 3, 4}), output({4, 3, 4}), output({4, 3, 4}),
+                                                                 output({4, 3, 4})};
+                    blocklstm::BlockLSTM(s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, out, {},
+                                         &lengths);
+                } else {
+                    const blocklstm::BlockLSTMGradOutputs<TensorView> out{
+                        output({4, 3, 2}), output({3, 4}), output({3, 4}), output({6, 16}),
+                        output({4}),       output({4}),    output({4}),    output({16})};
+                    blocklstm::BlockLSTMGradV2(s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                               in.i, in.cs, in.f, in.o, in.ci, in.co, in.h, in.cs_grad, in.h_grad, out,
+                                               {}, &lengths);
+                }
+                ADD_FAILURE() << "no error";
+            } catch (const blocklstm::Error &e) {
+                EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+                EXPECT_NE(std::string(e.what()).find(grad ? "BlockLSTMGradV2" : "BlockLSTM"), std::string::npos);
+            }
+            for (const Tensor &t : outs)
+                for (int64_t k = 0; k < t.num_elements(); ++k) ASSERT_EQ(t.data_as<float>()[k], 777.0f);
+        }
+    }
+}
+
+// Through the registry: the sequence ops list seq_lengths as an optional input and invoke() passes
+// it on; the cell ops have no such input.
+TEST(SeqLengthsRegistry, InvokeByNamePassesTheLengths) {
+    for (const blocklstm::OpInfo &op : blocklstm::ops()) {
+        ASSERT_EQ(op.optional_inputs.size(), op.sequence ? 1u : 0u) << op.name;
+        if (op.sequence) EXPECT_EQ(op.optional_inputs[0].name + op.optional_inputs[0].shape, "seq_lengths[B]");
+    }
+    const Shape s{5, 4, 3, 4, 5, 1.5, 0.0, 0.7, ""};
+    BLT_SEED(seed, "seq_lengths/registry");
+    const Problem p = make_problem(seed, s, DType::f32, false, false, Layout::icfo);
+    const Inputs in(p);
+    const Lengths lengths({1, 5, 0, 3}, s.L, false);
+    std::map<std::string, TensorView> named{{"x", in.x},     {"cs_prev", in.cs_prev}, {"h_prev", in.h_prev},
+                                            {"w", in.w},     {"wci", in.wci},         {"wcf", in.wcf},
+                                            {"wco", in.wco}, {"b", in.b},             {"seq_lengths", lengths.tensor}};
+    blocklstm::OpAttrs attrs;
+    attrs.forget_bias = static_cast<float>(s.forget_bias);
+    attrs.cell_clip = static_cast<float>(s.cell_clip);
+    const auto by_name = blocklstm::invoke("BlockLSTM", s.L, named, attrs);
+    const auto typed = run_forward(p, in, &lengths.tensor.view());
+    EXPECT_TRUE(same_bits("h", by_name.at("h"), typed.h));
+    EXPECT_TRUE(same_bits("cs", by_name.at("cs"), typed.cs));
+    const Tensor x_of_one_step(DType::f32, {s.B, s.I});
+    named["x"] = x_of_one_step;
+    try {
+        blocklstm::invoke("LSTMBlockCell", 0, named);
+        ADD_FAILURE() << "no error";
+    } catch (const blocklstm::Error &e) {
+        EXPECT_NE(std::string(e.what()).find("unknown input 'seq_lengths'"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace blt
