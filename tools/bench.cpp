@@ -65,9 +65,31 @@ Tensor random_tensor(Rng &rng, DType dtype, std::vector<int64_t> shape, float sc
 bool is_cell_op(const std::string &op) { return op == "LSTMBlockCell" || op == "LSTMBlockCellGrad"; }
 bool is_grad_op(const std::string &op) { return op.find("Grad") != std::string::npos; }
 
-// The op's FLOPs per call under the docs/performance.md model (see the top of this file).
+// --lengths: the seq_lengths of a call, int64 [B] in host memory.
+Tensor seq_lengths_of(const BenchOptions &o) {
+    Tensor t(DType::i64, {o.batch});
+    Rng rng(o.seed ^ 0x5eedULL);
+    const int64_t shortest = (o.time + 3) / 4;
+    for (int64_t b = 0; b < o.batch; ++b)
+        t.data_as<int64_t>()[b] = o.lengths == "full" ? o.time
+                                                      : std::min(o.time, shortest + static_cast<int64_t>(rng.uniform() *
+                                                                                     static_cast<double>(o.time - shortest + 1)));
+    return t;
+}
+
+// The row-steps a call runs: T*B, or the sum of --lengths.
+double row_steps(const BenchOptions &o) {
+    if (o.lengths.empty() || is_cell_op(o.op)) return static_cast<double>(o.time) * static_cast<double>(o.batch);
+    const Tensor t = seq_lengths_of(o);
+    double n = 0;
+    for (int64_t b = 0; b < o.batch; ++b) n += static_cast<double>(t.data_as<int64_t>()[b]);
+    return n;
+}
+
+// The op's FLOPs per call under the docs/performance.md model (see the top of this file), with
+// L*B the row-steps run.
 double flops_of(const BenchOptions &o) {
-    const double L = is_cell_op(o.op) ? 1.0 : static_cast<double>(o.time);
+    const double L = is_cell_op(o.op) ? 1.0 : row_steps(o) / static_cast<double>(o.batch);
     const double B = static_cast<double>(o.batch), I = static_cast<double>(o.input),
                  H = static_cast<double>(o.cell);
     if (o.op == "LSTMBlockCellGrad") return 0.0;
@@ -117,11 +139,17 @@ Bench make_bench(const BenchOptions &o, Device dev) {
     };
     OpAttrs attrs;
     attrs.use_peephole = o.use_peephole;
+    std::map<std::string, TensorView> lengths;  // seq_lengths (host memory), or none
+    if (!o.lengths.empty()) {
+        bench.keep.push_back(seq_lengths_of(o));
+        lengths["seq_lengths"] = bench.keep.back().view();
+    }
 
     // The forward op's inputs and outputs: the op under test, or the activations a grad op takes.
     std::map<std::string, TensorView> tensors, outputs;
     for (const OpArg &a : forward_op.inputs) tensors[a.name] = add(random_tensor(rng, o.dtype, a.dims(dims), scale(a.name)));
     for (const OpArg &a : forward_op.outputs) outputs[a.name] = add(Tensor(o.dtype, a.dims(dims)));
+    tensors.insert(lengths.begin(), lengths.end());
     const std::function<void()> forward = bind_op(forward_op.name, o.time, tensors, outputs, attrs);
     if (!op.gradient) {
         bench.call = forward;
@@ -130,7 +158,7 @@ Bench make_bench(const BenchOptions &o, Device dev) {
 
     forward();  // the activations the grad op consumes
     tensors.insert(outputs.begin(), outputs.end());
-    std::map<std::string, TensorView> inputs, grads;
+    std::map<std::string, TensorView> inputs(lengths), grads;
     for (const OpArg &a : op.inputs) {
         if (!tensors.count(a.name)) tensors[a.name] = add(random_tensor(rng, o.dtype, a.dims(dims), scale(a.name)));
         inputs[a.name] = tensors.at(a.name);
@@ -207,6 +235,9 @@ int bench(const BenchOptions &o) {
         throw CliError("bench: the tensors of this shape need " + gib(need) + " GiB, more than this machine's " +
                        gib(have) + " GiB of memory");
     const bool cell = is_cell_op(o.op);
+    if (cell && !o.lengths.empty())
+        throw CliError("bench: --lengths is " + o.lengths + ": expected none for " + o.op +
+                       " (seq_lengths are the sequence ops')");
     const double flops = flops_of(o);
 
     std::string shape = cell ? "(one step) " : "T=" + std::to_string(o.time) + " ";
@@ -217,6 +248,10 @@ int bench(const BenchOptions &o) {
                                               : "one per core (" + std::to_string(cores) + ")";
     std::printf("blocklstm bench %s  %s  %s  use_peephole=%s\n", o.op.c_str(), to_string(o.dtype),
                 shape.c_str(), o.use_peephole ? "true" : "false");
+    if (!o.lengths.empty() && !cell)
+        std::printf("  seq_lengths %s: %.0f of %lld row-steps run\n",
+                    o.lengths == "full" ? "full (every row T)" : "spread uniformly over [ceil(T/4), T]", row_steps(o),
+                    static_cast<long long>(o.time * o.batch));
     if (dev == Device::cuda)
         std::printf("  device cuda (%s; GEMMs: %s), each call timed to the end of its GPU work\n",
                     cuda_device_name().c_str(),

@@ -59,6 +59,9 @@ struct BenchOptions {
     uint64_t seed = 1;
     bool print_reps = false;  // also print every timed call ("reps_ms=a,b,...")
     std::string cpu_target;   // a CPU target to pin (set_cpu_target); "" = as the environment says
+    // seq_lengths of the sequence ops: "" none (TF's op); "full" every row T; "spread" each row's
+    // length uniform in [ceil(T/4), T] (from the seed)
+    std::string lengths;
 };
 
 // Times the op on random inputs (grad ops: on the matching forward op's activations) and prints

@@ -25,6 +25,8 @@ import inspect
 import numbers
 import re
 
+import numpy as _np
+
 from . import _core
 
 __version__ = _core.__version__
@@ -157,6 +159,8 @@ def _make(op):
     attrs = [(a, op[a]) for a in ("forget_bias", "cell_clip") if op[a] is not None]
     params += [P(a, P.POSITIONAL_OR_KEYWORD, default=d) for a, d in attrs]
     params += [P("use_peephole", P.POSITIONAL_OR_KEYWORD, default=False)]
+    optional = [a["name"] for a in op["optional_inputs"]]  # blocklstm's extensions: seq_lengths
+    params += [P(n, P.KEYWORD_ONLY, default=None) for n in optional]
     signature = inspect.Signature(params)
 
     def fn(*args, **kwargs):
@@ -166,6 +170,9 @@ def _make(op):
         seq_len_max = _seq_len_max(op["name"], a["seq_len_max"], a["x"]) if op["sequence"] else 0
         attrs, use_peephole = _attrs(op["name"], a)
         tensors = {n: a[n] for n in inputs}
+        for n in optional:
+            if a[n] is not None:
+                tensors[n] = _np.ascontiguousarray(a[n], dtype=_np.int64) if isinstance(a[n], (list, tuple)) else a[n]
         out = _core.invoke(op["name"], seq_len_max, tensors, None, attrs["forget_bias"], attrs["cell_clip"],
                            use_peephole)
         return Result(*(out[n] for n in outputs))
@@ -173,7 +180,10 @@ def _make(op):
     fn.__name__ = fn.__qualname__ = _snake(op["name"])
     fn.__signature__ = signature
     shapes = ", ".join(f"{x['name']} {x['shape']}" for x in op["inputs"])
-    fn.__doc__ = (f"TF's {op['name']}: {op['summary']}\n\nInputs: {shapes}.\n"
+    extension = ("\nseq_lengths (keyword, optional; blocklstm's extension, not TF's): [B] int32 or int64 "
+                 "on the CPU (a list is taken too), each in [0, T]: row b runs min(seq_lengths[b], "
+                 "seq_len_max) steps; its outputs past them are zero (docs/semantics.md).\n") if optional else ""
+    fn.__doc__ = (f"TF's {op['name']}: {op['summary']}\n\nInputs: {shapes}.\n{extension}"
                   f"Returns {Result.__name__}({', '.join(outputs)}).")
     return fn
 

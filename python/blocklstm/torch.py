@@ -49,6 +49,8 @@ def _schema(op):
     args += [f"Tensor {a['name']}" for a in op["inputs"]]
     args += [f"float {a}={op[a]!r}" for a in ("forget_bias", "cell_clip") if op[a] is not None]
     args += ["bool use_peephole=False"]
+    # blocklstm's extension, last: seq_lengths, a CPU tensor (torch's autograd takes no keyword-only tensor)
+    args += [f"Tensor? {a['name']}=None" for a in op["optional_inputs"]]
     outs = ", ".join("Tensor" for _ in op["outputs"])
     return f"({', '.join(args)}) -> ({outs})"
 
@@ -70,6 +72,9 @@ def _inputs(op, args):
 def _call(op, args, outs=None):
     """Runs op on args into outs (new tensors where None or where an entry is None)."""
     inputs = {name: t.detach() for name, t in _inputs(op, args).items()}  # DLPack takes no autograd tensors
+    for a in op["optional_inputs"]:
+        if args.get(a["name"]) is not None:
+            inputs[a["name"]] = args[a["name"]].detach()
     x = inputs["x"]
     shapes = _output_shapes(op, _dims(op, inputs))
     outs = [o if o is not None else torch.empty(s, dtype=x.dtype, device=x.device)
@@ -93,13 +98,14 @@ def _arg_names(op):
     names = ["seq_len_max"] if op["sequence"] else []
     names += [a["name"] for a in op["inputs"]]
     names += [a for a in ("forget_bias", "cell_clip") if op[a] is not None]
-    return names + ["use_peephole"]
+    return names + ["use_peephole"] + [a["name"] for a in op["optional_inputs"]]
 
 
 def _bind(op, names, args, kwargs):
     """The call's arguments by name, with the attr defaults the dispatcher may leave out."""
     a = {k: op[k] for k in ("forget_bias", "cell_clip") if op[k] is not None}
     a["use_peephole"] = False
+    a.update({o["name"]: None for o in op["optional_inputs"]})
     a.update(zip(names, args))
     a.update(kwargs)
     return a
@@ -139,15 +145,26 @@ def _grad_or_zeros(grad, like):
     return grad if grad is not None else torch.zeros_like(like)
 
 
+def _sequence_setup_context(ctx, inputs, output):
+    """As _setup_context, with seq_lengths (the last input, a tensor or None) saved last."""
+    *inputs, seq_lengths = inputs
+    ctx.has_lengths = seq_lengths is not None
+    ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)], *output,
+                          *([seq_lengths] if ctx.has_lengths else []))
+    ctx.scalars = [t for t in inputs if not isinstance(t, torch.Tensor)]
+
+
 def _sequence_backward(grad_op):
     def backward(ctx, *grads):
         saved = ctx.saved_tensors
-        inputs, (i, cs, f, o, ci, co, h) = saved[:8], saved[8:]
+        inputs, (i, cs, f, o, ci, co, h) = saved[:8], saved[8:15]
+        seq_lengths = saved[15] if ctx.has_lengths else None
         seq_len_max, *_, use_peephole = ctx.scalars
         g = getattr(torch.ops.blocklstm, grad_op)(
             seq_len_max, *inputs, i, cs, f, o, ci, co, h, _grad_or_zeros(grads[1], cs).contiguous(),
-            _grad_or_zeros(grads[6], h).contiguous(), use_peephole)
-        return (None, *g) + (None,) * (len(ctx.scalars) - 1)
+            _grad_or_zeros(grads[6], h).contiguous(), use_peephole, seq_lengths=seq_lengths)
+        # seq_len_max, the 8 inputs, the attrs and use_peephole, seq_lengths
+        return (None, *g) + (None,) * (len(ctx.scalars) - 1) + (None,)
     return backward
 
 
@@ -179,9 +196,9 @@ for _grad in ("block_lstm_grad", "block_lstm_grad_v2", "lstm_block_cell_grad"): 
                                     setup_context=lambda ctx, inputs, output: None, lib=_lib)
 
 torch.library.register_autograd("blocklstm::block_lstm", _sequence_backward("block_lstm_grad"),
-                                setup_context=_setup_context, lib=_lib)
+                                setup_context=_sequence_setup_context, lib=_lib)
 torch.library.register_autograd("blocklstm::block_lstm_v2", _sequence_backward("block_lstm_grad_v2"),
-                                setup_context=_setup_context, lib=_lib)
+                                setup_context=_sequence_setup_context, lib=_lib)
 torch.library.register_autograd("blocklstm::lstm_block_cell", _cell_backward,
                                 setup_context=_setup_context, lib=_lib)
 
@@ -303,8 +320,8 @@ class LSTM(_PeepholeModule):
     clipping) clips the cell state; the gradient is TF's: straight through the clip, so with an
     active cell_clip it is not the derivative of the clipped forward.
 
-    Variable lengths run every step of the padded batch and mask the result (exact, with exact
-    gradients); the kernels do not yet skip the padded steps. Without a gradient (torch.no_grad)
+    Variable lengths go to the kernels (the ops' seq_lengths): each step runs on the rows still
+    running, so the padded steps cost nothing but a copy. Without a gradient (torch.no_grad)
     the activations only a backward pass reads are written into five [T, B, H] buffers kept for
     the next call of the same shape.
     """
@@ -438,8 +455,9 @@ class LSTM(_PeepholeModule):
             _check_state("LSTM", hx, (LD, B, H) if batched else (LD, H), x)
             h0, c0 = (t.reshape(LD, B, H) for t in hx)
         if lengths is not None:
-            index, inside = _within_lengths(T, lengths, x.device)
+            index, _ = _within_lengths(T, lengths, x.device)
             last = (lengths - 1).clamp(min=0)
+            run_lengths = lengths.to("cpu")  # the op's seq_lengths: it plans its steps from them
         h_n, c_n = [], []
         layer_in = x
         for layer in range(self.num_layers):
@@ -452,7 +470,8 @@ class LSTM(_PeepholeModule):
                 if direction == 1:  # reversed in time, within each row's length
                     seq = layer_in.flip(0) if lengths is None else layer_in.gather(
                         0, index[:, :, None].expand(T, B, layer_in.shape[2]))
-                h, cs = self._run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous())
+                h, cs = self._run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(),
+                                  None if lengths is None else run_lengths)
                 if T == 0:  # no step: the state passes through
                     h_last, c_last = h0[k], c0[k]
                 elif lengths is None:
@@ -462,18 +481,17 @@ class LSTM(_PeepholeModule):
                     started = (lengths > 0)[:, None]
                     h_last = torch.where(started, h.gather(0, at)[0], h0[k])
                     c_last = torch.where(started, cs.gather(0, at)[0], c0[k])
-                if direction == 1:
+                if direction == 1:  # back in time order; zeros past a row's length stay there
                     h = h.flip(0) if lengths is None else h.gather(0, index[:, :, None].expand(T, B, H))
-                if lengths is not None:
-                    h = h * inside[:, :, None].to(h.dtype)
                 outs.append(h)
                 h_n.append(h_last)
                 c_n.append(c_last)
             layer_in = outs[0] if D == 1 else torch.cat(outs, 2)
         return layer_in, (torch.stack(h_n), torch.stack(c_n))  # tensors of their own, as nn.LSTM's
 
-    def _run(self, index, x, h0, c0):
-        """One layer and direction: BlockLSTMV2 over x [T, B, in] from (h0, c0) [B, H]: (h, cs) [T, B, H]."""
+    def _run(self, index, x, h0, c0, lengths=None):
+        """One layer and direction: BlockLSTMV2 over x [T, B, in] from (h0, c0) [B, H]: (h, cs) [T, B, H],
+        each row b for lengths[b] steps (a CPU tensor; zeros past them), or all T."""
         T = x.shape[0]
         if T == 0:
             empty = x.new_zeros(0, x.shape[1], self.hidden_size)
@@ -489,11 +507,11 @@ class LSTM(_PeepholeModule):
                 self._unused_outputs = (key, [x.new_empty(shape) for _ in range(5)])
             i, f, o, ci, co = self._unused_outputs[1]
             args = dict(seq_len_max=T, x=x, cs_prev=c0, h_prev=h0, w=w, wci=wci, wcf=wcf, wco=wco, b=b,
-                        cell_clip=clip, use_peephole=self.peephole)
+                        cell_clip=clip, use_peephole=self.peephole, seq_lengths=lengths)
             _, cs, _, _, _, _, h = _call(_OPS["BlockLSTMV2"], args, [i, None, f, o, ci, co, None])
             return h, cs
         i, cs, f, o, ci, co, h = torch.ops.blocklstm.block_lstm_v2(
-            T, x, c0, h0, w, wci, wcf, wco, b, clip, self.peephole)
+            T, x, c0, h0, w, wci, wcf, wco, b, clip, self.peephole, lengths)
         return h, cs
 
     def extra_repr(self):

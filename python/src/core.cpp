@@ -55,7 +55,11 @@ TensorView view_of(const std::string &op, const std::string &name, const Array &
     TensorView v;
     if (a.dtype() == nb::dtype<float>()) v.dtype = DType::f32;
     else if (a.dtype().code == uint8_t(nb::dlpack::dtype_code::Float) && a.dtype().bits == 16) v.dtype = DType::f16;
-    else throw ArgumentError(arg + ": expected float32 or float16 data, got " + dtype_name(a.dtype()));
+    else if (name == "seq_lengths" && a.dtype() == nb::dtype<int32_t>()) v.dtype = DType::i32;
+    else if (name == "seq_lengths" && a.dtype() == nb::dtype<int64_t>()) v.dtype = DType::i64;
+    else throw ArgumentError(arg + (name == "seq_lengths" ? ": expected int32 or int64 data, got "
+                                                          : ": expected float32 or float16 data, got ") +
+                             dtype_name(a.dtype()));
     if (a.device_type() == nb::device::cpu::value) v.device = Device::cpu;
     else if (a.device_type() == nb::device::cuda::value) v.device = Device::cuda;
     else throw ArgumentError(arg + ": expected a CPU or CUDA tensor, got DLPack device type " +
@@ -175,7 +179,10 @@ NB_MODULE(_core, m) {
             nb::list in, outs;
             for (const OpArg &a : op.inputs) in.append(arg_info(a));
             for (const OpArg &a : op.outputs) outs.append(arg_info(a));
+            nb::list optional;
+            for (const OpArg &a : op.optional_inputs) optional.append(arg_info(a));
             d["inputs"] = in;
+            d["optional_inputs"] = optional;
             d["outputs"] = outs;
             d["forget_bias"] = op.forget_bias;
             d["cell_clip"] = op.cell_clip;

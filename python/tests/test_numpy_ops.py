@@ -112,12 +112,50 @@ def test_functions_follow_the_registry():
         names = [p.name for p in params]
         inputs = [a["name"] for a in op["inputs"]]
         assert names[: len(inputs) + op["sequence"]] == (["seq_len_max"] if op["sequence"] else []) + inputs
-        assert names[-1] == "use_peephole" and params[-1].default is False
+        optional = [a["name"] for a in op["optional_inputs"]]
+        assert optional == (["seq_lengths"] if op["sequence"] else [])
+        assert names[len(names) - len(optional):] == optional
+        assert all(p.kind is p.KEYWORD_ONLY and p.default is None for p in params[len(names) - len(optional):])
+        last = params[len(names) - len(optional) - 1]
+        assert last.name == "use_peephole" and last.default is False
         for attr in ("forget_bias", "cell_clip"):
             if op[attr] is not None:
                 assert inspect.signature(fn).parameters[attr].default == pytest.approx(op[attr])
             else:
                 assert attr not in names
+
+
+@pytest.mark.parametrize("lengths_dtype", [np.int32, np.int64, list])
+def test_seq_lengths_run_each_row_as_its_own_sequence(lengths_dtype):
+    """Each row with seq_lengths is the op without them on that row alone with seq_len_max = its
+    length (TF's own semantics), zeros past it; the gradient op likewise."""
+    T, B, I, H = 6, 5, 3, 4
+    a = random_inputs(np.random.default_rng(11), T, B, I, H)
+    lengths = [4, 0, 6, 2, 5]
+    given = lengths if lengths_dtype is list else np.array(lengths, dtype=lengths_dtype)
+    out = blocklstm.block_lstm(T, **a, cell_clip=0.0, use_peephole=True, seq_lengths=given)
+    gh, gc = np.random.default_rng(3).standard_normal((2, T, B, H)).astype(np.float32)
+    grads = blocklstm.block_lstm_grad(T, **a, **out._asdict(), cs_grad=gc, h_grad=gh, use_peephole=True,
+                                      seq_lengths=given)
+    for b, n in enumerate(lengths):
+        row = {k: np.ascontiguousarray(v[:, b:b + 1] if v.ndim == 3 else v[b:b + 1] if k in ("cs_prev", "h_prev") else v)
+               for k, v in a.items()}
+        alone = blocklstm.block_lstm(n, **row, cell_clip=0.0, use_peephole=True)
+        for k in out._fields:
+            np.testing.assert_allclose(getattr(out, k)[:, b], getattr(alone, k)[:, 0], atol=1e-6, rtol=0, err_msg=k)
+            assert not getattr(out, k)[n:, b].any()
+        acts = {k: np.ascontiguousarray(getattr(alone, k)) for k in alone._fields}
+        g = blocklstm.block_lstm_grad(n, **row, **acts, cs_grad=np.ascontiguousarray(gc[:, b:b + 1]),
+                                      h_grad=np.ascontiguousarray(gh[:, b:b + 1]), use_peephole=True)
+        np.testing.assert_allclose(grads.x_grad[:, b], g.x_grad[:, 0], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(grads.h_prev_grad[b], g.h_prev_grad[0], atol=1e-5, rtol=0)
+        np.testing.assert_allclose(grads.cs_prev_grad[b], g.cs_prev_grad[0], atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match=r"argument 'seq_lengths' has 7 at \[2\]: expected a value in \[0, 6\]"):
+        blocklstm.block_lstm(T, **a, seq_lengths=[4, 0, 7, 2, 5])
+    with pytest.raises(ValueError, match=r"argument .seq_lengths. has dtype float32: expected int32 or int64"):
+        blocklstm.block_lstm(T, **a, seq_lengths=np.zeros(B, np.float32))
+    with pytest.raises(TypeError):
+        blocklstm.lstm_block_cell(**{k: (v[0] if k == "x" else v) for k, v in a.items()}, seq_lengths=[1] * B)
 
 
 def test_seq_len_max_as_array_and_zero_past_it():

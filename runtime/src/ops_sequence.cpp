@@ -445,11 +445,13 @@ public:
         }
 
         // Each step one seq_bwd_step: dh = h_grad[t] + dgates[t+1] . W_h^T and the cell's
-        // backward math. W_h^T: in panels straight from the rows of W_h, or the rows of w^T. Rows
-        // that stop at t run as a second call, with zeros for dgates[t+1].
+        // backward math. W_h^T: in panels straight from the rows of W_h, or the rows of w^T. Where
+        // rows stop at t, dgates[t+1] is read from a copy whose rows past step t+1's are zero (a
+        // second call for those rows instead read all of W_h^T again for a row or two: 100,64,256
+        // BlockLSTMGrad with lengths spread over [T/4, T], X -> Y ms).
         const KernelEntry &step_kernel = kernels_[Family::seq_bwd_step];
-        Scratch zeros(exec_, B * 4 * H * 4);
-        Buf dnext = Buf::matrix(dev_, zeros.data(), DType::f32, B, 4 * H, 4 * H);
+        Scratch padded(exec_, B * 4 * H * 4);  // zeros past the rows copied in, which only grow
+        Buf dnext = Buf::matrix(dev_, padded.data(), DType::f32, B, 4 * H, 4 * H);
         std::optional<Scratch> w_h_t_panels;
         Buf w_h_t = recurrent_weights(
             exec_, kernels_, step_kernel, Family::panels_t,
@@ -463,19 +465,16 @@ public:
 
         for (int64_t t = S - 1; t >= 0; --t) {
             const auto [n, m] = running(t);
-            if (m > 0) {
-                dnext.set_data(dgates_->floats() + rows_.packed[t + 1] * 4 * H);
-                dnext.set_rows(m);
-                rows_at(t, 0, m);
-                step.run();
-            }
+            float *next = dgates_->floats() + (t + 1 < S ? rows_.packed[t + 1] : 0) * 4 * H;
             if (m < n) {
                 exec_.zero_bytes(carry[t % 2] + m * H, (n - m) * H * 4);
-                dnext.set_data(zeros.data());
-                dnext.set_rows(n - m);
-                rows_at(t, m, n - m);
-                step.run();
+                if (m > 0) exec_.copy_bytes(padded.data(), next, m * 4 * H * 4);
+                next = padded.floats();
             }
+            dnext.set_data(next);
+            dnext.set_rows(n);
+            rows_at(t, 0, n);
+            step.run();
         }
         // The step t = 0 wrote carry[1]; a step's panels, zeros and dh go with this scope.
     }
