@@ -64,6 +64,9 @@ gpu_tests() {
         "$carry/bin/variants_test" --gtest_filter='*cuda*:VariantTable.*' || status=1
     CUDA_LAUNCH_BLOCKING=1 run_logged "$out/gpu_tests.log" "^\[  |SKIP|Failure" \
         "$carry/bin/blocklstm_cli_test" --gtest_filter='*Cuda*:*cuda*' || status=1
+    # seq_lengths on CUDA tensors, with the switch that keeps them off until this run shows them right
+    BLOCKLSTM_CUDA_SEQ_LENGTHS=1 CUDA_LAUNCH_BLOCKING=1 run_logged "$out/gpu_tests.log" "^\[  |SKIP|Failure" \
+        "$carry/bin/seq_lengths_test" --gtest_filter='*Cuda*' || status=1
     : >"$out/gpu_demo.log"
     run_logged "$out/gpu_demo.log" "." "$carry/bin/blocklstm" demo --device cuda >/dev/null || status=1
     tail -12 "$out/gpu_demo.log"
@@ -93,7 +96,7 @@ pack)
         XZ=1 carry_lib "$build/peers/onednn_lstm" libdnnl.so "$carry/lib"
         carry_lib "$build/peers/onednn_lstm" libgomp.so "$carry/lib"
     fi
-    for t in variants finite_diff tf_cases bad_input thread_safety ops; do cp "$build/tests/${t}_test" "$carry/bin/"; done
+    for t in variants finite_diff tf_cases bad_input thread_safety ops seq_lengths; do cp "$build/tests/${t}_test" "$carry/bin/"; done
     cp "$build/tests/cli/blocklstm_cli_test" "$carry/bin/"
     du -sh "$carry"
     ;;

@@ -10,7 +10,9 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
+#include "test_env.h"
 #include "test_util.h"
 
 namespace blt {
@@ -161,6 +163,31 @@ TEST_P(SeqLengths, GradMatchesTheReference) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, SeqLengths, ::testing::ValuesIn(combos()), combo_name);
 
+// On a CUDA device (with BLOCKLSTM_CUDA_SEQ_LENGTHS=1, as the GPU check runs it): the same cases,
+// every tensor but seq_lengths on the device, against the same reference.
+class SeqLengthsCuda : public ::testing::TestWithParam<Combo> {
+protected:
+    void SetUp() override {
+        if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
+        ::setenv("BLOCKLSTM_CUDA_SEQ_LENGTHS", "1", 1);
+    }
+};
+
+TEST_P(SeqLengthsCuda, ForwardAndGradMatchTheReference) {
+    const Combo c = GetParam();
+    const Lengths lengths(c.c.lengths, c.c.shape.L, c.int64);
+    const Problem p = problem_with_lengths(c, lengths.capped);
+    const Inputs in(poisoned(p, lengths.capped), Device::cuda);
+    expect_fwd(run_forward(p, in, &lengths.tensor.view()), p.fwd, fwd_tol(c.dtype));  // close() copies to the host
+    expect_seq_grad(run_grad(p, in, &lengths.tensor.view()),
+                    ref::block_lstm_grad(p.s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fwd.i,
+                                         p.fwd.cs, p.fwd.f, p.fwd.o, p.fwd.ci, p.fwd.co, p.fwd.h, p.cs_grad,
+                                         p.h_grad, p.peephole, p.layout, &lengths.capped),
+                    grad_tol(c.dtype));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SeqLengthsCuda, ::testing::ValuesIn(combos()), combo_name);
+
 // The reference's gradient with lengths is the derivative of its forward with lengths, and ours
 // matches it: central differences (eps 1e-5, in double) of sum(cs . cs_grad + h . h_grad).
 TEST(SeqLengthsFD, GradIsTheDerivativeOfTheForwardWithLengths) {
@@ -275,6 +302,48 @@ TEST(SeqLengthsValidation, BadLengthsNameTheArgumentAndWriteNothing) {
             for (const Tensor &t : outs)
                 for (int64_t k = 0; k < t.num_elements(); ++k) ASSERT_EQ(t.data_as<float>()[k], 777.0f);
         }
+    }
+}
+
+// Until a GPU run has shown them correct, seq_lengths with CUDA tensors are refused unless
+// BLOCKLSTM_CUDA_SEQ_LENGTHS=1, read at every call.
+class SwitchSaved : public ::testing::Test {
+protected:
+    void SetUp() override {
+        const char *was = std::getenv("BLOCKLSTM_CUDA_SEQ_LENGTHS");
+        saved_ = was ? std::optional<std::string>(was) : std::nullopt;
+        ::unsetenv("BLOCKLSTM_CUDA_SEQ_LENGTHS");
+    }
+    void TearDown() override {
+        if (saved_) ::setenv("BLOCKLSTM_CUDA_SEQ_LENGTHS", saved_->c_str(), 1);
+        else ::unsetenv("BLOCKLSTM_CUDA_SEQ_LENGTHS");
+    }
+    std::optional<std::string> saved_;
+};
+
+TEST_F(SwitchSaved, CudaSeqLengthsFollowTheEnvironment) {
+    EXPECT_FALSE(blocklstm::cuda_seq_lengths());
+    ::setenv("BLOCKLSTM_CUDA_SEQ_LENGTHS", "0", 1);
+    EXPECT_FALSE(blocklstm::cuda_seq_lengths());
+    ::setenv("BLOCKLSTM_CUDA_SEQ_LENGTHS", "1", 1);
+    EXPECT_TRUE(blocklstm::cuda_seq_lengths());
+}
+
+TEST_F(SwitchSaved, CudaTensorsWithoutTheSwitchAreRefused) {
+    if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
+    const Shape s{4, 3, 2, 4, 4, 1.5, 0.0, 0.7, ""};
+    BLT_SEED(seed, "seq_lengths/cuda_switch");
+    const Problem p = make_problem(seed, s, DType::f32, false, false, Layout::icfo);
+    const Inputs in(p, Device::cuda);
+    const Lengths lengths({1, 4, 2}, s.L, false);
+    try {
+        run_forward(p, in, &lengths.tensor.view());
+        ADD_FAILURE() << "no error";
+    } catch (const blocklstm::Error &e) {
+        EXPECT_NE(std::string(e.what()).find("argument 'seq_lengths' is given for CUDA tensors: expected none"),
+                  std::string::npos)
+            << e.what();
+        EXPECT_NE(std::string(e.what()).find("BLOCKLSTM_CUDA_SEQ_LENGTHS=1"), std::string::npos) << e.what();
     }
 }
 

@@ -17,6 +17,9 @@ from torch import nn
 from . import _core, _snake
 
 _OPS = {op["name"]: op for op in _core.ops()}
+# Whether seq_lengths run on CUDA tensors (BLOCKLSTM_CUDA_SEQ_LENGTHS=1; read once, at import):
+# elsewhere LSTM runs a CUDA batch of lengths padded, and masks.
+_CUDA_SEQ_LENGTHS = _core.cuda_seq_lengths()
 _NAMESPACE = "blocklstm"
 _lib = torch.library.Library(_NAMESPACE, "DEF")
 
@@ -321,7 +324,8 @@ class LSTM(_PeepholeModule):
     active cell_clip it is not the derivative of the clipped forward.
 
     Variable lengths go to the kernels (the ops' seq_lengths): each step runs on the rows still
-    running, so the padded steps cost nothing but a copy. Without a gradient (torch.no_grad)
+    running, so the padded steps cost nothing but a copy (CUDA tensors: with
+    BLOCKLSTM_CUDA_SEQ_LENGTHS=1; else every padded step runs, masked). Without a gradient (torch.no_grad)
     the activations only a backward pass reads are written into five [T, B, H] buffers kept for
     the next call of the same shape.
     """
@@ -455,9 +459,10 @@ class LSTM(_PeepholeModule):
             _check_state("LSTM", hx, (LD, B, H) if batched else (LD, H), x)
             h0, c0 = (t.reshape(LD, B, H) for t in hx)
         if lengths is not None:
-            index, _ = _within_lengths(T, lengths, x.device)
+            index, inside = _within_lengths(T, lengths, x.device)
             last = (lengths - 1).clamp(min=0)
-            run_lengths = lengths.to("cpu")  # the op's seq_lengths: it plans its steps from them
+        # The op's seq_lengths (it plans its steps from them), or a padded run masked below.
+        run_lengths = lengths.to("cpu") if lengths is not None and (not x.is_cuda or _CUDA_SEQ_LENGTHS) else None
         h_n, c_n = [], []
         layer_in = x
         for layer in range(self.num_layers):
@@ -470,8 +475,7 @@ class LSTM(_PeepholeModule):
                 if direction == 1:  # reversed in time, within each row's length
                     seq = layer_in.flip(0) if lengths is None else layer_in.gather(
                         0, index[:, :, None].expand(T, B, layer_in.shape[2]))
-                h, cs = self._run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(),
-                                  None if lengths is None else run_lengths)
+                h, cs = self._run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(), run_lengths)
                 if T == 0:  # no step: the state passes through
                     h_last, c_last = h0[k], c0[k]
                 elif lengths is None:
@@ -483,6 +487,8 @@ class LSTM(_PeepholeModule):
                     c_last = torch.where(started, cs.gather(0, at)[0], c0[k])
                 if direction == 1:  # back in time order; zeros past a row's length stay there
                     h = h.flip(0) if lengths is None else h.gather(0, index[:, :, None].expand(T, B, H))
+                if lengths is not None and run_lengths is None:
+                    h = h * inside[:, :, None].to(h.dtype)
                 outs.append(h)
                 h_n.append(h_last)
                 c_n.append(c_last)

@@ -243,6 +243,7 @@ NB_MODULE(_core, m) {
           "This thread's CUDA stream (set_cuda_stream).");
     m.def("cuda_available", [] { return cuda_device_count() > 0; });
     m.def("cuda_built", [] { return cuda_built(); });
+    m.def("cuda_seq_lengths", [] { return cuda_seq_lengths(); });
     m.def("cuda_unavailable_reason", [] { return cuda_unavailable_reason(); });
     m.def("cuda_release_memory", [] { cuda_release_memory(); });
     m.def("cpu_target_in_use", [] { return cpu_target_in_use(); });

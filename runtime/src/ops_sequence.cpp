@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -29,6 +31,7 @@ struct SeqInputs {
 };
 struct SeqDims {
     int64_t T, B, I, H, L;
+    Device device;  // the tensors'
 };
 // The forward activations and output gradients the grad ops take, in TF's order.
 struct SeqActivations {
@@ -45,6 +48,9 @@ struct SeqActivations {
 void validate_seq_lengths(const Validator &v, const TV &lengths, const SeqDims &d) {
     if (lengths.dtype != DType::i32 && lengths.dtype != DType::i64)
         v.fail_arg("seq_lengths", std::string("has dtype ") + to_string(lengths.dtype) + ": expected int32 or int64");
+    if (d.device == Device::cuda && !cuda_seq_lengths())
+        v.fail_arg("seq_lengths", "is given for CUDA tensors: expected none, as seq_lengths on a GPU have not run on one "
+                                  "yet (BLOCKLSTM_CUDA_SEQ_LENGTHS=1 runs them; docs/cuda.md)");
     if (lengths.device != Device::cpu)
         v.fail_arg("seq_lengths", std::string("is on device ") + to_string(lengths.device) +
                                       ": expected cpu (host memory; the call reads the lengths to plan its steps)");
@@ -71,7 +77,7 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
                      {"w", in.w, 2}, {"wci", in.wci, 1}, {"wcf", in.wcf, 1}, {"wco", in.wco, 1},
                      {"b", in.b, 1}});
 
-    SeqDims d{in.x.shape[0], in.x.shape[1], in.x.shape[2], 0, in.seq_len_max};
+    SeqDims d{in.x.shape[0], in.x.shape[1], in.x.shape[2], 0, in.seq_len_max, in.x.device};
     if (cell_size_from_w) {
         if (in.w.shape[1] <= 0 || in.w.shape[1] % 4 != 0) {
             v.fail_arg("w", "has shape " + shape_string(in.w.shape) +
@@ -691,6 +697,11 @@ void input_projection(Exec &exec, const KernelEntry &product, DType dt, const vo
 }
 
 }  // namespace detail
+
+bool cuda_seq_lengths() {
+    const char *env = std::getenv("BLOCKLSTM_CUDA_SEQ_LENGTHS");
+    return env && std::string(env) == "1";
+}
 
 using detail::Layout;
 using detail::SeqActivations;

@@ -261,6 +261,10 @@ BLOCKLSTM_API bool cublas_available();
 enum class CudaStep : int { fused, split };
 BLOCKLSTM_API void set_cuda_step(CudaStep step);
 BLOCKLSTM_API CudaStep cuda_step();
+// Whether the sequence ops take seq_lengths with CUDA tensors. Off until a GPU run has shown them
+// correct (docs/cuda.md): a CUDA call with seq_lengths is then refused, naming the argument.
+// BLOCKLSTM_CUDA_SEQ_LENGTHS=1 in the environment turns them on (read at every call).
+BLOCKLSTM_API bool cuda_seq_lengths();
 // What runs the products now and why, e.g. "cuBLAS (/usr/local/cuda/lib64/libcublas.so.13)" or
 // "Halide GEMM kernels (cuBLAS: cublasCreate failed with status 1)".
 BLOCKLSTM_API std::string cuda_gemm_backend();
