@@ -74,7 +74,11 @@ Tensor on(Device device, const Tensor &t) {
 }
 
 Tensor to_tensor(const npy::Array &a) {
-    Tensor t(a.type == npy::Type::f16 ? DType::f16 : DType::f32, a.shape);
+    const DType dtype = a.type == npy::Type::f16   ? DType::f16
+                        : a.type == npy::Type::i32 ? DType::i32
+                        : a.type == npy::Type::i64 ? DType::i64
+                                                   : DType::f32;
+    Tensor t(dtype, a.shape);
     if (!a.data.empty()) std::memcpy(t.data(), a.data.data(), a.data.size());
     return t;
 }
@@ -259,6 +263,16 @@ std::string run_op(const RunOptions &options) {
     for (const std::string &name : zero_peepholes)
         inputs.emplace(name, on(device, Tensor(float_type == npy::Type::f16 ? DType::f16 : DType::f32,
                                                {w_agrees ? cell_size : 0})));
+
+    // The op's optional inputs (seq_lengths), where --in has their file: integers, in host memory.
+    for (const OpArg &arg : op.optional_inputs) {
+        if (!fs::exists(input_file(options.in_dir, arg.name), ec)) continue;
+        npy::Array a = load(options.in_dir, arg.name.c_str());
+        if (a.type != npy::Type::i32 && a.type != npy::Type::i64)
+            throw CliError(fmt::format("{}: unsupported dtype {} ('{}'); expected int32 ('<i4') or int64 ('<i8')",
+                                       label(arg.name.c_str()), npy::numpy_name_of(a.type), npy::descr_of(a.type)));
+        inputs.emplace(arg.name, to_tensor(a));
+    }
 
     OpAttrs attrs;
     attrs.forget_bias = options.forget_bias;

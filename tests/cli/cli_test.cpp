@@ -396,6 +396,44 @@ TEST_P(RunOp, MatchesLibrary) {
 INSTANTIATE_TEST_SUITE_P(AllOps, RunOp, ::testing::ValuesIn(run_cases()),
                          [](const ::testing::TestParamInfo<RunCase> &info) { return info.param.label; });
 
+// ---- run: seq_lengths.npy ----------------------------------------------------------------------
+
+// The sequence ops read seq_lengths.npy where --in has it: the same bits as the library's call
+// with those lengths; a float file is refused naming it, with nothing written.
+TEST(RunSeqLengths, MatchesLibraryAndRefusesFloats) {
+    for (const std::string op : {"BlockLSTM", "BlockLSTMGradV2"}) {
+        SCOPED_TRACE(op);
+        TempDir tmp;
+        const std::string in = tmp / "in", out = tmp / "out";
+        const Problem p = make_problem(op, DType::f32, true, kT, 17);
+        p.write(in);
+        Tensor lengths(DType::i32, {kB});
+        for (int64_t b = 0; b < kB; ++b) lengths.data_as<int32_t>()[b] = static_cast<int32_t>((b * 3) % (kT + 1));
+        npy::write((fs::path(in) / "seq_lengths.npy").string(), npy::Type::i32, {kB}, lengths.data(), lengths.num_bytes());
+        const Result r = run_cli({"run", op, "--in", in, "--out", out, "--use-peephole"});
+        ASSERT_EQ(r.code, 0) << describe(r);
+        std::map<std::string, blocklstm::TensorView> views(p.in.begin(), p.in.end());
+        views["seq_lengths"] = lengths;
+        blocklstm::OpAttrs attrs;
+        attrs.use_peephole = true;
+        const auto want = blocklstm::invoke(op, kT, views, attrs);
+        for (const auto &[name, t] : want) {
+            const npy::Array got = npy::read((fs::path(out) / (name + ".npy")).string());
+            ASSERT_EQ(got.data.size(), t.num_bytes()) << name;
+            EXPECT_TRUE(t.num_bytes() == 0 || std::memcmp(got.data.data(), t.data(), t.num_bytes()) == 0) << name;
+        }
+        const float wrong[kB] = {};
+        npy::write((fs::path(in) / "seq_lengths.npy").string(), npy::Type::f32, {kB}, wrong, sizeof wrong);
+        const std::string out2 = tmp / "out2";
+        const Result bad = run_cli({"run", op, "--in", in, "--out", out2, "--use-peephole"});
+        EXPECT_EQ(bad.code, 2) << describe(bad);
+        EXPECT_NE(bad.err.find("seq_lengths.npy: unsupported dtype float32 ('<f4'); expected int32 ('<i4') or int64"),
+                  std::string::npos)
+            << describe(bad);
+        EXPECT_FALSE(fs::exists(out2));
+    }
+}
+
 // ---- run: inputs in other .npy versions and shapes ---------------------------------------------
 
 // Re-encodes a valid file as format version 2.0 or 3.0 (4-byte header length).
