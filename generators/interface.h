@@ -134,5 +134,10 @@ namespace panels {
 inline constexpr const char in[] = "in", out[] = "out";
 }  // namespace panels
 
+// generators/gather_rows.cpp.
+namespace gather_rows {
+inline constexpr const char in[] = "in", index[] = "index", out[] = "out";
+}  // namespace gather_rows
+
 }  // namespace args
 }  // namespace blocklstm::kernel

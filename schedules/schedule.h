@@ -141,6 +141,13 @@ inline void schedule_transpose(Halide::Func out, Halide::Func staged, Halide::Va
     schedule_transpose_cuda(out, staged, x, y);
 }
 
+// Rows copied by an index: on the CPU in tasks of many rows; on the GPU as any element-wise stage.
+inline void schedule_gather_rows(Halide::Func out, Halide::Var c, Halide::Var r, const Machine &m) {
+    if (m.autoschedule) return;
+    if (!m.gpu()) return schedule_gather_rows_cpu(out, c, r, m.cpu);
+    schedule_elementwise_cuda(out, c, r, m.cuda);
+}
+
 // Packed weight panels exist for the CPU's per-step products only.
 inline void schedule_panels(Halide::Func out, Halide::Var xi, Halide::Var k, Halide::Var xo,
                             bool transposed, const Machine &m) {

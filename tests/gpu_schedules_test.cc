@@ -69,6 +69,15 @@ public:
         expect_ok(s.host.copy_to_device(halide_opencl_device_interface()), "copy " + name + " to the device");
         return *this;
     }
+    // An int32 input (gather_rows' index), held in a float slot of the same size and passed as int32.
+    TwinCall &in_int32(const std::string &name, const std::vector<int32_t> &values) {
+        Slot &s = slot(name, {static_cast<int64_t>(values.size())});
+        std::memcpy(s.host.data(), values.data(), values.size() * sizeof(int32_t));
+        s.host.set_host_dirty();
+        expect_ok(s.host.copy_to_device(halide_opencl_device_interface()), "copy " + name + " to the device");
+        int32_.insert(name);
+        return *this;
+    }
     TwinCall &out(const std::string &name, const std::vector<int64_t> &shape) {
         Slot &s = slot(name, shape);
         expect_ok(s.host.device_malloc(halide_opencl_device_interface()), "allocate " + name);
@@ -97,6 +106,7 @@ public:
             halide_buffer_t view = *slots_[name]->host.raw_buffer();
             view.host = nullptr;
             view.flags = 0;
+            if (int32_.count(name)) view.type = halide_type_of<int32_t>();
             views.push_back(view);
             args.push_back(&views.back());
         }
@@ -137,6 +147,7 @@ private:
     const Twin &twin_;
     std::map<std::string, std::unique_ptr<Slot>> slots_;
     std::map<std::string, float> scalars_;
+    std::set<std::string> int32_;
     bool ran_ = false;
 };
 
@@ -229,6 +240,22 @@ void check_transpose(const Twin &tw, const Shape &s, Rng &rng) {
     TwinCall call(tw);
     call.in("in", w).out("out", {4 * s.H, s.I + s.H}).run();
     EXPECT_TRUE(close("out", call.result("out"), transposed(w), 0.0));
+}
+
+// Rows gathered by an index, -1 giving zeros: exact.
+void check_gather_rows(const Twin &tw, const Shape &s, Rng &rng) {
+    const int64_t rows_in = s.T * s.B, width = s.H;
+    const Array in = random(rng, {rows_in, width});
+    std::vector<int32_t> index;
+    Array want = ref::zeros({rows_in + 1, width});
+    for (int64_t r = 0; r <= rows_in; ++r) {
+        const int32_t from = r % 3 == 2 ? -1 : static_cast<int32_t>((r * 7 + 1) % rows_in);
+        index.push_back(from);
+        for (int64_t c = 0; c < width && from >= 0; ++c) want.data[r * width + c] = in.data[from * width + c];
+    }
+    TwinCall call(tw);
+    call.in("in", in).in_int32("index", index).out("out", {rows_in + 1, width}).run();
+    EXPECT_TRUE(close("out", call.result("out"), want, 0.0));
 }
 
 // One forward step: step 0 of the identity-input recurrence.
@@ -395,6 +422,7 @@ TEST_P(OpenClTwins, MatchesReference) {
         Rng rng(seed);
         if (tw.family.rfind("gemm_", 0) == 0) check_gemm(tw, s, rng);
         else if (tw.family == "transpose") check_transpose(tw, s, rng);
+        else if (tw.family == "gather_rows") check_gather_rows(tw, s, rng);
         else if (tw.family == "seq_fwd_step") check_seq_fwd_step(tw, s, rng);
         else if (tw.family == "seq_bwd_step") check_seq_bwd_step(tw, s, rng);
         else if (tw.family == "seq_fwd_gates") check_seq_fwd_gates(tw, s, rng);
@@ -415,7 +443,7 @@ TEST(OpenClTwinTable, EveryGpuFamilyIsChecked) {
     for (const Twin &t : twins()) families.insert(t.family);
     EXPECT_EQ(families, (std::set<std::string>{"cell_bwd", "seq_fwd_step", "seq_bwd_step", "seq_bwd_reduce",
                                                "gemm_nn_bias", "gemm_nn", "gemm_tn", "transpose", "seq_fwd_gates",
-                                               "seq_bwd_gates"}));
+                                               "seq_bwd_gates", "gather_rows"}));
 }
 
 }  // namespace

@@ -143,6 +143,15 @@ inline void bind(KernelCall &call, const PanelsArgs &x) {
     call.buffer(kernel::args::panels::in, x.in).buffer(kernel::args::panels::out, x.out);
 }
 
+// gather_rows: out[r, :] = index[r] >= 0 ? in[index[r], :] : 0 (generators/gather_rows.cpp).
+struct GatherRowsArgs {
+    Buf &in, &index, &out;
+};
+inline void bind(KernelCall &call, const GatherRowsArgs &x) {
+    namespace a = kernel::args::gather_rows;
+    call.buffer(a::in, x.in).buffer(a::index, x.index).buffer(a::out, x.out);
+}
+
 // A kernel run once with its arguments: run(kernel, exec, GemmArgs{...}).
 template <typename Args>
 void run(const KernelEntry &kernel, Exec &exec, const Args &args) {

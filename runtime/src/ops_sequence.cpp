@@ -279,16 +279,17 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     std::vector<Reordered> outs;
     each_output(out, [&](const char *, const TV &t) { outs.emplace_back(exec, t); });
     const StepRows sorted = in_length_order(rows);
-    to_length_order(exec, rows, in.x, x.storage.data());
-    to_length_order(exec, rows, in.cs_prev, cs_prev.storage.data());
-    to_length_order(exec, rows, in.h_prev, h_prev.storage.data());
+    const KernelEntry &gather = kernels[Family::gather_rows];
+    to_length_order(exec, gather, rows, in.x, x.storage.data());
+    to_length_order(exec, gather, rows, in.cs_prev, cs_prev.storage.data());
+    to_length_order(exec, gather, rows, in.h_prev, h_prev.storage.data());
     const SeqInputs sorted_in{in.seq_len_max, x.view, cs_prev.view, h_prev.view, in.w, in.wci, in.wcf, in.wco, in.b,
                               nullptr};
     const LSTMOutputs<TV> sorted_out{outs[0].view, outs[1].view, outs[2].view, outs[3].view,
                                      outs[4].view, outs[5].view, outs[6].view};
     forward_steps(exec, kernels, c.dtype, c.dims, sorted, sorted_in, sorted_out, forget_bias, cell_clip);
     std::size_t k = 0;
-    each_output(out, [&](const char *, const TV &t) { from_length_order(exec, rows, outs[k++].storage.data(), t); });
+    each_output(out, [&](const char *, const TV &t) { from_length_order(exec, gather, rows, outs[k++].storage.data(), t); });
 }
 
 // ---- backward -----------------------------------------------------------------------------------
@@ -628,9 +629,10 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     // the caller's; the weight gradients do not depend on the order.
     std::vector<Reordered> ins;
     ins.reserve(12);
+    const KernelEntry &gather = kernels[Family::gather_rows];
     auto reordered = [&](const TV &t) -> const TV & {
         ins.emplace_back(*exec, t);
-        to_length_order(*exec, rows, t, ins.back().storage.data());
+        to_length_order(*exec, gather, rows, t, ins.back().storage.data());
         return ins.back().view;
     };
     const SeqInputs sorted_in{in.seq_len_max, reordered(in.x), reordered(in.cs_prev), reordered(in.h_prev), in.w,
@@ -642,9 +644,9 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     const BlockLSTMGradOutputs<TV> sorted_out{x_grad.view, cs_prev_grad.view, h_prev_grad.view, out.w_grad,
                                               out.wci_grad, out.wcf_grad, out.wco_grad, out.b_grad};
     grad_steps(*exec, kernels, c, in_length_order(rows), sorted_in, sorted_act, sorted_out, use_peephole);
-    from_length_order(*exec, rows, x_grad.storage.data(), out.x_grad);
-    from_length_order(*exec, rows, cs_prev_grad.storage.data(), out.cs_prev_grad);
-    from_length_order(*exec, rows, h_prev_grad.storage.data(), out.h_prev_grad);
+    from_length_order(*exec, gather, rows, x_grad.storage.data(), out.x_grad);
+    from_length_order(*exec, gather, rows, cs_prev_grad.storage.data(), out.cs_prev_grad);
+    from_length_order(*exec, gather, rows, h_prev_grad.storage.data(), out.h_prev_grad);
 }
 
 // The allocating forms: validated (an error throws before anything is allocated), then run into

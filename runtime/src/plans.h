@@ -45,6 +45,7 @@ enum class Site {
     cell_backward,                                                              // the cell's gradient
     w_transpose, w_h_t_panels, backward_step, x_grad, h_prev_grad, dgates_panels, w_grad, w_grad_x,
     w_grad_h, reductions,                                                       // a sequence's gradient
+    length_order,                                                               // with seq_lengths
 };
 
 struct Step {
@@ -73,25 +74,28 @@ inline constexpr Step w_grad_x{Site::w_grad_x, Family::gemm_tn, Times::once, "w_
 inline constexpr Step w_grad_h{Site::w_grad_h, Family::gemm_tn, Times::once, "w_grad[I:] = h_prev^T . dgates"};
 inline constexpr Step reductions{Site::reductions, Family::seq_bwd_reduce, Times::once, "the peephole grads, cs_prev_grad, b_grad where w_grad's product has not"};
 inline constexpr Step forward_gates{Site::forward_step, Family::seq_fwd_gates, Times::per_step, "the gate math on xw[t] += h . W_h (cuBLAS, in place)"};
+inline constexpr Step length_order{Site::length_order, Family::gather_rows, Times::once, "with seq_lengths: rows put in length order and back, packed by step"};
 inline constexpr Step backward_gates{Site::backward_step, Family::seq_bwd_gates, Times::per_step, "dgates[t]: the cell's backward math after cuBLAS's dgates[t+1] . W_h^T"};
 // clang-format on
 }  // namespace steps
 
-inline constexpr Step kForwardCpu[] = {steps::input_projection, steps::w_h_panels, steps::forward_step};
-inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_step};
+inline constexpr Step kForwardCpu[] = {steps::input_projection, steps::w_h_panels, steps::forward_step,
+                                       steps::length_order};
+inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_step, steps::length_order};
 inline constexpr Step kCellGrad[] = {steps::cell_backward};
 inline constexpr Step kSequenceGradCpuFloat32[] = {steps::w_transpose,    steps::w_h_t_panels, steps::backward_step,
                                                    steps::x_grad,         steps::h_prev_grad,  steps::dgates_panels,
-                                                   steps::w_grad_chunk,   steps::reductions};
+                                                   steps::w_grad_chunk,   steps::reductions,   steps::length_order};
 inline constexpr Step kSequenceGradCpuFloat16[] = {steps::w_transpose, steps::w_h_t_panels, steps::backward_step,
                                                    steps::x_grad,      steps::h_prev_grad,  steps::w_grad_x,
-                                                   steps::w_grad_h,    steps::reductions};
+                                                   steps::w_grad_h,    steps::reductions,   steps::length_order};
 inline constexpr Step kSequenceGradCuda[] = {steps::w_transpose, steps::backward_step, steps::x_grad, steps::h_prev_grad,
-                                             steps::w_grad_x,    steps::w_grad_h,      steps::reductions};
-inline constexpr Step kForwardCudaSplit[] = {steps::input_projection, steps::forward_gates};
+                                             steps::w_grad_x,    steps::w_grad_h,      steps::reductions,
+                                             steps::length_order};
+inline constexpr Step kForwardCudaSplit[] = {steps::input_projection, steps::forward_gates, steps::length_order};
 inline constexpr Step kSequenceGradCudaSplit[] = {steps::w_transpose, steps::backward_gates, steps::x_grad,
                                                   steps::h_prev_grad, steps::w_grad_x,       steps::w_grad_h,
-                                                  steps::reductions};
+                                                  steps::reductions,  steps::length_order};
 
 constexpr std::span<const Step> plan_of(Kind kind, Device device, DType dtype, Steps steps = Steps::fused) {
     if (steps == Steps::split && has_split_steps(kind, device, dtype))

@@ -5,6 +5,7 @@
 
 #include "runtime/src/buf.h"
 #include "runtime/src/exec.h"
+#include "runtime/src/kernel_args.h"
 
 namespace blocklstm::detail {
 namespace {
@@ -53,6 +54,39 @@ StepRows in_length_order(const StepRows &rows) {
     return r;
 }
 
+void zero_idle_rows(const Exec &exec, const StepRows &rows, const TensorView &t) {
+    const int64_t row = t.num_elements() / std::max<int64_t>(t.shape[0] * rows.B, 1);
+    const int64_t es = static_cast<int64_t>(size_of(t.dtype));
+    for (int64_t s = 0; s < rows.steps; ++s)
+        if (rows.n[s] < rows.B)
+            exec.zero_bytes(offset_bytes(t.data, (s * rows.B + rows.n[s]) * row, t.dtype), (rows.B - rows.n[s]) * row * es);
+    zero_steps(exec, t, rows.steps);
+}
+
+namespace {
+
+// dst's rows r = src's rows index[r], or zeros where index[r] < 0 (src [src_rows, width], dst
+// [index.size(), width], both of t's dtype and device): one launch of gather_rows.
+void gather(Exec &exec, const KernelEntry &kernel, const std::vector<int32_t> &index, DType dtype, int64_t width,
+            const void *src, int64_t src_rows, void *dst) {
+    const int64_t rows = static_cast<int64_t>(index.size());
+    if (width == 0 || rows == 0) return;
+    if (src_rows == 0) return exec.zero_bytes(dst, rows * width * static_cast<int64_t>(size_of(dtype)));
+    // The index on the call's device (CUDA: a stream-ordered copy of the host vector, which
+    // cuMemcpyAsync has staged when it returns).
+    Scratch on_device(exec, rows * 4, Scratch::Fill::none);
+    exec.copy_bytes(on_device.data(), index.data(), rows * 4);
+    Buf in = Buf::matrix(exec.device(), const_cast<void *>(src), dtype, src_rows, width, width);
+    Buf idx(exec.device(), on_device.data(), DType::i32, {rows});
+    Buf out = Buf::matrix(exec.device(), dst, dtype, rows, width, width);
+    run(kernel, exec, GatherRowsArgs{.in = in, .index = idx, .out = out});
+}
+
+// The steps of a [T, B, width] tensor, 1 for [B, width].
+int64_t steps_of(const TensorView &t) { return t.rank() == 3 ? t.shape[0] : 1; }
+
+}  // namespace
+
 void pack_steps(const Exec &exec, const StepRows &rows, const void *steps, void *packed, int64_t width, DType dtype) {
     for (int64_t t = 0; t < rows.steps; ++t)
         exec.copy_bytes(offset_bytes(packed, rows.packed[t] * width, dtype),
@@ -67,39 +101,26 @@ void unpack_steps(const Exec &exec, const StepRows &rows, const void *packed, vo
                         rows.n[t] * width * static_cast<int64_t>(size_of(dtype)));
 }
 
-void zero_idle_rows(const Exec &exec, const StepRows &rows, const TensorView &t) {
-    const int64_t row = t.num_elements() / std::max<int64_t>(t.shape[0] * rows.B, 1);
-    const int64_t es = static_cast<int64_t>(size_of(t.dtype));
-    for (int64_t s = 0; s < rows.steps; ++s)
-        if (rows.n[s] < rows.B)
-            exec.zero_bytes(offset_bytes(t.data, (s * rows.B + rows.n[s]) * row, t.dtype), (rows.B - rows.n[s]) * row * es);
-    zero_steps(exec, t, rows.steps);
-}
-
-void to_length_order(const Exec &exec, const StepRows &rows, const TensorView &src, void *dst) {
+void to_length_order(Exec &exec, const KernelEntry &kernel, const StepRows &rows, const TensorView &src, void *dst) {
     const bool per_step = src.rank() == 3;
-    const int64_t T = per_step ? src.shape[0] : 1, width = src.shape.back();
-    const int64_t bytes = width * static_cast<int64_t>(size_of(src.dtype));
+    const int64_t T = steps_of(src), B = rows.B;
+    std::vector<int32_t> index(T * B, -1);
     for (int64_t t = 0; t < T; ++t) {
-        const int64_t running = per_step ? (t < rows.steps ? rows.n[t] : 0) : rows.B;
-        for (int64_t j = 0; j < running; ++j)
-            exec.copy_bytes(offset_bytes(dst, (t * rows.B + j) * width, src.dtype),
-                            offset_bytes(src.data, (t * rows.B + rows.order[j]) * width, src.dtype), bytes);
+        const int64_t running = per_step ? (t < rows.steps ? rows.n[t] : 0) : B;
+        for (int64_t j = 0; j < running; ++j) index[t * B + j] = static_cast<int32_t>(t * B + rows.order[j]);
     }
+    gather(exec, kernel, index, src.dtype, src.shape.back(), src.data, T * B, dst);
 }
 
-void from_length_order(const Exec &exec, const StepRows &rows, const void *src, const TensorView &dst) {
+void from_length_order(Exec &exec, const KernelEntry &kernel, const StepRows &rows, const void *src,
+                       const TensorView &dst) {
     const bool per_step = dst.rank() == 3;
-    const int64_t T = per_step ? dst.shape[0] : 1, width = dst.shape.back();
-    const int64_t bytes = width * static_cast<int64_t>(size_of(dst.dtype));
+    const int64_t T = steps_of(dst), B = rows.B;
+    std::vector<int32_t> index(T * B, -1);
     for (int64_t t = 0; t < T; ++t)
-        for (int64_t b = 0; b < rows.B; ++b) {
-            void *to = offset_bytes(dst.data, (t * rows.B + b) * width, dst.dtype);
-            if (!per_step || t < rows.length[b])
-                exec.copy_bytes(to, offset_bytes(src, (t * rows.B + rows.place[b]) * width, dst.dtype), bytes);
-            else
-                exec.zero_bytes(to, bytes);
-        }
+        for (int64_t b = 0; b < B; ++b)
+            if (!per_step || t < rows.length[b]) index[t * B + b] = static_cast<int32_t>(t * B + rows.place[b]);
+    gather(exec, kernel, index, dst.dtype, dst.shape.back(), src, T * B, dst.data);
 }
 
 }  // namespace blocklstm::detail

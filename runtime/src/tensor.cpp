@@ -114,6 +114,7 @@ uint8_t *host_pointer(void *data) {
 }
 
 halide_type_t halide_type(DType dtype) {
+    if (dtype == DType::i32 || dtype == DType::i64) return halide_type_t(halide_type_int, dtype == DType::i32 ? 32 : 64, 1);
     return halide_type_t(halide_type_float, dtype == DType::f16 ? 16 : 32, 1);
 }
 }  // namespace
