@@ -381,3 +381,72 @@ TEST(SeqLengthsRegistry, InvokeByNamePassesTheLengths) {
 
 }  // namespace
 }  // namespace blt
+
+namespace blt {
+namespace {
+
+// ReverseSequence against a plain loop, bit for bit (it only moves values), both dtypes, lengths
+// 0 and T, a width of 1 and an odd one; twice is the identity.
+TEST(ReverseSequence, ReversesEachRowWithinItsLength) {
+    for (DType dt : {DType::f32, DType::f16})
+        for (int64_t W : {1, 13}) {
+            SCOPED_TRACE(std::string(dt == DType::f32 ? "f32" : "f16") + " W=" + std::to_string(W));
+            const int64_t T = 6, B = 5;
+            BLT_SEED(seed, "reverse_sequence");
+            Rng rng(seed);
+            const Array a = rounded(uniform(rng, {T, B, W}, -1, 1), dt);
+            const Tensor input = ref::to_tensor(a, dt);
+            const Lengths lengths({4, 0, 6, 1, 3}, T, true);
+            const Tensor out = blocklstm::ReverseSequence(input, lengths.tensor);
+            Array want = a;
+            for (int64_t t = 0; t < T; ++t)
+                for (int64_t b = 0; b < B; ++b) {
+                    const int64_t len = lengths.capped[b], from = t < len ? len - 1 - t : t;
+                    for (int64_t k = 0; k < W; ++k) want.data[(t * B + b) * W + k] = a.data[(from * B + b) * W + k];
+                }
+            EXPECT_TRUE(close("output", out, want, 0.0));
+            const Tensor twice = blocklstm::ReverseSequence(out, lengths.tensor);
+            EXPECT_TRUE(same_bits("twice", twice, input));
+        }
+}
+
+TEST(ReverseSequence, BadInputNamesTheArgumentAndWritesNothing) {
+    const Tensor input(DType::f32, {4, 3, 2}), lengths(DType::i32, {3}), bad_lengths(DType::i32, {2});
+    Tensor out(DType::f32, {4, 3, 2});
+    for (int64_t k = 0; k < out.num_elements(); ++k) out.data_as<float>()[k] = 777.0f;
+    Tensor too_long(DType::i64, {3});
+    too_long.data_as<int64_t>()[0] = 5;
+    const std::vector<std::tuple<TensorView, TensorView, TensorView, std::string>> cases = {
+        {input, bad_lengths, out, "argument 'seq_lengths' has shape [2]: expected [3]"},
+        {input, too_long, out, "argument 'seq_lengths' has 5 at [0]: expected a value in [0, 4]"},
+        {input, lengths, Tensor(DType::f32, {4, 3, 3}), "argument 'output' has shape [4,3,3]: expected [4,3,2]"},
+        {input, lengths, input, "overlap"},
+    };
+    for (const auto &[in, len, o, message] : cases) {
+        try {
+            blocklstm::ReverseSequence(in, len, o);
+            ADD_FAILURE() << "no error: " << message;
+        } catch (const blocklstm::Error &e) {
+            EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+            EXPECT_NE(std::string(e.what()).find("ReverseSequence"), std::string::npos) << e.what();
+        }
+        for (int64_t k = 0; k < out.num_elements(); ++k) ASSERT_EQ(out.data_as<float>()[k], 777.0f);
+    }
+}
+
+TEST(ReverseSequenceCuda, MatchesTheCpu) {
+    if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
+    ::setenv("BLOCKLSTM_CUDA_SEQ_LENGTHS", "1", 1);
+    for (DType dt : {DType::f32, DType::f16}) {
+        BLT_SEED(seed, "reverse_sequence/cuda");
+        Rng rng(seed);
+        const Tensor input = ref::to_tensor(uniform(rng, {7, 4, 9}, -1, 1), dt);
+        const Lengths lengths({7, 0, 3, 5}, 7, false);
+        const Tensor on_cpu = blocklstm::ReverseSequence(input, lengths.tensor);
+        const Tensor on_gpu = blocklstm::ReverseSequence(on_device(input, Device::cuda), lengths.tensor);
+        EXPECT_TRUE(same_bits("output", on_host(on_gpu), on_cpu));
+    }
+}
+
+}  // namespace
+}  // namespace blt

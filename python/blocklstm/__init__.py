@@ -188,6 +188,18 @@ def _make(op):
     return fn
 
 
+def reverse_sequence(input, seq_lengths):
+    """TF's ReverseSequence with seq_axis 0 and batch_axis 1: each row b of input [T, B, W] (float32
+    or float16, CPU or CUDA) reversed within its first seq_lengths[b] steps, the rest as it is;
+    seq_lengths [B] int32 or int64 on the CPU (or a list), each in [0, T]. One kernel launch; a new
+    array of input's framework."""
+    if isinstance(seq_lengths, (list, tuple)):
+        seq_lengths = _np.ascontiguousarray(seq_lengths, dtype=_np.int64)
+    return _core.reverse_sequence(input, seq_lengths)
+
+
+__all__.append("reverse_sequence")
+
 for _op in _core.ops():
     globals()[_snake(_op["name"])] = _make(_op)
     __all__.append(_snake(_op["name"]))

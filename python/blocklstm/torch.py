@@ -2,7 +2,8 @@
 nn.LSTMCell with optional peepholes and TF's options.
 
 The ops are registered as torch.ops.blocklstm.<op> (block_lstm, block_lstm_grad, block_lstm_v2,
-block_lstm_grad_v2, lstm_block_cell, lstm_block_cell_grad), their schemas generated from the
+block_lstm_grad_v2, lstm_block_cell, lstm_block_cell_grad, and reverse_sequence: TF's
+ReverseSequence on [T, B, W] with CPU lengths, its gradient itself), their schemas generated from the
 library's op registry. They run on CPU and CUDA tensors (CUDA: on the current stream), have fake
 kernels (torch.compile, torch.export trace them) and the forward ops have autograd: the gradient
 is TF's, through the grad op (of a forward op's outputs only cs and h carry gradients, as in TF).
@@ -204,6 +205,42 @@ torch.library.register_autograd("blocklstm::block_lstm_v2", _sequence_backward("
                                 setup_context=_sequence_setup_context, lib=_lib)
 torch.library.register_autograd("blocklstm::lstm_block_cell", _cell_backward,
                                 setup_context=_setup_context, lib=_lib)
+
+
+# ---- ReverseSequence: each row reversed within its length (the reverse direction's input) ----------
+
+_lib.define("reverse_sequence(Tensor input, Tensor seq_lengths) -> Tensor")
+
+
+def _reverse_sequence(input, seq_lengths):
+    out = torch.empty_like(input)
+    previous = _core.cuda_stream() if input.is_cuda else None
+    if input.is_cuda:
+        _core.set_cuda_stream(torch.cuda.current_stream(input.device).cuda_stream)
+    try:
+        _core.reverse_sequence(input.detach(), seq_lengths.detach(), out)
+    finally:
+        if input.is_cuda:
+            _core.set_cuda_stream(previous)
+    return out
+
+
+torch.library.impl("blocklstm::reverse_sequence", ("cpu", "cuda"), _reverse_sequence, lib=_lib)
+torch.library.register_fake("blocklstm::reverse_sequence", lambda input, seq_lengths: input.new_empty(input.shape),
+                            lib=_lib)
+
+
+def _reverse_setup_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+
+
+def _reverse_backward(ctx, grad):  # a permutation that is its own inverse
+    (seq_lengths,) = ctx.saved_tensors
+    return torch.ops.blocklstm.reverse_sequence(grad.contiguous(), seq_lengths), None
+
+
+torch.library.register_autograd("blocklstm::reverse_sequence", _reverse_backward,
+                                setup_context=_reverse_setup_context, lib=_lib)
 
 
 # ---- The modules --------------------------------------------------------------------------------
@@ -473,8 +510,12 @@ class LSTM(_PeepholeModule):
                 k = layer * D + direction
                 seq = layer_in
                 if direction == 1:  # reversed in time, within each row's length
-                    seq = layer_in.flip(0) if lengths is None else layer_in.gather(
-                        0, index[:, :, None].expand(T, B, layer_in.shape[2]))
+                    if lengths is None:
+                        seq = layer_in.flip(0)
+                    elif run_lengths is not None:
+                        seq = torch.ops.blocklstm.reverse_sequence(layer_in.contiguous(), run_lengths)
+                    else:
+                        seq = layer_in.gather(0, index[:, :, None].expand(T, B, layer_in.shape[2]))
                 h, cs = self._run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(), run_lengths)
                 if T == 0:  # no step: the state passes through
                     h_last, c_last = h0[k], c0[k]
@@ -486,7 +527,12 @@ class LSTM(_PeepholeModule):
                     h_last = torch.where(started, h.gather(0, at)[0], h0[k])
                     c_last = torch.where(started, cs.gather(0, at)[0], c0[k])
                 if direction == 1:  # back in time order; zeros past a row's length stay there
-                    h = h.flip(0) if lengths is None else h.gather(0, index[:, :, None].expand(T, B, H))
+                    if lengths is None:
+                        h = h.flip(0)
+                    elif run_lengths is not None:
+                        h = torch.ops.blocklstm.reverse_sequence(h, run_lengths)
+                    else:
+                        h = h.gather(0, index[:, :, None].expand(T, B, H))
                 if lengths is not None and run_lengths is None:
                     h = h * inside[:, :, None].to(h.dtype)
                 outs.append(h)

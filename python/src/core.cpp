@@ -237,6 +237,42 @@ NB_MODULE(_core, m) {
           nb::arg("op"), nb::arg("seq_len_max"), nb::arg("inputs"), nb::arg("outputs").none(),
           nb::arg("forget_bias").none(), nb::arg("cell_clip").none(), nb::arg("use_peephole"));
 
+    // ReverseSequence into a new array of input's framework, or into `output`.
+    m.def("reverse_sequence",
+          [](nb::handle input, nb::handle seq_lengths, std::optional<nb::handle> output) -> nb::object {
+              const std::string op = "ReverseSequence";
+              std::vector<nb::ndarray<nb::ro>> keep;
+              std::vector<nb::ndarray<>> keep_out;
+              nb::dict in;
+              in["input"] = input;
+              in["seq_lengths"] = seq_lengths;
+              const auto v = views(op, in, keep, false);
+              if (output) {
+                  nb::dict out;
+                  out["output"] = *output;
+                  const auto o = views(op, out, keep_out, true);
+                  nb::gil_scoped_release no_gil;
+                  ReverseSequence(v.at("input"), v.at("seq_lengths"), o.at("output"));
+                  return nb::none();
+              }
+              const Framework framework = framework_of(op, input, v.at("input").device);
+              Tensor t;
+              {
+                  nb::gil_scoped_release no_gil;
+                  t = ReverseSequence(v.at("input"), v.at("seq_lengths"));
+              }
+              const int32_t device_id = keep.front().device_id();
+              switch (framework) {
+              case Framework::torch: return to_array<nb::pytorch>(std::move(t), device_id);
+              case Framework::cupy: return to_array<nb::cupy>(std::move(t), device_id);
+              case Framework::jax: return to_array<nb::jax>(std::move(t), device_id);
+              case Framework::tensorflow: return to_array<nb::tensorflow>(std::move(t), device_id);
+              case Framework::numpy: break;
+              }
+              return to_array<nb::numpy>(std::move(t), device_id);
+          },
+          nb::arg("input"), nb::arg("seq_lengths"), nb::arg("output").none() = nb::none());
+
     m.def("set_cuda_stream", [](uintptr_t stream) { set_cuda_stream(reinterpret_cast<CudaStream>(stream)); },
           "The CUDA stream this thread's calls run on (0: the legacy default stream).");
     m.def("cuda_stream", [] { return reinterpret_cast<uintptr_t>(cuda_stream()); },

@@ -287,3 +287,15 @@ def test_arrays_dlpack_cannot_describe_say_why():
     for dtype, name in ((np.bool_, "bool"), (np.complex64, "complex64"), (np.int32, "int32")):
         with pytest.raises(ValueError, match=f"argument 'b': expected float32 or float16 data, got {name}$"):
             blocklstm.block_lstm(3, **{**a, "b": a["b"].astype(dtype)})
+
+
+def test_reverse_sequence_reverses_each_row_within_its_length():
+    x = np.random.default_rng(5).standard_normal((6, 4, 3)).astype(np.float32)
+    lengths = [6, 0, 2, 5]
+    out = blocklstm.reverse_sequence(x, np.array(lengths, np.int32))
+    for b, n in enumerate(lengths):
+        np.testing.assert_array_equal(out[:n, b], x[:n, b][::-1])
+        np.testing.assert_array_equal(out[n:, b], x[n:, b])
+    np.testing.assert_array_equal(blocklstm.reverse_sequence(out, lengths), x)
+    with pytest.raises(ValueError, match=r"ReverseSequence: argument 'seq_lengths' has 7 at \[0\]: expected a value in \[0, 6\]"):
+        blocklstm.reverse_sequence(x, [7, 0, 0, 0])

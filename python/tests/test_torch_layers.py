@@ -303,3 +303,16 @@ def test_cell_with_tf_options_matches_the_float64_reference():
     for name, grad in grads.items():
         want = leaves[name].grad.reshape(grad.shape)
         torch.testing.assert_close(grad.double(), want, atol=TOL, rtol=0, msg=name)
+
+
+def test_reverse_sequence_op_and_its_gradient():
+    """torch.ops.blocklstm.reverse_sequence (the reverse direction's input with lengths) against
+    index arithmetic, and its gradient: the incoming gradient reversed the same way."""
+    x = torch.randn(5, 3, 4, requires_grad=True)
+    lengths = torch.tensor([5, 2, 0])
+    y = torch.ops.blocklstm.reverse_sequence(x, lengths)
+    for b, n in enumerate(lengths.tolist()):
+        assert torch.equal(y[:n, b], x[:n, b].flip(0)) and torch.equal(y[n:, b], x[n:, b])
+    g = torch.randn_like(y)
+    y.backward(g)
+    assert torch.equal(x.grad, torch.ops.blocklstm.reverse_sequence(g, lengths))

@@ -43,33 +43,6 @@ struct SeqActivations {
     }
 };
 
-// seq_lengths (blocklstm's extension): [B] int32 or int64 in host memory, each in [0, T]. Read
-// here, before anything is written, and again by step_rows.
-void validate_seq_lengths(const Validator &v, const TV &lengths, const SeqDims &d) {
-    if (lengths.dtype != DType::i32 && lengths.dtype != DType::i64)
-        v.fail_arg("seq_lengths", std::string("has dtype ") + to_string(lengths.dtype) + ": expected int32 or int64");
-    if (d.device == Device::cuda && !cuda_seq_lengths())
-        v.fail_arg("seq_lengths", "is given for CUDA tensors: expected none, as seq_lengths on a GPU have not run on one "
-                                  "yet (BLOCKLSTM_CUDA_SEQ_LENGTHS=1 runs them; docs/cuda.md)");
-    if (lengths.device != Device::cpu)
-        v.fail_arg("seq_lengths", std::string("is on device ") + to_string(lengths.device) +
-                                      ": expected cpu (host memory; the call reads the lengths to plan its steps)");
-    if (lengths.shape != std::vector<int64_t>{d.B})
-        v.fail_arg("seq_lengths", "has shape " + shape_string(lengths.shape) + ": expected [" + std::to_string(d.B) +
-                                      "] (x has batch size " + std::to_string(d.B) + ")");
-    if (d.B > 0 && lengths.data == nullptr) v.fail_arg("seq_lengths", "has null data: expected " + std::to_string(d.B) + " values");
-    if (reinterpret_cast<uintptr_t>(lengths.data) % size_of(lengths.dtype) != 0)
-        v.fail_arg("seq_lengths", "is not aligned: expected an address that is a multiple of " +
-                                      std::to_string(size_of(lengths.dtype)) + " bytes (" + to_string(lengths.dtype) + ")");
-    for (int64_t b = 0; b < d.B; ++b) {
-        const int64_t len = lengths.dtype == DType::i32 ? static_cast<const int32_t *>(lengths.data)[b]
-                                                        : static_cast<const int64_t *>(lengths.data)[b];
-        if (len < 0 || len > d.T)
-            v.fail_arg("seq_lengths", "has " + std::to_string(len) + " at [" + std::to_string(b) + "]: expected a value in [0, " +
-                                          std::to_string(d.T) + "] (x has " + std::to_string(d.T) + " time steps)");
-    }
-}
-
 // TF's checks of the nine inputs shared by all sequence ops, in TF's order. The cell
 // size comes from cs_prev (forward) or from w (grad, as TF does).
 SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_size_from_w) {
@@ -99,7 +72,7 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
                                       " time steps)");
     }
     check_int32_extent(v, "x", "a gate workspace [T*B, 4*cell_size]", saturating_product({d.T, d.B, 4, d.H}));
-    if (in.seq_lengths) validate_seq_lengths(v, *in.seq_lengths, d);
+    if (in.seq_lengths) validate_seq_lengths(v, *in.seq_lengths, d.B, d.T, d.device);
     return d;
 }
 

@@ -6,6 +6,7 @@
 #include "runtime/src/buf.h"
 #include "runtime/src/exec.h"
 #include "runtime/src/kernel_args.h"
+#include "runtime/src/validate.h"
 
 namespace blocklstm::detail {
 namespace {
@@ -54,6 +55,33 @@ StepRows in_length_order(const StepRows &rows) {
     return r;
 }
 
+// seq_lengths (blocklstm's extension): [B] int32 or int64 in host memory, each in [0, T]. Read
+// here, before anything is written, and again by step_rows.
+void validate_seq_lengths(const Validator &v, const TensorView &lengths, int64_t B, int64_t T, Device device) {
+    if (lengths.dtype != DType::i32 && lengths.dtype != DType::i64)
+        v.fail_arg("seq_lengths", std::string("has dtype ") + to_string(lengths.dtype) + ": expected int32 or int64");
+    if (device == Device::cuda && !cuda_seq_lengths())
+        v.fail_arg("seq_lengths", "is given for CUDA tensors: expected none, as seq_lengths on a GPU have not run on one "
+                                  "yet (BLOCKLSTM_CUDA_SEQ_LENGTHS=1 runs them; docs/cuda.md)");
+    if (lengths.device != Device::cpu)
+        v.fail_arg("seq_lengths", std::string("is on device ") + to_string(lengths.device) +
+                                      ": expected cpu (host memory; the call reads the lengths to plan its steps)");
+    if (lengths.shape != std::vector<int64_t>{B})
+        v.fail_arg("seq_lengths", "has shape " + shape_string(lengths.shape) + ": expected [" + std::to_string(B) +
+                                      "] (x has batch size " + std::to_string(B) + ")");
+    if (B > 0 && lengths.data == nullptr) v.fail_arg("seq_lengths", "has null data: expected " + std::to_string(B) + " values");
+    if (reinterpret_cast<uintptr_t>(lengths.data) % size_of(lengths.dtype) != 0)
+        v.fail_arg("seq_lengths", "is not aligned: expected an address that is a multiple of " +
+                                      std::to_string(size_of(lengths.dtype)) + " bytes (" + to_string(lengths.dtype) + ")");
+    for (int64_t b = 0; b < B; ++b) {
+        const int64_t len = lengths.dtype == DType::i32 ? static_cast<const int32_t *>(lengths.data)[b]
+                                                        : static_cast<const int64_t *>(lengths.data)[b];
+        if (len < 0 || len > T)
+            v.fail_arg("seq_lengths", "has " + std::to_string(len) + " at [" + std::to_string(b) + "]: expected a value in [0, " +
+                                          std::to_string(T) + "] (x has " + std::to_string(T) + " time steps)");
+    }
+}
+
 void zero_idle_rows(const Exec &exec, const StepRows &rows, const TensorView &t) {
     const int64_t row = t.num_elements() / std::max<int64_t>(t.shape[0] * rows.B, 1);
     const int64_t es = static_cast<int64_t>(size_of(t.dtype));
@@ -63,12 +91,8 @@ void zero_idle_rows(const Exec &exec, const StepRows &rows, const TensorView &t)
     zero_steps(exec, t, rows.steps);
 }
 
-namespace {
-
-// dst's rows r = src's rows index[r], or zeros where index[r] < 0 (src [src_rows, width], dst
-// [index.size(), width], both of t's dtype and device): one launch of gather_rows.
-void gather(Exec &exec, const KernelEntry &kernel, const std::vector<int32_t> &index, DType dtype, int64_t width,
-            const void *src, int64_t src_rows, void *dst) {
+void gather_rows(Exec &exec, const KernelEntry &kernel, const std::vector<int32_t> &index, DType dtype, int64_t width,
+                 const void *src, int64_t src_rows, void *dst) {
     const int64_t rows = static_cast<int64_t>(index.size());
     if (width == 0 || rows == 0) return;
     if (src_rows == 0) return exec.zero_bytes(dst, rows * width * static_cast<int64_t>(size_of(dtype)));
@@ -81,6 +105,8 @@ void gather(Exec &exec, const KernelEntry &kernel, const std::vector<int32_t> &i
     Buf out = Buf::matrix(exec.device(), dst, dtype, rows, width, width);
     run(kernel, exec, GatherRowsArgs{.in = in, .index = idx, .out = out});
 }
+
+namespace {
 
 // The steps of a [T, B, width] tensor, 1 for [B, width].
 int64_t steps_of(const TensorView &t) { return t.rank() == 3 ? t.shape[0] : 1; }
@@ -109,7 +135,7 @@ void to_length_order(Exec &exec, const KernelEntry &kernel, const StepRows &rows
         const int64_t running = per_step ? (t < rows.steps ? rows.n[t] : 0) : B;
         for (int64_t j = 0; j < running; ++j) index[t * B + j] = static_cast<int32_t>(t * B + rows.order[j]);
     }
-    gather(exec, kernel, index, src.dtype, src.shape.back(), src.data, T * B, dst);
+    gather_rows(exec, kernel, index, src.dtype, src.shape.back(), src.data, T * B, dst);
 }
 
 void from_length_order(Exec &exec, const KernelEntry &kernel, const StepRows &rows, const void *src,
@@ -120,7 +146,7 @@ void from_length_order(Exec &exec, const KernelEntry &kernel, const StepRows &ro
     for (int64_t t = 0; t < T; ++t)
         for (int64_t b = 0; b < B; ++b)
             if (!per_step || t < rows.length[b]) index[t * B + b] = static_cast<int32_t>(t * B + rows.place[b]);
-    gather(exec, kernel, index, dst.dtype, dst.shape.back(), src, T * B, dst.data);
+    gather_rows(exec, kernel, index, dst.dtype, dst.shape.back(), src, T * B, dst.data);
 }
 
 }  // namespace blocklstm::detail

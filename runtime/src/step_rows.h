@@ -14,6 +14,7 @@
 namespace blocklstm::detail {
 
 class Exec;
+class Validator;
 struct KernelEntry;
 
 struct StepRows {
@@ -36,6 +37,10 @@ struct StepRows {
     }
 };
 
+// seq_lengths (blocklstm's extension): [B] int32 or int64 in host memory, each in [0, T]; for CUDA
+// tensors (`device`) only with cuda_seq_lengths(). Fails naming "seq_lengths".
+void validate_seq_lengths(const Validator &v, const TensorView &lengths, int64_t B, int64_t T, Device device);
+
 // Every one of B rows running L steps, or the lengths read from seq_lengths (validated: [B], int32
 // or int64, host memory, each in [0, T]), each capped at L.
 StepRows step_rows(int64_t B, int64_t L, const TensorView *seq_lengths);
@@ -48,6 +53,11 @@ StepRows in_length_order(const StepRows &rows);
 // than a gather_rows launch each, whose thread-pool fork costs more than the copy).
 void pack_steps(const Exec &exec, const StepRows &rows, const void *steps, void *packed, int64_t width, DType dtype);
 void unpack_steps(const Exec &exec, const StepRows &rows, const void *packed, void *steps, int64_t width, DType dtype);
+
+// dst's rows r = src's rows index[r], or zeros where index[r] < 0 (src [src_rows, width], dst
+// [index.size(), width], of dtype, on the call's device): one launch of `kernel` (gather_rows).
+void gather_rows(Exec &exec, const KernelEntry &kernel, const std::vector<int32_t> &index, DType dtype, int64_t width,
+                 const void *src, int64_t src_rows, void *dst);
 
 // Zero what no step writes in a [T, B, ...] output of rows in length order: rows n[t].. of each
 // step t < steps, and every step from `steps` on.

@@ -216,6 +216,15 @@ BLOCKLSTM_API BlockLSTMGradOutputs<Tensor> BlockLSTMGradV2(
     const TV &f, const TV &o, const TV &ci, const TV &co, const TV &h, const TV &cs_grad,
     const TV &h_grad, const GradAttrs &attrs = {}, const TV *seq_lengths = nullptr);
 
+// ReverseSequence: TF's op with seq_axis 0 and batch_axis 1 (not one of the LSTM ops): output[t, b]
+// = input[seq_lengths[b] - 1 - t, b] for t < seq_lengths[b], input[t, b] past it, for an input
+// [T,B,W] (float16 or float32, CPU or CUDA: a CUDA call as the sequence ops' seq_lengths,
+// cuda_seq_lengths()) and seq_lengths [B] (int32 or int64, host memory, each in [0, T]): the
+// reverse direction of a bidirectional LSTM over rows of their own lengths. One kernel launch;
+// input and output must not overlap.
+BLOCKLSTM_API void ReverseSequence(const TV &input, const TV &seq_lengths, const TV &output);
+BLOCKLSTM_API Tensor ReverseSequence(const TV &input, const TV &seq_lengths);
+
 // ---- CUDA ----------------------------------------------------------------------------------
 
 struct CUstream_st;
