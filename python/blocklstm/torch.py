@@ -250,7 +250,7 @@ def _tf_weights(w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order):
     (BlockLSTMV2's, the same blocks) or ICFO (LSTMBlockCell's: f and g swap places). forget_bias is
     folded into b for IFCO (BlockLSTMV2 has no such attr); the cell op takes it as its attr."""
     w = torch.cat([w_ih, w_hh], 1).t()
-    H = w_hh.shape[1]
+    H = w_hh.shape[0] // 4  # w_hh [4H, H], or [4H, P] with a projection
     b = b_ih + b_hh if b_ih is not None else w.new_zeros(4 * H)
     if gate_order == "icfo":
         blocks = [0, 2, 1, 3]
@@ -278,10 +278,12 @@ class _ThroughTfWeights(torch.autograd.Function):
         return tuple(grads + [b_grad] * ctx.biases)
 
 
-def _check_state(name, hx, want, like):
+def _check_state(name, hx, want, like, want_c=None):
+    """hx = (h_0, c_0) of shape `want` (c_0: `want_c` where it differs, as with a projection)."""
     if not isinstance(hx, (tuple, list)) or len(hx) != 2:
         raise ValueError(f"{name}: hx must be a tuple (h_0, c_0), as nn.{name}'s")
     for k, t in enumerate(hx):
+        want = want_c if k == 1 and want_c is not None else want
         if not isinstance(t, torch.Tensor) or tuple(t.shape) != want:
             got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise RuntimeError(f"{name}: Expected hidden[{k}] size {want}, got {got}")
@@ -341,10 +343,11 @@ class LSTM(_PeepholeModule):
 
     LSTM(input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
     bidirectional=False, proj_size=0, device=None, dtype=None, *, peephole=False, forget_bias=0.0,
-    cell_clip=None): nn.LSTM's arguments in nn.LSTM's order (proj_size must be 0: projections are
-    refused), then TF's options by keyword. Parameters as nn.LSTM names them for every layer and
-    direction — weight_ih_l{k}[_reverse] [4H, in], weight_hh_l{k}[_reverse] [4H, H], and with
-    bias=True bias_ih_l{k}[_reverse], bias_hh_l{k}[_reverse] [4H] (gate order i, f, g, o) — and
+    cell_clip=None): nn.LSTM's arguments in nn.LSTM's order, then TF's options by keyword.
+    Parameters as nn.LSTM names them for every layer and direction — weight_ih_l{k}[_reverse]
+    [4H, in], weight_hh_l{k}[_reverse] [4H, H] ([4H, P] with proj_size P), with bias=True
+    bias_ih_l{k}[_reverse], bias_hh_l{k}[_reverse] [4H] (gate order i, f, g, o), with proj_size
+    weight_hr_l{k}[_reverse] [P, H] — and
     with peephole=True weight_ci_l{k}[_reverse], weight_cf_..., weight_co_... [H] (TF's wci, wcf,
     wco). load_state_dict(nn_lstm.state_dict()) works as it is; peephole weights missing from a
     state dict keep their values (zeros after reset_parameters).
@@ -360,6 +363,10 @@ class LSTM(_PeepholeModule):
     clipping) clips the cell state; the gradient is TF's: straight through the clip, so with an
     active cell_clip it is not the derivative of the clipped forward.
 
+    proj_size (LSTMP, h = W_hr (o * tanh c), the projected h what the next step and the output
+    see): runs BlockLSTMV2 one step at a time with the projection between steps (a Python loop:
+    T calls of the op per layer and direction, not the one call without it).
+
     Variable lengths go to the kernels (the ops' seq_lengths): each step runs on the rows still
     running, so the padded steps cost nothing but a copy (CUDA tensors: with
     BLOCKLSTM_CUDA_SEQ_LENGTHS=1; else every padded step runs, masked). Without a gradient (torch.no_grad)
@@ -373,9 +380,9 @@ class LSTM(_PeepholeModule):
         super().__init__()
         if type(num_layers) is not int or num_layers < 1:  # num_layers=True is no 1
             raise ValueError(f"LSTM: num_layers={num_layers!r} is not supported: expected an int >= 1")
-        if type(proj_size) is not int or proj_size != 0:
-            raise ValueError(f"LSTM: proj_size={proj_size!r} is not supported: expected 0 (LSTMP's projection "
-                             "h = W_hr (o * tanh c) is not in the kernels)")
+        if type(proj_size) is not int or not 0 <= proj_size < hidden_size:
+            raise ValueError(f"LSTM: proj_size={proj_size!r} is not supported: expected an int in [0, hidden_size) "
+                             f"= [0, {hidden_size}), as nn.LSTM")
         if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) or not 0 <= dropout <= 1:
             raise ValueError("dropout should be a number in range [0, 1] representing the probability of an "
                              "element being zeroed")
@@ -383,20 +390,24 @@ class LSTM(_PeepholeModule):
             warnings.warn("dropout option adds dropout after all but last recurrent layer, so non-zero dropout "
                           f"expects num_layers greater than 1, but got dropout={dropout} and num_layers=1")
         self.input_size, self.hidden_size, self.num_layers = input_size, hidden_size, num_layers
-        self.bias, self.bidirectional, self.proj_size = bool(bias), bool(bidirectional), 0
+        self.bias, self.bidirectional, self.proj_size = bool(bias), bool(bidirectional), proj_size
         self.peephole, self.forget_bias, self.cell_clip = peephole, float(forget_bias), cell_clip
         self.batch_first, self.dropout = batch_first, float(dropout)
         f = {"device": device, "dtype": dtype}
         H, D = hidden_size, 2 if bidirectional else 1
+        R = proj_size or H  # the size of h: the projection's, or the cell's
         self._names = []  # per (layer, direction): (w_ih, w_hh, b_ih or None, b_hh or None, (wci, wcf, wco) or None)
+        self._projections = []  # per (layer, direction): weight_hr's name, or None
         self._peepholes = []
         for layer in range(num_layers):
             for direction in range(D):
                 sfx = f"_l{layer}" + ("_reverse" if direction else "")
-                size_in = input_size if layer == 0 else H * D
-                shapes = {"weight_ih": (4 * H, size_in), "weight_hh": (4 * H, H)}
+                size_in = input_size if layer == 0 else R * D
+                shapes = {"weight_ih": (4 * H, size_in), "weight_hh": (4 * H, R)}
                 if self.bias:
                     shapes.update(bias_ih=(4 * H,), bias_hh=(4 * H,))
+                if proj_size:
+                    shapes.update(weight_hr=(proj_size, H))  # nn.LSTM's name and place
                 if peephole:
                     shapes.update(weight_ci=(H,), weight_cf=(H,), weight_co=(H,))
                 for name, shape in shapes.items():
@@ -405,6 +416,7 @@ class LSTM(_PeepholeModule):
                 self._names.append((names["weight_ih"], names["weight_hh"], names.get("bias_ih"),
                                     names.get("bias_hh"),
                                     (names["weight_ci"], names["weight_cf"], names["weight_co"]) if peephole else None))
+                self._projections.append(names.get("weight_hr"))
                 if peephole:
                     self._peepholes += [names["weight_ci"], names["weight_cf"], names["weight_co"]]
         self._weights_cache = {}
@@ -488,13 +500,14 @@ class LSTM(_PeepholeModule):
     def _padded(self, x, hx, lengths, batched):
         """Every layer and direction over x [T, B, in]: (output [T, B, D*H], (h_n, c_n))."""
         T, B, H = x.shape[0], x.shape[1], self.hidden_size
+        R = self.proj_size or H  # h's size
         D = 2 if self.bidirectional else 1
         LD = self.num_layers * D
         if hx is None:
-            h0 = c0 = x.new_zeros(LD, B, H)
+            h0, c0 = x.new_zeros(LD, B, R), x.new_zeros(LD, B, H)
         else:
-            _check_state("LSTM", hx, (LD, B, H) if batched else (LD, H), x)
-            h0, c0 = (t.reshape(LD, B, H) for t in hx)
+            _check_state("LSTM", hx, (LD, B, R) if batched else (LD, R), x, (LD, B, H) if batched else (LD, H))
+            h0, c0 = hx[0].reshape(LD, B, R), hx[1].reshape(LD, B, H)
         if lengths is not None:
             index, inside = _within_lengths(T, lengths, x.device)
             last = (lengths - 1).clamp(min=0)
@@ -516,13 +529,19 @@ class LSTM(_PeepholeModule):
                         seq = torch.ops.blocklstm.reverse_sequence(layer_in.contiguous(), run_lengths)
                     else:
                         seq = layer_in.gather(0, index[:, :, None].expand(T, B, layer_in.shape[2]))
-                h, cs = self._run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(), run_lengths)
-                if T == 0:  # no step: the state passes through
+                if self.proj_size:
+                    h, h_last, c_last = self._run_projected(k, seq.contiguous(), h0[k].contiguous(),
+                                                            c0[k].contiguous(), lengths)
+                else:
+                    h, cs = self._run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(), run_lengths)
+                if self.proj_size:
+                    pass  # its final state comes from its loop
+                elif T == 0:  # no step: the state passes through
                     h_last, c_last = h0[k], c0[k]
                 elif lengths is None:
                     h_last, c_last = h[-1], cs[-1]
                 else:
-                    at = last[None, :, None].expand(1, B, H)
+                    at = last[None, :, None].expand(1, B, R)
                     started = (lengths > 0)[:, None]
                     h_last = torch.where(started, h.gather(0, at)[0], h0[k])
                     c_last = torch.where(started, cs.gather(0, at)[0], c0[k])
@@ -532,14 +551,43 @@ class LSTM(_PeepholeModule):
                     elif run_lengths is not None:
                         h = torch.ops.blocklstm.reverse_sequence(h, run_lengths)
                     else:
-                        h = h.gather(0, index[:, :, None].expand(T, B, H))
-                if lengths is not None and run_lengths is None:
+                        h = h.gather(0, index[:, :, None].expand(T, B, R))
+                if lengths is not None and run_lengths is None and not self.proj_size:
                     h = h * inside[:, :, None].to(h.dtype)
                 outs.append(h)
                 h_n.append(h_last)
                 c_n.append(c_last)
             layer_in = outs[0] if D == 1 else torch.cat(outs, 2)
         return layer_in, (torch.stack(h_n), torch.stack(c_n))  # tensors of their own, as nn.LSTM's
+
+    def _run_projected(self, index, x, r0, c0, lengths):
+        """One layer and direction of LSTMP (nn.LSTM's proj_size): BlockLSTMV2 one step at a time,
+        each step's h projected, r = h W_hr^T, before the next step reads it; a row stops at its
+        length (lengths, or none) and keeps its state. From (r0 [B, P], c0 [B, H]): (output [T, B, P],
+        zero past each row's length; r_n; c_n). The op's recurrent input is h [B, H], not r [B, P]:
+        r enters as more input columns ([x_t | r] against [W_x; W_r]), h_prev as zeros against zero
+        rows of w (a product of zeros per step, the price of using the op as it is)."""
+        w, b, wci, wcf, wco = self._weights(index, x)
+        H = self.hidden_size
+        w = torch.cat([w, w.new_zeros(H, 4 * H)])  # [in + P + H, 4H]
+        w_hr = getattr(self, self._projections[index])
+        clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
+        r, c, outs = r0, c0, []
+        no_h = x.new_zeros(x.shape[1], H)
+        for t in range(x.shape[0]):
+            x_t = torch.cat([x[t], r], 1)[None]
+            _, cs, _, _, _, _, h = torch.ops.blocklstm.block_lstm_v2(1, x_t, c, no_h, w, wci, wcf, wco, b,
+                                                                     clip, self.peephole)
+            r_t, c_t = h[0] @ w_hr.t(), cs[0]
+            if lengths is not None:
+                running = (t < lengths)[:, None]
+                r, c = torch.where(running, r_t, r), torch.where(running, c_t, c)
+                r_t = r_t * running.to(r_t.dtype)
+            else:
+                r, c = r_t, c_t
+            outs.append(r_t)
+        output = torch.stack(outs) if outs else x.new_zeros(0, x.shape[1], w_hr.shape[0])
+        return output, r, c
 
     def _run(self, index, x, h0, c0, lengths=None):
         """One layer and direction: BlockLSTMV2 over x [T, B, in] from (h0, c0) [B, H]: (h, cs) [T, B, H],

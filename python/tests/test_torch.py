@@ -193,7 +193,7 @@ def test_module_takes_nn_lstm_arguments_in_order_and_refuses_what_it_cannot_be()
     m = bt.LSTM(4, 5, 2, False, True, 0.25, True)  # nn.LSTM's positional order
     assert (m.num_layers, m.bias, m.batch_first, m.dropout, m.bidirectional) == (2, False, True, 0.25, True)
     assert not m.peephole
-    for kwargs in ({"num_layers": 0}, {"num_layers": True}, {"proj_size": 3}):
+    for kwargs in ({"num_layers": 0}, {"num_layers": True}, {"proj_size": 5}, {"proj_size": -1}):
         name = next(iter(kwargs))
         with pytest.raises(ValueError, match=f"LSTM: {name}=.* is not supported"):
             bt.LSTM(4, 5, **kwargs)

@@ -9,6 +9,8 @@ import blocklstm.torch as bt  # noqa: E402
 from torch_reference import reference_module  # noqa: E402
 
 nn = torch.nn
+# nn.LSTM with proj_size says its oneDNN path cannot take projections (it runs its own instead)
+pytestmark = pytest.mark.filterwarnings("ignore:LSTM with projections is not supported with oneDNN")
 TOL = 1e-5  # float32: nn's and ours differ in the order of their sums only
 torch.backends.cudnn.allow_tf32 = False  # cuDNN's float32 as float32, as ours
 torch.backends.cuda.matmul.allow_tf32 = False
@@ -48,6 +50,8 @@ CONFIGS = [
     dict(num_layers=3, bias=False),
     dict(num_layers=2, bidirectional=True, batch_first=True),
     dict(num_layers=2, bidirectional=True, bias=False, batch_first=True),
+    dict(proj_size=3),
+    dict(num_layers=2, bidirectional=True, proj_size=3),
 ]
 
 
@@ -59,9 +63,10 @@ def test_module_matches_nn_lstm(kwargs, given_state, device):
     T, B, I, H = 6, 4, 5, 7
     ref, ours = twins(I, H, device, **kwargs)
     LD = ref.num_layers * (2 if ref.bidirectional else 1)
+    R = ref.proj_size or H  # h's size: the projection's, or the cell's
     x = (torch.randn(B, T, I) if ref.batch_first else torch.randn(T, B, I)).to(device)
     xs = [x.clone().requires_grad_() for _ in range(2)]
-    states = [[torch.randn(LD, B, H, device=device).requires_grad_() for _ in range(2)] for _ in range(2)] \
+    states = [[torch.randn(LD, B, size, device=device).requires_grad_() for size in (R, H)] for _ in range(2)] \
         if given_state else None
     if given_state:
         with torch.no_grad():
@@ -113,8 +118,8 @@ def test_packed_sequence_in_and_out_as_nn_lstm(enforce_sorted, device):
     assert_grads_equal(ref, ours)
 
 
-@pytest.mark.parametrize("batch_first", [False, True])
-def test_padded_batch_with_lengths_runs_as_nn_lstm_runs_it_packed(batch_first):
+@pytest.mark.parametrize("batch_first,proj_size", [(False, 0), (True, 0), (False, 3)])
+def test_padded_batch_with_lengths_runs_as_nn_lstm_runs_it_packed(batch_first, proj_size):
     """lengths=: no packing, no sorting; outputs past a row's length are zeros, h_n and c_n are the
     state at its last step, the reverse direction runs the row reversed within its length. A row of
     length 0 (which nn.LSTM cannot pack) keeps h_0 and c_0 and has no output."""
@@ -122,9 +127,9 @@ def test_padded_batch_with_lengths_runs_as_nn_lstm_runs_it_packed(batch_first):
     T, I, H = 6, 4, 5
     lengths = torch.tensor([3, 6, 0, 1])
     B = len(lengths)
-    ref, ours = twins(I, H, num_layers=2, bidirectional=True, batch_first=batch_first)
+    ref, ours = twins(I, H, num_layers=2, bidirectional=True, batch_first=batch_first, proj_size=proj_size)
     x = torch.randn(B, T, I) if batch_first else torch.randn(T, B, I)
-    h0, c0 = torch.randn(4, B, H), torch.randn(4, B, H)
+    h0, c0 = torch.randn(4, B, proj_size or H), torch.randn(4, B, H)
     xs = [x.clone().requires_grad_() for _ in range(2)]
     y, (h_n, c_n) = ours(xs[1], (h0, c0), lengths=lengths)
     rows = lengths > 0  # the rows nn.LSTM can take
