@@ -529,22 +529,20 @@ class LSTM(_PeepholeModule):
                         seq = torch.ops.blocklstm.reverse_sequence(layer_in.contiguous(), run_lengths)
                     else:
                         seq = layer_in.gather(0, index[:, :, None].expand(T, B, layer_in.shape[2]))
-                if self.proj_size:
+                if self.proj_size:  # its step loop gives the final state too
                     h, h_last, c_last = self._run_projected(k, seq.contiguous(), h0[k].contiguous(),
                                                             c0[k].contiguous(), lengths)
                 else:
                     h, cs = self._run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(), run_lengths)
-                if self.proj_size:
-                    pass  # its final state comes from its loop
-                elif T == 0:  # no step: the state passes through
-                    h_last, c_last = h0[k], c0[k]
-                elif lengths is None:
-                    h_last, c_last = h[-1], cs[-1]
-                else:
-                    at = last[None, :, None].expand(1, B, R)
-                    started = (lengths > 0)[:, None]
-                    h_last = torch.where(started, h.gather(0, at)[0], h0[k])
-                    c_last = torch.where(started, cs.gather(0, at)[0], c0[k])
+                    if T == 0:  # no step: the state passes through
+                        h_last, c_last = h0[k], c0[k]
+                    elif lengths is None:
+                        h_last, c_last = h[-1], cs[-1]
+                    else:
+                        at = last[None, :, None].expand(1, B, H)
+                        started = (lengths > 0)[:, None]
+                        h_last = torch.where(started, h.gather(0, at)[0], h0[k])
+                        c_last = torch.where(started, cs.gather(0, at)[0], c0[k])
                 if direction == 1:  # back in time order; zeros past a row's length stay there
                     if lengths is None:
                         h = h.flip(0)
