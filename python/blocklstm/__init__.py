@@ -11,7 +11,8 @@ named tuple of its outputs in TF's order, in the inputs' dtype and device, witho
 arrays of x's framework for NumPy, torch, CuPy, JAX and TensorFlow, else NumPy arrays (CPU only).
 Errors are ValueError naming the op, the argument, what was expected and what was given; nothing
 is written on error. The functions are generated from the library's op registry
-(blocklstm.ops()). PyTorch, with autograd: blocklstm.torch (an nn.LSTM-like module, custom ops).
+(blocklstm.ops()). The sequence ops also take a keyword seq_lengths (blocklstm's extension: each
+row's own length, the padded steps not computed), and reverse_sequence is TF's ReverseSequence. PyTorch, with autograd: blocklstm.torch (an nn.LSTM-like module, custom ops).
 
 Threads and memory: set_num_threads (the CPU kernels' threads; default one per core, or the
 environment variable HL_NUM_THREADS), set_host_cache_limit / host_cache_bytes (CPU workspaces
