@@ -47,14 +47,7 @@ TEST_P(SeqGradFD, MatchesReferenceFiniteDifferences) {
         return seq_loss(f.cs, f.h, p.cs_grad, p.h_grad);
     };
     const auto fd = finite_differences({&p.x, &p.cs_prev, &p.h_prev, &p.w, &p.wci, &p.wcf, &p.wco, &p.b}, loss, 1e-5);
-    EXPECT_TRUE(close("x_grad", ours.x_grad, fd[0], kTightTol));
-    EXPECT_TRUE(close("cs_prev_grad", ours.cs_prev_grad, fd[1], kTightTol));
-    EXPECT_TRUE(close("h_prev_grad", ours.h_prev_grad, fd[2], kTightTol));
-    EXPECT_TRUE(close("w_grad", ours.w_grad, fd[3], kTightTol));
-    EXPECT_TRUE(close("wci_grad", ours.wci_grad, fd[4], kTightTol));  // all zero without peephole
-    EXPECT_TRUE(close("wcf_grad", ours.wcf_grad, fd[5], kTightTol));
-    EXPECT_TRUE(close("wco_grad", ours.wco_grad, fd[6], kTightTol));
-    EXPECT_TRUE(close("b_grad", ours.b_grad, fd[7], kTightTol));
+    expect_seq_grad_matches(ours, fd, kTightTol);
 }
 
 // Central differences of a float32 library forward, perturbing the float32 inputs in place.
@@ -94,14 +87,7 @@ TEST_P(SeqGradFD, MatchesOwnForwardFiniteDifferences) {
         return seq_loss(ref::to_array(f.cs), ref::to_array(f.h), p.cs_grad, p.h_grad);
     };
     const auto fd = own_fd({&in.x, &in.cs_prev, &in.h_prev, &in.w, &in.wci, &in.wcf, &in.wco, &in.b}, loss);
-    EXPECT_TRUE(close("x_grad", ours.x_grad, fd[0], kLooseTol));
-    EXPECT_TRUE(close("cs_prev_grad", ours.cs_prev_grad, fd[1], kLooseTol));
-    EXPECT_TRUE(close("h_prev_grad", ours.h_prev_grad, fd[2], kLooseTol));
-    EXPECT_TRUE(close("w_grad", ours.w_grad, fd[3], kLooseTol));
-    EXPECT_TRUE(close("wci_grad", ours.wci_grad, fd[4], kLooseTol));
-    EXPECT_TRUE(close("wcf_grad", ours.wcf_grad, fd[5], kLooseTol));
-    EXPECT_TRUE(close("wco_grad", ours.wco_grad, fd[6], kLooseTol));
-    EXPECT_TRUE(close("b_grad", ours.b_grad, fd[7], kLooseTol));
+    expect_seq_grad_matches(ours, fd, kLooseTol);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SeqGradFD,

@@ -209,14 +209,7 @@ TEST(SeqLengthsFD, GradIsTheDerivativeOfTheForwardWithLengths) {
             const auto fd =
                 finite_differences({&p.x, &p.cs_prev, &p.h_prev, &p.w, &p.wci, &p.wcf, &p.wco, &p.b}, loss, 1e-5);
             constexpr double tol = 1e-6;  // as finite_diff_test's float32 gradients against the reference
-            EXPECT_TRUE(close("x_grad", ours.x_grad, fd[0], tol));
-            EXPECT_TRUE(close("cs_prev_grad", ours.cs_prev_grad, fd[1], tol));
-            EXPECT_TRUE(close("h_prev_grad", ours.h_prev_grad, fd[2], tol));
-            EXPECT_TRUE(close("w_grad", ours.w_grad, fd[3], tol));
-            EXPECT_TRUE(close("wci_grad", ours.wci_grad, fd[4], tol));
-            EXPECT_TRUE(close("wcf_grad", ours.wcf_grad, fd[5], tol));
-            EXPECT_TRUE(close("wco_grad", ours.wco_grad, fd[6], tol));
-            EXPECT_TRUE(close("b_grad", ours.b_grad, fd[7], tol));
+            expect_seq_grad_matches(ours, fd, tol);
             // A row of length 0 passes nothing back to its initial state.
             for (int64_t j = 0; j < s.H; ++j) {
                 EXPECT_EQ(ours.h_prev_grad.data_as<float>()[2 * s.H + j], 0.0f);

@@ -460,6 +460,20 @@ inline std::vector<Array> finite_differences(const std::vector<Array *> &params,
     return grads;
 }
 
+// A sequence grad op's outputs against finite differences `fd` of the 8 inputs it differentiates, in
+// the order x, cs_prev, h_prev, w, wci, wcf, wco, b.
+inline void expect_seq_grad_matches(const blocklstm::BlockLSTMGradOutputs<Tensor> &ours, const std::vector<Array> &fd,
+                                    double tol) {
+    EXPECT_TRUE(close("x_grad", ours.x_grad, fd[0], tol));
+    EXPECT_TRUE(close("cs_prev_grad", ours.cs_prev_grad, fd[1], tol));
+    EXPECT_TRUE(close("h_prev_grad", ours.h_prev_grad, fd[2], tol));
+    EXPECT_TRUE(close("w_grad", ours.w_grad, fd[3], tol));
+    EXPECT_TRUE(close("wci_grad", ours.wci_grad, fd[4], tol));  // all zero without peephole
+    EXPECT_TRUE(close("wcf_grad", ours.wcf_grad, fd[5], tol));
+    EXPECT_TRUE(close("wco_grad", ours.wco_grad, fd[6], tol));
+    EXPECT_TRUE(close("b_grad", ours.b_grad, fd[7], tol));
+}
+
 // Σ (cs·Gc + h·Gh): the loss whose gradient the grad ops compute for cs_grad = Gc, h_grad = Gh.
 inline double seq_loss(const Array &cs, const Array &h, const Array &Gc, const Array &Gh) {
     double s = 0;
