@@ -443,3 +443,66 @@ TEST(ReverseSequenceCuda, MatchesTheCpu) {
 
 }  // namespace
 }  // namespace blt
+
+namespace blt {
+namespace {
+
+// Inference: i, f, o, ci, co left out, only cs and h written — the same bits as the full call,
+// without lengths, with lengths in length order and not; by name too; some left out is bad input.
+TEST(ForwardWithActivationsLeftOut, WritesCsAndHAsTheFullCall) {
+    const Shape s{6, 5, 4, 8, 6, 1.5, 0.0, 0.7, ""};
+    for (DType dt : {DType::f32, DType::f16})
+        for (const std::vector<int64_t> &lens : {std::vector<int64_t>{}, {6, 5, 3, 3, 0}, {2, 6, 0, 4, 5}}) {
+            SCOPED_TRACE(std::string(dt == DType::f32 ? "f32" : "f16") + " lengths " + std::to_string(lens.size()));
+            BLT_SEED(seed, "left_out");
+            const Problem p = make_problem(seed, s, dt, false, true, Layout::ifco);
+            const Inputs in(p);
+            const Lengths lengths(lens.empty() ? std::vector<int64_t>(s.B, s.T) : lens, s.L, false);
+            const TensorView *len = lens.empty() ? nullptr : &lengths.tensor.view();
+            const auto full = run_forward(p, in, len);
+            const Tensor cs(dt, {s.T, s.B, s.H}), h(dt, {s.T, s.B, s.H});
+            blocklstm::BlockLSTMV2(s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                   {{}, cs, {}, {}, {}, {}, h}, {static_cast<float>(s.cell_clip), true}, len);
+            EXPECT_TRUE(same_bits("cs", cs, full.cs));
+            EXPECT_TRUE(same_bits("h", h, full.h));
+            std::map<std::string, TensorView> named{{"x", in.x},     {"cs_prev", in.cs_prev}, {"h_prev", in.h_prev},
+                                                    {"w", in.w},     {"wci", in.wci},         {"wcf", in.wcf},
+                                                    {"wco", in.wco}, {"b", in.b}};
+            if (len) named["seq_lengths"] = *len;
+            const Tensor cs2(dt, {s.T, s.B, s.H}), h2(dt, {s.T, s.B, s.H});
+            blocklstm::OpAttrs attrs;
+            attrs.cell_clip = static_cast<float>(s.cell_clip);
+            attrs.use_peephole = true;
+            blocklstm::invoke("BlockLSTMV2", s.L, named, {{"cs", cs2}, {"h", h2}}, attrs);
+            EXPECT_TRUE(same_bits("cs by name", cs2, full.cs));
+            EXPECT_TRUE(same_bits("h by name", h2, full.h));
+        }
+}
+
+TEST(ForwardWithActivationsLeftOut, SomeLeftOutIsBadInput) {
+    const Shape s{3, 2, 2, 4, 3, 1.5, 0.0, 0.7, ""};
+    BLT_SEED(seed, "left_out/bad");
+    const Problem p = make_problem(seed, s, DType::f32, false, false, Layout::icfo);
+    const Inputs in(p);
+    const Tensor cs(DType::f32, {3, 2, 4}), h(DType::f32, {3, 2, 4}), f(DType::f32, {3, 2, 4});
+    try {
+        blocklstm::BlockLSTM(s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                             {{}, cs, f, {}, {}, {}, h});
+        ADD_FAILURE() << "no error";
+    } catch (const blocklstm::Error &e) {
+        EXPECT_NE(std::string(e.what()).find("argument 'f' is given while 'i' is left out: expected all of i, f, o, "
+                                             "ci, co given, or all left out"),
+                  std::string::npos)
+            << e.what();
+    }
+    try {  // cs and h are never left out
+        blocklstm::BlockLSTM(s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                             {{}, {}, {}, {}, {}, {}, h});
+        ADD_FAILURE() << "no error";
+    } catch (const blocklstm::Error &e) {
+        EXPECT_NE(std::string(e.what()).find("argument 'cs'"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace blt

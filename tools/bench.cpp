@@ -148,7 +148,8 @@ Bench make_bench(const BenchOptions &o, Device dev) {
     // The forward op's inputs and outputs: the op under test, or the activations a grad op takes.
     std::map<std::string, TensorView> tensors, outputs;
     for (const OpArg &a : forward_op.inputs) tensors[a.name] = add(random_tensor(rng, o.dtype, a.dims(dims), scale(a.name)));
-    for (const OpArg &a : forward_op.outputs) outputs[a.name] = add(Tensor(o.dtype, a.dims(dims)));
+    for (const OpArg &a : forward_op.outputs)
+        if (!o.inference || a.name == "cs" || a.name == "h") outputs[a.name] = add(Tensor(o.dtype, a.dims(dims)));
     tensors.insert(lengths.begin(), lengths.end());
     const std::function<void()> forward = bind_op(forward_op.name, o.time, tensors, outputs, attrs);
     if (!op.gradient) {
@@ -238,6 +239,9 @@ int bench(const BenchOptions &o) {
     if (cell && !o.lengths.empty())
         throw CliError("bench: --lengths is " + o.lengths + ": expected none for " + o.op +
                        " (seq_lengths are the sequence ops')");
+    if (o.inference && (cell || is_grad_op(o.op)))
+        throw CliError("bench: --inference is for BlockLSTM and BlockLSTMV2: " + o.op +
+                       (cell ? " writes all its outputs" : " needs all seven activations"));
     const double flops = flops_of(o);
 
     std::string shape = cell ? "(one step) " : "T=" + std::to_string(o.time) + " ";

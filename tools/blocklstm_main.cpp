@@ -56,7 +56,7 @@ constexpr CommandHelp kCommands[] = {
      "blocklstm bench <OpName> --time T --batch B --input I --cell H\n"
      "                       [--dtype float32|float16] [--use-peephole] [--device cpu|cuda]\n"
      "                       [--reps N] [--warmup N] [--threads N] [--seed S] [--print-reps]\n"
-     "                       [--cpu-target TARGET] [--lengths full|spread]\n",
+     "                       [--cpu-target TARGET] [--lengths full|spread] [--inference]\n",
      "  bench <OpName> Time one op on random inputs of the given shape (the grad ops on the\n"
      "                 activations of the matching forward op) after a warm-up; print the median,\n"
      "                 min and max and, as the last line, \"median_ms=<float> gflops=<float>\".\n"
@@ -73,7 +73,8 @@ constexpr CommandHelp kCommands[] = {
      "                 instead of cuBLAS. --cpu-target runs the CPU kernels compiled for TARGET\n"
      "                 (as BLOCKLSTM_CPU_TARGET does for every command). --lengths gives the\n"
      "                 sequence ops seq_lengths: full, every row T steps; spread, each row's\n"
-     "                 length uniform in [ceil(T/4), T] (from --seed); FLOPs count the steps run.\n"},
+     "                 length uniform in [ceil(T/4), T] (from --seed); FLOPs count the steps run.\n"
+     "                 --inference leaves out BlockLSTM(V2)'s i, f, o, ci, co: only cs and h written.\n"},
     {"list", "blocklstm list [--kernels] [--plans]\n",
      "  list           The op variants this build runs (op x backend x dtype x peephole), the CPU\n"
      "                 targets and the one in use, and CUDA's state; --kernels also every kernel,\n"
@@ -244,6 +245,7 @@ int parse_and_run(int argc, char **argv, const std::string &command) {
     bench->add_flag("--print-reps", b.print_reps);
     bench->add_option("--cpu-target", b.cpu_target);
     bench->add_option("--lengths", b.lengths)->check(CLI::IsMember({"full", "spread"}));
+    bench->add_flag("--inference", b.inference);
     threads(bench);
 
     CLI::App *list = add_command(app, "list");

@@ -62,6 +62,8 @@ struct BenchOptions {
     // seq_lengths of the sequence ops: "" none (TF's op); "full" every row T; "spread" each row's
     // length uniform in [ceil(T/4), T] (from the seed)
     std::string lengths;
+    // The sequence forward ops' i, f, o, ci, co left out: only cs and h written (inference)
+    bool inference = false;
 };
 
 // Times the op on random inputs (grad ops: on the matching forward op's activations) and prints

@@ -73,8 +73,12 @@ def _inputs(op, args):
     return inputs
 
 
+_LEFT_OUT = object()  # an output _call leaves out (BlockLSTM(V2)'s i, f, o, ci, co: inference)
+
+
 def _call(op, args, outs=None):
-    """Runs op on args into outs (new tensors where None or where an entry is None)."""
+    """Runs op on args into outs (new tensors where None or where an entry is None; none where an
+    entry is _LEFT_OUT)."""
     inputs = {name: t.detach() for name, t in _inputs(op, args).items()}  # DLPack takes no autograd tensors
     for a in op["optional_inputs"]:
         if args.get(a["name"]) is not None:
@@ -90,7 +94,7 @@ def _call(op, args, outs=None):
         _core.set_cuda_stream(torch.cuda.current_stream(x.device).cuda_stream)
     try:
         _core.invoke(op["name"], args.get("seq_len_max", 0), inputs,
-                     {a["name"]: t for a, t in zip(op["outputs"], outs)},
+                     {a["name"]: t for a, t in zip(op["outputs"], outs) if t is not _LEFT_OUT},
                      args.get("forget_bias"), args.get("cell_clip"), bool(args["use_peephole"]))
     finally:
         if x.is_cuda:
@@ -369,9 +373,9 @@ class LSTM(_PeepholeModule):
 
     Variable lengths go to the kernels (the ops' seq_lengths): each step runs on the rows still
     running, so the padded steps cost nothing but a copy (CUDA tensors: with
-    BLOCKLSTM_CUDA_SEQ_LENGTHS=1; else every padded step runs, masked). Without a gradient (torch.no_grad)
-    the activations only a backward pass reads are written into five [T, B, H] buffers kept for
-    the next call of the same shape.
+    BLOCKLSTM_CUDA_SEQ_LENGTHS=1; else every padded step runs, masked). Without a gradient
+    (torch.no_grad) the op writes only h and the cell state, not the five activations only a
+    backward pass reads.
     """
 
     def __init__(self, input_size, hidden_size, num_layers=1, bias=True, batch_first=False, dropout=0.0,
@@ -420,7 +424,6 @@ class LSTM(_PeepholeModule):
                 if peephole:
                     self._peepholes += [names["weight_ci"], names["weight_cf"], names["weight_co"]]
         self._weights_cache = {}
-        self._unused_outputs = (None, [])
         self.reset_parameters()
 
     def flatten_parameters(self):
@@ -597,16 +600,12 @@ class LSTM(_PeepholeModule):
         w, b, wci, wcf, wco = self._weights(index, x)
         clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
         if not torch.is_grad_enabled() and not torch.compiler.is_compiling():
-            # Inference: i, f, o, ci and co go unused, so they are written into buffers kept for the
-            # next call (fresh ones are first touched on every call: 2 ms of 16 at 200,16,256).
-            shape = (T, x.shape[1], self.hidden_size)
-            key = (shape, x.dtype, x.device)
-            if self._unused_outputs[0] != key:
-                self._unused_outputs = (key, [x.new_empty(shape) for _ in range(5)])
-            i, f, o, ci, co = self._unused_outputs[1]
+            # Inference: i, f, o, ci and co go unused, so the op leaves them out and writes cs and h
+            # alone (five fresh [T, B, H] outputs had cost 2 ms of 16 at 200,16,256 in first touches).
             args = dict(seq_len_max=T, x=x, cs_prev=c0, h_prev=h0, w=w, wci=wci, wcf=wcf, wco=wco, b=b,
                         cell_clip=clip, use_peephole=self.peephole, seq_lengths=lengths)
-            _, cs, _, _, _, _, h = _call(_OPS["BlockLSTMV2"], args, [i, None, f, o, ci, co, None])
+            out = _call(_OPS["BlockLSTMV2"], args, [_LEFT_OUT, None, _LEFT_OUT, _LEFT_OUT, _LEFT_OUT, _LEFT_OUT, None])
+            cs, h = out[1], out[6]
             return h, cs
         i, cs, f, o, ci, co, h = torch.ops.blocklstm.block_lstm_v2(
             T, x, c0, h0, w, wci, wcf, wco, b, clip, self.peephole, lengths)

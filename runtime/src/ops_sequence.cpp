@@ -125,10 +125,36 @@ std::vector<std::vector<int64_t>> grad_shapes(const SeqDims &d) {
             {d.H},           {d.H},      {d.H},      {4 * d.H}};
 }
 
+// A forward output left out: i, f, o, ci, co of a call that needs only cs and h (inference), given
+// as a TensorView without data or shape.
+bool left_out(const TV &t) { return t.data == nullptr && t.shape.empty(); }
+
+// i, f, o, ci and co all left out (true), or none; some but not all is bad input.
+bool activations_left_out(const Validator &v, const LSTMOutputs<TV> &out) {
+    const std::pair<const char *, const TV *> five[] = {{"i", &out.i}, {"f", &out.f}, {"o", &out.o}, {"ci", &out.ci},
+                                                        {"co", &out.co}};
+    const bool first = left_out(out.i);
+    for (const auto &[name, t] : five)
+        if (left_out(*t) != first)
+            v.fail_arg(name, std::string(first ? "is given while 'i' is left out" : "is left out while 'i' is given") +
+                                 ": expected all of i, f, o, ci, co given, or all left out (only cs and h written)");
+    return first;
+}
+
 Checked<SeqDims> validate_forward(const char *op, const SeqInputs &in, const LSTMOutputs<TV> *out) {
     Validator v(op);
     const SeqDims d = validate_sequence_inputs(v, in, false);
-    validate_outputs(v, out, forward_shapes(d));
+    if (out && activations_left_out(v, *out)) {
+        const std::vector<int64_t> shape{d.T, d.B, d.H};
+        for (const auto &[name, t] : {std::pair<const char *, const TV *>{"cs", &out->cs}, {"h", &out->h}}) {
+            v.rank(name, *t, 3);
+            v.output(name, *t);
+            v.shape(name, *t, shape);
+        }
+        v.no_overlaps();
+    } else {
+        validate_outputs(v, out, forward_shapes(d));
+    }
     return checked(v, d, forward_shapes(d));
 }
 
@@ -154,7 +180,14 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     // Every output is zero where no step writes: past a row's length (TF leaves i, f, o, ci, co
     // unwritten past seq_len_max). Written once the workspaces are held, so that running out of
     // memory for one writes nothing.
-    auto zero_idle = [&] { each_output(out, [&](const char *, const TV &t) { zero_idle_rows(exec, rows, t); }); };
+    // i, f, o, ci, co left out (inference): every step writes them into one [B, H] scratch each,
+    // which stays in cache, instead of [T, B, H] outputs in memory.
+    const bool only_state = left_out(out.i);
+    auto zero_idle = [&] {
+        each_output(out, [&](const char *, const TV &t) {
+            if (!left_out(t)) zero_idle_rows(exec, rows, t);
+        });
+    };
     if (N == 0) return zero_idle();
 
     // xw = x . W_x + b for every row of every step in one GEMM: x's rows packed where rows stop
@@ -176,8 +209,12 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     Buf h_prev(dev, in.h_prev.data, dt, {B, H}), cs_prev(dev, in.cs_prev.data, dt, {B, H});
     Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
     const TV *outs[7] = {&out.i, &out.cs, &out.f, &out.o, &out.ci, &out.co, &out.h};
+    std::optional<Scratch> step_only;  // the left-out outputs' [B, H] each
+    if (only_state) step_only.emplace(exec, 5 * B * H * static_cast<int64_t>(size_of(dt)), Scratch::Fill::none);
     std::vector<Buf> slices;
-    for (const TV *t : outs) slices.emplace_back(dev, t->data, dt, std::initializer_list<int64_t>{B, H});
+    for (int k = 0, unused = 0; k < 7; ++k)
+        slices.emplace_back(dev, left_out(*outs[k]) ? offset_bytes(step_only->data(), unused++ * B * H, dt) : outs[k]->data,
+                            dt, std::initializer_list<int64_t>{B, H});
     const std::array<Buf *, 7> lstm{&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5], &slices[6]};
     const int64_t slice = B * H;
     auto step_at = [&](int64_t t, Buf &gates_rows) {
@@ -186,7 +223,8 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
             h_prev.set_data(offset_bytes(out.h.data, (t - 1) * slice, dt));
             cs_prev.set_data(offset_bytes(out.cs.data, (t - 1) * slice, dt));
         }
-        for (int k = 0; k < 7; ++k) slices[k].set_data(offset_bytes(outs[k]->data, t * slice, dt));
+        for (int k = 0; k < 7; ++k)
+            if (!left_out(*outs[k])) slices[k].set_data(offset_bytes(outs[k]->data, t * slice, dt));
         xw_t.set_data(xw.floats() + rows.packed[t] * 4 * H);
         for (Buf *b : {&h_prev, &cs_prev, &xw_t, &gates_rows}) b->set_rows(n);
         for (Buf &b : slices) b.set_rows(n);
@@ -231,11 +269,13 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
 
 // A [.., B, width] tensor in length order, in a workspace of the call (the call on rows that are
 // not already in length order).
+// A left-out output stays left out (no storage).
 struct Reordered {
     Scratch storage;
     TV view;
-    Reordered(Exec &exec, const TV &like) : storage(exec, static_cast<int64_t>(like.num_bytes()), Scratch::Fill::none),
-                                            view{storage.data(), like.dtype, like.shape, like.device} {}
+    Reordered(Exec &exec, const TV &like)
+        : storage(exec, left_out(like) ? 0 : static_cast<int64_t>(like.num_bytes()), Scratch::Fill::none),
+          view(left_out(like) ? TV{} : TV{storage.data(), like.dtype, like.shape, like.device}) {}
 };
 
 void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMOutputs<TV> &out,
@@ -250,7 +290,8 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     // (the rows that run only) and writes its outputs in that order, then in the caller's.
     Reordered x(exec, in.x), cs_prev(exec, in.cs_prev), h_prev(exec, in.h_prev);
     std::vector<Reordered> outs;
-    each_output(out, [&](const char *, const TV &t) { outs.emplace_back(exec, t); });
+    outs.reserve(7);
+    each_output(out, [&](const char *, const TV &t) { outs.emplace_back(exec, t); });  // left out: empty
     const StepRows sorted = in_length_order(rows);
     const KernelEntry &gather = kernels[Family::gather_rows];
     to_length_order(exec, gather, rows, in.x, x.storage.data());
@@ -262,7 +303,10 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
                                      outs[4].view, outs[5].view, outs[6].view};
     forward_steps(exec, kernels, c.dtype, c.dims, sorted, sorted_in, sorted_out, forget_bias, cell_clip);
     std::size_t k = 0;
-    each_output(out, [&](const char *, const TV &t) { from_length_order(exec, gather, rows, outs[k++].storage.data(), t); });
+    each_output(out, [&](const char *, const TV &t) {
+        if (!left_out(t)) from_length_order(exec, gather, rows, outs[k].storage.data(), t);
+        ++k;
+    });
 }
 
 // ---- backward -----------------------------------------------------------------------------------

@@ -171,6 +171,11 @@ BLOCKLSTM_API LSTMBlockCellGradOutputs<Tensor> LSTMBlockCellGrad(
 // pass anything from there back (x_grad zero there). Only the steps rows run are computed: the
 // rows are ordered by length inside the call, so that each step runs on those still running.
 // nullptr: TF's op exactly.
+//
+// Inference: i, f, o, ci and co may all be left out of the outputs (TensorView{}: no data, no
+// shape); the call then writes only cs and h (the state the next step reads and the output), each
+// step's gates staying in cache instead of five [T,B,H] tensors in memory. The gradient ops need
+// all seven.
 BLOCKLSTM_API void BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
                const TV &wci, const TV &wcf, const TV &wco, const TV &b,
                const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs = {},
