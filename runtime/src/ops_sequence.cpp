@@ -171,8 +171,11 @@ Checked<SeqDims> validate_grad(const char *op, const SeqInputs &in, const SeqAct
 
 // The forward time loop on rows in length order (StepRows::in_order): step t computes its first
 // n[t] rows, the input projection the packed rows of every step.
+// `zero_idle_outputs` false: the caller writes the rows no step writes (the reordered call's
+// from_length_order does, zeros included).
 void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDims &dims, const StepRows &rows,
-                   const SeqInputs &in, const LSTMOutputs<TV> &out, float forget_bias, float cell_clip) {
+                   const SeqInputs &in, const LSTMOutputs<TV> &out, float forget_bias, float cell_clip,
+                   bool zero_idle_outputs = true) {
     const Device dev = exec.device();
     const int64_t B = dims.B, I = dims.I, H = dims.H, S = rows.steps, N = rows.total();
     const bool split = kernels.has(Family::seq_fwd_gates);
@@ -185,7 +188,7 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     const bool only_state = left_out(out.i);
     auto zero_idle = [&] {
         each_output(out, [&](const char *, const TV &t) {
-            if (!left_out(t)) zero_idle_rows(exec, rows, t);
+            if (zero_idle_outputs && !left_out(t)) zero_idle_rows(exec, rows, t);
         });
     };
     if (N == 0) return zero_idle();
@@ -301,7 +304,8 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
                               nullptr};
     const LSTMOutputs<TV> sorted_out{outs[0].view, outs[1].view, outs[2].view, outs[3].view,
                                      outs[4].view, outs[5].view, outs[6].view};
-    forward_steps(exec, kernels, c.dtype, c.dims, sorted, sorted_in, sorted_out, forget_bias, cell_clip);
+    forward_steps(exec, kernels, c.dtype, c.dims, sorted, sorted_in, sorted_out, forget_bias, cell_clip,
+                  /*zero_idle_outputs=*/false);
     std::size_t k = 0;
     each_output(out, [&](const char *, const TV &t) {
         if (!left_out(t)) from_length_order(exec, gather, rows, outs[k].storage.data(), t);
