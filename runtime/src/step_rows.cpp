@@ -21,6 +21,12 @@ void count_steps(StepRows &r) {
     for (int64_t t = 0; t < r.steps; ++t) r.packed[t + 1] = r.packed[t] + r.n[t];
 }
 
+// The length of row b as seq_lengths holds it (int32 or int64).
+int64_t length_at(const TensorView &lengths, int64_t b) {
+    return lengths.dtype == DType::i32 ? static_cast<const int32_t *>(lengths.data)[b]
+                                       : static_cast<const int64_t *>(lengths.data)[b];
+}
+
 }  // namespace
 
 StepRows step_rows(int64_t B, int64_t L, const TensorView *seq_lengths) {
@@ -28,11 +34,7 @@ StepRows step_rows(int64_t B, int64_t L, const TensorView *seq_lengths) {
     r.B = B;
     r.length.assign(B, L);
     if (seq_lengths) {
-        for (int64_t b = 0; b < B; ++b) {
-            const int64_t len = seq_lengths->dtype == DType::i32 ? static_cast<const int32_t *>(seq_lengths->data)[b]
-                                                                 : static_cast<const int64_t *>(seq_lengths->data)[b];
-            r.length[b] = std::min(len, L);
-        }
+        for (int64_t b = 0; b < B; ++b) r.length[b] = std::min(length_at(*seq_lengths, b), L);
     }
     r.order.resize(B);
     std::iota(r.order.begin(), r.order.end(), 0);
@@ -74,8 +76,7 @@ void validate_seq_lengths(const Validator &v, const TensorView &lengths, int64_t
         v.fail_arg("seq_lengths", "is not aligned: expected an address that is a multiple of " +
                                       std::to_string(size_of(lengths.dtype)) + " bytes (" + to_string(lengths.dtype) + ")");
     for (int64_t b = 0; b < B; ++b) {
-        const int64_t len = lengths.dtype == DType::i32 ? static_cast<const int32_t *>(lengths.data)[b]
-                                                        : static_cast<const int64_t *>(lengths.data)[b];
+        const int64_t len = length_at(lengths, b);
         if (len < 0 || len > T)
             v.fail_arg("seq_lengths", "has " + std::to_string(len) + " at [" + std::to_string(b) + "]: expected a value in [0, " +
                                           std::to_string(T) + "] (x has " + std::to_string(T) + " time steps)");
