@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <string>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "runtime/src/buf.h"
