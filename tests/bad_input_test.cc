@@ -153,7 +153,7 @@ bool defining_dim(OpId op, const std::string &n, std::size_t k) {
 // ---- The valid calls are valid (so every rejection below is caused by the one change) ----------
 TEST(BadInput, BaseCallsAreValid) {
     for (OpId op : kAllOps) {
-        for (DType dt : {DType::f32, DType::f16}) {
+        for (DType dt : blocklstm::kFloatDTypes) {
             SCOPED_TRACE(op_name(op));
             const Call c = valid_call(op, dt);
             EXPECT_NO_THROW(c.invoke());
@@ -253,7 +253,7 @@ TEST(BadInput, BiasLength4HPlus3) {
 
 TEST(BadInput, MixedDtypes) {
     for (OpId op : kAllOps) {
-        for (DType base_dt : {DType::f32, DType::f16}) {
+        for (DType base_dt : blocklstm::kFloatDTypes) {
             const DType other = base_dt == DType::f32 ? DType::f16 : DType::f32;
             const Call base = valid_call(op, base_dt);
             for (const auto &n : base.names) {
@@ -283,7 +283,7 @@ TEST(BadInput, NullDataWithNonZeroSize) {
 // refused naming the argument, before any kernel reads it.
 TEST(BadInput, MisalignedData) {
     for (OpId op : kAllOps) {
-        for (DType dt : {DType::f32, DType::f16}) {
+        for (DType dt : blocklstm::kFloatDTypes) {
             const Call base = valid_call(op, dt);
             for (const auto &n : base.names) {
                 SCOPED_TRACE(label(op, n + " data one byte off"));
@@ -585,7 +585,7 @@ void expect_all_outputs_zero(const Call &c) {
 
 TEST(EmptyInput, SeqLenMaxZero) {
     for (OpId op : {OpId::seq, OpId::seq_v2, OpId::grad, OpId::grad_v2}) {
-        for (DType dt : {DType::f32, DType::f16}) {
+        for (DType dt : blocklstm::kFloatDTypes) {
             SCOPED_TRACE(label(op, "seq_len_max = 0"));
             Call c = valid_call(op, dt, 3, 2, 3, 4, 0);
             ASSERT_NO_THROW(c.invoke());
@@ -616,7 +616,7 @@ TEST(EmptyInput, BatchZero) {
 TEST(EmptyInput, InputSizeZero) {
     const Shape s{3, 2, 0, 4, 2, 1, 3.0, 1.0, "I = 0"};
     for (const OpInfo &op : ops()) {
-        for (DType dt : {DType::f32, DType::f16}) {
+        for (DType dt : blocklstm::kFloatDTypes) {
             SCOPED_TRACE(op.name + " " + to_string(dt) + ", I = 0");
             const Layout layout = op.layout == "ifco" ? Layout::ifco : Layout::icfo;
             const Problem p = make_problem(seed_for("I = 0"), s, dt, !op.sequence, true, layout);

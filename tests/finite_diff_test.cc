@@ -50,6 +50,30 @@ TEST_P(SeqGradFD, MatchesReferenceFiniteDifferences) {
     expect_seq_grad_matches(ours, fd, kTightTol);
 }
 
+// (i) in float16 and bfloat16: the inputs are rounded to the type (the reference's central
+// differences are taken at those values) and the activations the gradient op reads are the
+// reference forward's, rounded; the 16-bit gradients then differ from the true derivative by the
+// roundings the variant suites allow (grad_tol), a missing or wrong term by far more.
+TEST_P(SeqGradFD, SixteenBitTypesMatchReferenceFiniteDifferences) {
+    const Combo c = GetParam();
+    const Shape s = fd_shape();
+    for (DType dt : {DType::f16, DType::bf16}) {
+        SCOPED_TRACE(blocklstm::to_string(dt));
+        BLT_SEED(seed, "SeqGradFD/16-bit/" + combo_name(c));
+        Problem p = make_problem(seed, s, dt, false, c.peephole, c.layout);
+        const Inputs in(p);
+        const auto ours = run_seq_grad(p, in);
+        auto loss = [&] {
+            const auto f = ref::block_lstm(s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
+                                           s.cell_clip, c.peephole, c.layout);
+            return seq_loss(f.cs, f.h, p.cs_grad, p.h_grad);
+        };
+        const auto fd =
+            finite_differences({&p.x, &p.cs_prev, &p.h_prev, &p.w, &p.wci, &p.wcf, &p.wco, &p.b}, loss, 1e-5);
+        expect_seq_grad_matches(ours, fd, grad_tol(dt));
+    }
+}
+
 // Central differences of a float32 library forward, perturbing the float32 inputs in place.
 // The step actually taken (after rounding to float) is the denominator.
 std::vector<Array> own_fd(const std::vector<Tensor *> &params, const std::function<double()> &loss) {

@@ -17,8 +17,10 @@
 // The twins' functions (CMake: BLOCKLSTM_OPENCL_CHECK).
 #define BLOCKLSTM_IF_cuda_f32(...) __VA_ARGS__
 #define BLOCKLSTM_IF_cuda_f16(...)
+#define BLOCKLSTM_IF_cuda_bf16(...)
 #define BLOCKLSTM_IF_cpu_f32(...)
 #define BLOCKLSTM_IF_cpu_f16(...)
+#define BLOCKLSTM_IF_cpu_bf16(...)
 #define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...)                          \
     BLOCKLSTM_IF_##backend##_##dtype(                                                         \
         extern "C" int family##__opencl_f32_##flags##_##layout##_argv(void **);               \

@@ -44,13 +44,13 @@ TEST(OpRegistry, SixOpsInTfOrderWithTheirDefaults) {
     }
 }
 
-// Every op by name gives bitwise what its typed function gives, in both dtypes (the names of the
+// Every op by name gives bitwise what its typed function gives, in every float dtype (the names of the
 // registry's outputs are the typed bundles' fields, in order).
 TEST(OpRegistry, InvokeIsTheTypedCall) {
     const Shape s{3, 2, 5, 4, 2, 1, 0.5, 1.0, "ops"};
-    for (DType dtype : {DType::f32, DType::f16}) {
+    for (DType dtype : blocklstm::kFloatDTypes) {
         for (const OpInfo &op : blocklstm::ops()) {
-            SCOPED_TRACE(op.name + (dtype == DType::f32 ? " float32" : " float16"));
+            SCOPED_TRACE(op.name + " " + blocklstm::to_string(dtype));
             BLT_SEED(seed, "OpRegistry/" + op.name);
             const Layout layout = op.layout == "ifco" ? Layout::ifco : Layout::icfo;
             const Problem p = make_problem(seed, s, dtype, !op.sequence, true, layout);
@@ -118,7 +118,7 @@ TEST(OpRegistry, CallByNameErrorsNameTheArgument) {
 
 TEST(OpRegistry, EveryOpIsAvailableOnTheCpu) {
     for (const OpInfo &op : blocklstm::ops())
-        for (DType dtype : {DType::f32, DType::f16})
+        for (DType dtype : blocklstm::kFloatDTypes)
             for (bool peephole : {false, true})
                 EXPECT_TRUE(blocklstm::op_available(op.name, blocklstm::Device::cpu, dtype, peephole)) << op.name;
 }

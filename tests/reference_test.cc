@@ -257,5 +257,44 @@ TEST(Float16Conversion, FloatToHalfRoundsToNearestEvenAsTheCompiler) {
     EXPECT_GT(checked, 2 * 5 * 31744 + 60000);
 }
 
+// bfloat16 is float32's upper half: float32 -> bfloat16 rounds to the nearer of the two bfloat16s
+// around it (the truncation and the next one up in magnitude, whose distances double arithmetic
+// gives exactly), ties to the even one; past the largest finite, infinity counts as 2^128. Every
+// 65,521st float32 and every tie, both signs; NaN stays NaN; every bfloat16 goes to float and back.
+TEST(BFloat16Conversion, RoundsToNearestEven) {
+    auto want_of = [](uint32_t bits) {
+        const uint32_t abs = bits & 0x7fffffffu, lo = abs >> 16;
+        const double x = float_of_bits(abs), below = float_of_bits(lo << 16);
+        const double above = lo + 1 == 0x7f80u ? std::ldexp(1.0, 128) : float_of_bits((lo + 1) << 16);
+        const bool up = x - below > above - x || (x - below == above - x && (lo & 1u));
+        return static_cast<uint16_t>(((bits >> 16) & 0x8000u) | (up ? lo + 1 : lo));
+    };
+    int64_t checked = 0;
+    auto check = [&](uint32_t bits) {
+        const float f = float_of_bits(bits);
+        const uint16_t ours = blocklstm::float_to_bfloat16(f);
+        if (std::isnan(f)) {
+            ASSERT_TRUE(std::isnan(blocklstm::bfloat16_to_float(ours))) << std::hex << bits;
+        } else {
+            ASSERT_EQ(ours, want_of(bits)) << "float_to_bfloat16 of bits 0x" << std::hex << bits;
+        }
+        ++checked;
+    };
+    for (uint64_t bits = 0; bits <= 0xffffffffu; bits += 65521) check(static_cast<uint32_t>(bits));
+    for (uint32_t hi = 0; hi < 0x7f80u; ++hi)  // the ties, and a float32 ulp either side
+        for (uint32_t sign : {0u, 0x80000000u})
+            for (uint32_t low : {0x7fffu, 0x8000u, 0x8001u}) check(sign | hi << 16 | low);
+    for (uint32_t bits : {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffc12345u, 0x7f7fffffu, 0x00000001u})
+        check(bits);
+    EXPECT_GT(checked, 6 * 0x7f80 + 60000);
+    for (uint32_t u = 0; u <= 0xffffu; ++u) {
+        const auto b = static_cast<uint16_t>(u);
+        const float f = blocklstm::bfloat16_to_float(b);
+        const uint32_t want_bits = u << 16;
+        ASSERT_EQ(std::memcmp(&f, &want_bits, sizeof f), 0) << "bfloat16_to_float(0x" << std::hex << u << ")";
+        if (!std::isnan(f)) ASSERT_EQ(blocklstm::float_to_bfloat16(f), b) << std::hex << u;
+    }
+}
+
 }  // namespace
 }  // namespace blt

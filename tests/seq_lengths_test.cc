@@ -57,7 +57,7 @@ struct Combo {
 
 std::string combo_name(const ::testing::TestParamInfo<Combo> &info) {
     const Combo &c = info.param;
-    return std::string(c.c.name) + (c.dtype == DType::f32 ? "_f32" : "_f16") +
+    return std::string(c.c.name) + "_" + blocklstm::short_name(c.dtype) +
            (c.layout == Layout::icfo ? "_icfo" : "_ifco") + (c.peephole ? "_peephole" : "_plain") +
            (c.int64 ? "_i64" : "_i32");
 }
@@ -65,7 +65,7 @@ std::string combo_name(const ::testing::TestParamInfo<Combo> &info) {
 std::vector<Combo> combos() {
     std::vector<Combo> out;
     for (const LengthCase &c : length_cases())
-        for (DType dt : {DType::f32, DType::f16})
+        for (DType dt : blocklstm::kFloatDTypes)
             for (Layout layout : {Layout::icfo, Layout::ifco})
                 for (bool peephole : {false, true}) out.push_back({c, dt, layout, peephole, out.size() % 2 == 0});
     return out;
@@ -221,7 +221,7 @@ TEST(SeqLengthsFD, GradIsTheDerivativeOfTheForwardWithLengths) {
 // Where every row runs every step (lengths T, capped at seq_len_max), the call is TF's op: the
 // same bits as without seq_lengths.
 TEST(SeqLengthsFull, SameBitsAsWithout) {
-    for (DType dt : {DType::f32, DType::f16}) {
+    for (DType dt : blocklstm::kFloatDTypes) {
         const Shape s{6, 5, 4, 8, 4, 1.5, 0.0, 0.7, ""};
         BLT_SEED(seed, "seq_lengths/full");
         const Problem p = make_problem(seed, s, dt, false, true, Layout::icfo);
@@ -381,9 +381,9 @@ namespace {
 // ReverseSequence against a plain loop, bit for bit (it only moves values), both dtypes, lengths
 // 0 and T, a width of 1 and an odd one; twice is the identity.
 TEST(ReverseSequence, ReversesEachRowWithinItsLength) {
-    for (DType dt : {DType::f32, DType::f16})
+    for (DType dt : blocklstm::kFloatDTypes)
         for (int64_t W : {1, 13}) {
-            SCOPED_TRACE(std::string(dt == DType::f32 ? "f32" : "f16") + " W=" + std::to_string(W));
+            SCOPED_TRACE(std::string(blocklstm::short_name(dt)) + " W=" + std::to_string(W));
             const int64_t T = 6, B = 5;
             BLT_SEED(seed, "reverse_sequence");
             Rng rng(seed);
@@ -430,7 +430,7 @@ TEST(ReverseSequence, BadInputNamesTheArgumentAndWritesNothing) {
 TEST(ReverseSequenceCuda, MatchesTheCpu) {
     if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
     ::setenv("BLOCKLSTM_CUDA_SEQ_LENGTHS", "1", 1);
-    for (DType dt : {DType::f32, DType::f16}) {
+    for (DType dt : blocklstm::kFloatDTypes) {
         BLT_SEED(seed, "reverse_sequence/cuda");
         Rng rng(seed);
         const Tensor input = ref::to_tensor(uniform(rng, {7, 4, 9}, -1, 1), dt);
@@ -451,9 +451,9 @@ namespace {
 // without lengths, with lengths in length order and not; by name too; some left out is bad input.
 TEST(ForwardWithActivationsLeftOut, WritesCsAndHAsTheFullCall) {
     const Shape s{6, 5, 4, 8, 6, 1.5, 0.0, 0.7, ""};
-    for (DType dt : {DType::f32, DType::f16})
+    for (DType dt : blocklstm::kFloatDTypes)
         for (const std::vector<int64_t> &lens : {std::vector<int64_t>{}, {6, 5, 3, 3, 0}, {2, 6, 0, 4, 5}}) {
-            SCOPED_TRACE(std::string(dt == DType::f32 ? "f32" : "f16") + " lengths " + std::to_string(lens.size()));
+            SCOPED_TRACE(std::string(blocklstm::short_name(dt)) + " lengths " + std::to_string(lens.size()));
             BLT_SEED(seed, "left_out");
             const Problem p = make_problem(seed, s, dt, false, true, Layout::ifco);
             const Inputs in(p);

@@ -295,7 +295,7 @@ TEST(ReusedOutputs, EveryOpWritesItsOutputsWhole) {
     const Shape s{5, 3, 4, 6, 2, 1, 3.0, 1.0, "L < T"};
     for (const OpInfo &op : blocklstm::ops()) {
         const Layout layout = op.layout == "ifco" ? Layout::ifco : Layout::icfo;
-        for (DType dt : {DType::f32, DType::f16}) {
+        for (DType dt : blocklstm::kFloatDTypes) {
             for (bool peephole : {false, true}) {
                 SCOPED_TRACE(op.name + " " + to_string(dt) + (peephole ? " peephole" : ""));
                 const Problem p = make_problem(seed_for("reused outputs"), s, dt, !op.sequence, peephole, layout);
@@ -323,7 +323,7 @@ TEST(ReusedOutputs, EveryOpWritesItsOutputsWhole) {
 TEST(SeqLenMax, GradIgnoresEveryInputPastIt) {
     const Shape s{5, 3, 4, 6, 2, 1, 3.0, 1.0, "L < T"};
     for (Layout layout : {Layout::icfo, Layout::ifco}) {
-        for (DType dt : {DType::f32, DType::f16}) {
+        for (DType dt : blocklstm::kFloatDTypes) {
             const Problem p = make_problem(seed_for("past L"), s, dt, false, true, layout);
             Problem garbage = p;
             for (Array *a : {&garbage.fwd.i, &garbage.fwd.cs, &garbage.fwd.f, &garbage.fwd.o, &garbage.fwd.ci,
@@ -339,30 +339,31 @@ TEST(SeqLenMax, GradIgnoresEveryInputPastIt) {
     }
 }
 
-// float16 ops convert forget_bias and cell_clip to half before using them, as TF converts attrs to
-// the element type: 0.1 and 0.3 give the bits of half(0.1) = 0.0999755859375 and half(0.3) =
-// 0.300048828125. The attrs move every pre-activation and the clip is active, so using the
-// unrounded values would flip the rounding of many of these 7 x 6144 half outputs (the float32
-// op, checked below, does see the difference).
-TEST(Float16Attrs, RoundedToHalfBeforeUse) {
-    const Shape s{6, 16, 8, 64, 6, 4, 0.3, 0.1, "clip active, attrs not representable in half"};
-    auto half = [](double v) { return half_to_float(float_to_half(static_cast<float>(v))); };
+// float16 and bfloat16 ops convert forget_bias and cell_clip to their type before using them, as
+// TF converts attrs to the element type: 0.1 and 0.3 give the bits of half(0.1) = 0.0999755859375
+// and half(0.3) = 0.300048828125 (bfloat16: 0.10009765625 and 0.30078125). The attrs move every
+// pre-activation and the clip is active, so using the unrounded values would flip the rounding of
+// many of these 7 x 6144 outputs (the float32 op, checked below with the half-rounded attrs, does
+// see the difference).
+TEST(Float16Attrs, RoundedToTheTypeBeforeUse) {
+    const Shape s{6, 16, 8, 64, 6, 4, 0.3, 0.1, "clip active, attrs not representable in 16 bits"};
     for (const char *name : {"BlockLSTM", "LSTMBlockCell"}) {
         const OpInfo &op = op_info(name);
         const bool cell = !op.sequence;
-        for (DType dt : {DType::f16, DType::f32}) {
+        for (DType dt : {DType::f16, DType::bf16, DType::f32}) {
             SCOPED_TRACE(std::string(name) + " " + to_string(dt));
+            auto rounded = [&](double v) { return round_to(dt == DType::f32 ? DType::f16 : dt, static_cast<float>(v)); };
             const Problem p = make_problem(seed_for("half attrs"), s, dt, cell, false, Layout::icfo);
             const Inputs in(p);
             OpAttrs rounded_attrs = attrs_of(op, p);
-            rounded_attrs.forget_bias = half(s.forget_bias);
-            rounded_attrs.cell_clip = half(s.cell_clip);
+            rounded_attrs.forget_bias = rounded(s.forget_bias);
+            rounded_attrs.cell_clip = rounded(s.cell_clip);
             const auto as_given = invoke(op.name, s.L, named_inputs(op, in), attrs_of(op, p));
-            const auto as_half = invoke(op.name, s.L, named_inputs(op, in), rounded_attrs);
+            const auto as_rounded = invoke(op.name, s.L, named_inputs(op, in), rounded_attrs);
             int differing = 0;
             for (const OpArg &a : op.outputs) {
-                const TensorView x = as_given.at(a.name).view(), y = as_half.at(a.name).view();
-                if (dt == DType::f16) EXPECT_TRUE(same_bits(a.name, x, y));
+                const TensorView x = as_given.at(a.name).view(), y = as_rounded.at(a.name).view();
+                if (dt != DType::f32) EXPECT_TRUE(same_bits(a.name, x, y));
                 differing += std::memcmp(x.data, y.data, x.num_bytes()) != 0;
             }
             if (dt == DType::f32) EXPECT_GT(differing, 0) << "the attrs' half rounding does not reach the outputs";
@@ -370,64 +371,73 @@ TEST(Float16Attrs, RoundedToHalfBeforeUse) {
     }
 }
 
-// ---- float16: sums in float32 ------------------------------------------------------------------
-// The float16 kernels add in float32 and round once (docs/semantics.md). A float16 sum stalls where
-// its ulp reaches twice the addend (2048 x the addend), which the 4e-3 / 1e-2 tolerances of the
+// ---- float16 and bfloat16: sums in float32 -------------------------------------------------------
+// The 16-bit kernels add in float32 and round once (docs/semantics.md). A float16 sum stalls where
+// its ulp reaches twice the addend (2048 x the addend; bfloat16: 256 x), which the tolerances of the
 // random-input tests cannot see at their sizes; these sums run far past that point.
 
 // The input projection over I = 4096 columns: x = 1 and the i gate's weights 2^-10 make z_i = 4
-// (a float16 sum stops at 2: i = 0.881 instead of 0.982).
+// (a float16 sum stops at 2: i = 0.881 instead of 0.982; a bfloat16 sum at 0.25: i = 0.562). The
+// tolerance is one rounding of i = 0.982 to the type (bfloat16: 2^-9).
 TEST(Float16Accumulation, InputProjection) {
     const int64_t B = 2, I = 4096, H = 1;
     Array w = ref::zeros({I + H, 4 * H});
     for (int64_t r = 0; r < I; ++r) w.data[r * 4 * H] = 1.0 / 1024;  // gate block 0 is i in ICFO and IFCO
-    const Tensor w16 = ref::to_tensor(w, DType::f16), zeros_bh = filled(DType::f16, {B, H}, 0.0);
-    const Tensor zeros_h = filled(DType::f16, {H}, 0.0), b = filled(DType::f16, {4 * H}, 0.0);
-    const double want = 1.0 / (1.0 + std::exp(-4.0));
-    const Tensor x_seq = filled(DType::f16, {1, B, I}, 1.0), x_cell = filled(DType::f16, {B, I}, 1.0);
-    const auto v1 = BlockLSTM(1, x_seq, zeros_bh, zeros_bh, w16, zeros_h, zeros_h, zeros_h, b);
-    const auto v2 = BlockLSTMV2(1, x_seq, zeros_bh, zeros_bh, w16, zeros_h, zeros_h, zeros_h, b);
-    const auto cell = LSTMBlockCell(x_cell, zeros_bh, zeros_bh, w16, zeros_h, zeros_h, zeros_h, b);
-    for (const auto &[name, i] : {std::pair<const char *, const Tensor *>{"BlockLSTM", &v1.i},
-                                  {"BlockLSTMV2", &v2.i}, {"LSTMBlockCell", &cell.i}})
-        for (int64_t n = 0; n < B; ++n) EXPECT_NEAR(ref::to_array(*i).data[n], want, 1e-3) << name << " row " << n;
+    for (DType dt : {DType::f16, DType::bf16}) {
+        SCOPED_TRACE(to_string(dt));
+        const Tensor w16 = ref::to_tensor(w, dt), zeros_bh = filled(dt, {B, H}, 0.0);
+        const Tensor zeros_h = filled(dt, {H}, 0.0), b = filled(dt, {4 * H}, 0.0);
+        const double want = 1.0 / (1.0 + std::exp(-4.0));
+        const Tensor x_seq = filled(dt, {1, B, I}, 1.0), x_cell = filled(dt, {B, I}, 1.0);
+        const auto v1 = BlockLSTM(1, x_seq, zeros_bh, zeros_bh, w16, zeros_h, zeros_h, zeros_h, b);
+        const auto v2 = BlockLSTMV2(1, x_seq, zeros_bh, zeros_bh, w16, zeros_h, zeros_h, zeros_h, b);
+        const auto cell = LSTMBlockCell(x_cell, zeros_bh, zeros_bh, w16, zeros_h, zeros_h, zeros_h, b);
+        const double tol = dt == DType::f16 ? 1e-3 : 2e-3;
+        for (const auto &[name, i] : {std::pair<const char *, const Tensor *>{"BlockLSTM", &v1.i},
+                                      {"BlockLSTMV2", &v2.i}, {"LSTMBlockCell", &cell.i}})
+            for (int64_t n = 0; n < B; ++n) EXPECT_NEAR(ref::to_array(*i).data[n], want, tol) << name << " row " << n;
+    }
 }
 
 // The weight and bias gradients sum B * L rows of the gate gradients: 16,384 equal rows here, so
-// every sum is exactly 8192 x the sum of B = 1 (two steps of one row), up to float16's rounding
-// of the two results.
+// every sum is exactly 8192 x the sum of B = 1 (two steps of one row), up to the rounding of the
+// two results to the type (4 roundings: float16 2e-3, bfloat16 1.6e-2).
 TEST(Float16Accumulation, WeightBiasAndPeepholeGradients) {
     const int64_t T = 2, I = 1, H = 1, big = 8192;
-    for (bool v2 : {false, true})
-        for (bool peephole : {false, true}) {
-            SCOPED_TRACE(std::string(v2 ? "BlockLSTMGradV2" : "BlockLSTMGrad") + (peephole ? ", peephole" : ""));
-            auto grads = [&](int64_t B) {
-                const Tensor x = filled(DType::f16, {T, B, I}, 1.0), cs_prev = filled(DType::f16, {B, H}, 0.5);
-                const Tensor h_prev = filled(DType::f16, {B, H}, 0.25), w = filled(DType::f16, {I + H, 4 * H}, 0.3);
-                const Tensor p = filled(DType::f16, {H}, 0.2), b = filled(DType::f16, {4 * H}, 0.1);
-                const Tensor h_grad = filled(DType::f16, {T, B, H}, 1.0), cs_grad = filled(DType::f16, {T, B, H}, 0.5);
-                const auto f = v2 ? BlockLSTMV2(T, x, cs_prev, h_prev, w, p, p, p, b, {0.0f, peephole})
-                                  : BlockLSTM(T, x, cs_prev, h_prev, w, p, p, p, b, {1.0f, 3.0f, peephole});
-                return v2 ? BlockLSTMGradV2(T, x, cs_prev, h_prev, w, p, p, p, b, f.i, f.cs, f.f, f.o, f.ci, f.co,
-                                            f.h, cs_grad, h_grad, {peephole})
-                          : BlockLSTMGrad(T, x, cs_prev, h_prev, w, p, p, p, b, f.i, f.cs, f.f, f.o, f.ci, f.co, f.h,
-                                          cs_grad, h_grad, {peephole});
-            };
-            const auto one = grads(1), many = grads(big);
-            int checked = 0;
-            for (const auto &[name, a, b] :
-                 {std::tuple<const char *, const Tensor *, const Tensor *>{"w_grad", &one.w_grad, &many.w_grad},
-                  {"b_grad", &one.b_grad, &many.b_grad}, {"wci_grad", &one.wci_grad, &many.wci_grad},
-                  {"wcf_grad", &one.wcf_grad, &many.wcf_grad}, {"wco_grad", &one.wco_grad, &many.wco_grad}}) {
-                const Array from_one = ref::to_array(*a), from_many = ref::to_array(*b);
-                for (std::size_t k = 0; k < from_one.data.size(); ++k) {
-                    const double want = big * from_one.data[k];
-                    EXPECT_NEAR(from_many.data[k], want, 2e-3 * std::fabs(want) + 1e-6) << name << "[" << k << "]";
-                    checked += std::fabs(want) > 1.0;
+    for (DType dt : {DType::f16, DType::bf16}) {
+        for (bool v2 : {false, true})
+            for (bool peephole : {false, true}) {
+                SCOPED_TRACE(std::string(v2 ? "BlockLSTMGradV2" : "BlockLSTMGrad") + (peephole ? ", peephole " : " ") +
+                             to_string(dt));
+                const double tol = dt == DType::f16 ? 2e-3 : 1.6e-2;
+                auto grads = [&](int64_t B) {
+                    const Tensor x = filled(dt, {T, B, I}, 1.0), cs_prev = filled(dt, {B, H}, 0.5);
+                    const Tensor h_prev = filled(dt, {B, H}, 0.25), w = filled(dt, {I + H, 4 * H}, 0.3);
+                    const Tensor p = filled(dt, {H}, 0.2), b = filled(dt, {4 * H}, 0.1);
+                    const Tensor h_grad = filled(dt, {T, B, H}, 1.0), cs_grad = filled(dt, {T, B, H}, 0.5);
+                    const auto f = v2 ? BlockLSTMV2(T, x, cs_prev, h_prev, w, p, p, p, b, {0.0f, peephole})
+                                      : BlockLSTM(T, x, cs_prev, h_prev, w, p, p, p, b, {1.0f, 3.0f, peephole});
+                    return v2 ? BlockLSTMGradV2(T, x, cs_prev, h_prev, w, p, p, p, b, f.i, f.cs, f.f, f.o, f.ci, f.co,
+                                                f.h, cs_grad, h_grad, {peephole})
+                              : BlockLSTMGrad(T, x, cs_prev, h_prev, w, p, p, p, b, f.i, f.cs, f.f, f.o, f.ci, f.co, f.h,
+                                              cs_grad, h_grad, {peephole});
+                };
+                const auto one = grads(1), many = grads(big);
+                int checked = 0;
+                for (const auto &[name, a, b] :
+                     {std::tuple<const char *, const Tensor *, const Tensor *>{"w_grad", &one.w_grad, &many.w_grad},
+                      {"b_grad", &one.b_grad, &many.b_grad}, {"wci_grad", &one.wci_grad, &many.wci_grad},
+                      {"wcf_grad", &one.wcf_grad, &many.wcf_grad}, {"wco_grad", &one.wco_grad, &many.wco_grad}}) {
+                    const Array from_one = ref::to_array(*a), from_many = ref::to_array(*b);
+                    for (std::size_t k = 0; k < from_one.data.size(); ++k) {
+                        const double want = big * from_one.data[k];
+                        EXPECT_NEAR(from_many.data[k], want, tol * std::fabs(want) + 1e-6) << name << "[" << k << "]";
+                        checked += std::fabs(want) > 1.0;
+                    }
                 }
+                EXPECT_GE(checked, peephole ? 10 : 8) << "too few sums large enough to tell";
             }
-            EXPECT_GE(checked, peephole ? 10 : 8) << "too few sums large enough to tell";
-        }
+    }
 }
 
 // ---- Long sequences -----------------------------------------------------------------------------
@@ -444,7 +454,7 @@ TEST(LongSequences, EverySequenceOpAgainstTheReference) {
     for (const OpInfo &op : blocklstm::ops()) {
         if (!op.sequence) continue;
         const Layout layout = op.layout == "ifco" ? Layout::ifco : Layout::icfo;
-        for (DType dt : {DType::f32, DType::f16}) {
+        for (DType dt : blocklstm::kFloatDTypes) {
             SCOPED_TRACE(op.name + " " + to_string(dt) + ", T = 2000");
             const Problem p = make_problem(seed_for("long sequences"), s, dt, false, true, layout);
             ASSERT_GE(max_abs(p.fwd.cs), 0.79) << "the clip (0.8) never acts";

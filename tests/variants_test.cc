@@ -62,7 +62,7 @@ const char *op_name(const Use &u) {
 // has peephole variants.
 std::vector<Use> uses(const Variant &v) {
     const Device device = v.backend == "cuda" ? Device::cuda : Device::cpu;
-    const DType dtype = v.dtype == "f16" ? DType::f16 : DType::f32;
+    const DType dtype = blocklstm::dtype_named(v.dtype);
     const bool by_peephole = std::any_of(table().begin(), table().end(), [&](const Variant &k) {
         return k.family == v.family && k.flags == "peephole";
     });
@@ -158,7 +158,7 @@ public:
         if (device == Device::cuda && skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
         if (device == Device::cuda && !cuda_context_lost_at.empty())
             GTEST_SKIP() << "not run: the CUDA context was lost at " << cuda_context_lost_at;
-        const DType dtype = v_.dtype == "f16" ? DType::f16 : DType::f32;
+        const DType dtype = blocklstm::dtype_named(v_.dtype);
         blocklstm::set_cuda_gemm(gemm_);
         // A split step's kernel runs with the split steps, every other kernel with the fused ones.
         blocklstm::set_cuda_step(split_family(v_) ? blocklstm::CudaStep::split : blocklstm::CudaStep::fused);
@@ -327,7 +327,7 @@ TEST(VariantTable, LibraryListsEveryKernel) {
     for (const auto &k : blocklstm::kernels()) {
         have.insert(k.name);
         const std::string from_fields = k.family + "__" + blocklstm::to_string(k.backend) + "_" +
-                                        (k.dtype == DType::f16 ? "f16" : "f32") + "_" +
+                                        blocklstm::short_name(k.dtype) + "_" +
                                         (k.peephole ? "peephole" : "plain") + "_" + k.layout;
         EXPECT_EQ(k.name, from_fields);
     }
@@ -622,8 +622,8 @@ TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
         if (!t.runs_here) continue;
         blocklstm::set_cpu_target(t.name);
-        for (DType dtype : {DType::f32, DType::f16}) {
-            SCOPED_TRACE(t.name + (dtype == DType::f32 ? " float32" : " float16"));
+        for (DType dtype : blocklstm::kFloatDTypes) {
+            SCOPED_TRACE(t.name + " " + blocklstm::to_string(dtype));
             BLT_SEED(seed, "CpuTargets/" + t.name);
             run_use({Op::seq, true, Layout::ifco}, dtype, s, seed, Device::cpu);
             run_use({Op::seq_grad, true, Layout::icfo}, dtype, s, seed, Device::cpu);

@@ -136,7 +136,7 @@ void release_cublas_handles() {
 
 namespace {
 
-cudaDataType cuda_type(DType t) { return t == DType::f16 ? CUDA_R_16F : CUDA_R_32F; }
+cudaDataType cuda_type(DType t) { return t == DType::f16 ? CUDA_R_16F : t == DType::bf16 ? CUDA_R_16BF : CUDA_R_32F; }
 
 }  // namespace
 

@@ -233,9 +233,9 @@ void copy(const Call &call, void *dst, const void *src, std::size_t bytes) {
 }
 
 void fill_ones(const Call &call, void *data, DType dtype, std::size_t count) {
-    if (dtype == DType::f16) {
-        check(driver().cuMemsetD16Async(device_ptr(data), float_to_half(1.0f), count, stream_of(call)),
-              "cuMemsetD16Async");
+    if (size_of(dtype) == 2) {
+        const uint16_t one = dtype == DType::bf16 ? float_to_bfloat16(1.0f) : float_to_half(1.0f);
+        check(driver().cuMemsetD16Async(device_ptr(data), one, count, stream_of(call)), "cuMemsetD16Async");
         return;
     }
     const float one = 1.0f;

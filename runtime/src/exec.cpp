@@ -33,10 +33,10 @@ void Exec::copy_bytes(void *dst, const void *src, int64_t bytes) const {
 void Exec::fill_ones(void *data, DType dtype, int64_t count) const {
     if (count <= 0) return;
     if (device_ == Device::cuda) return cuda::fill_ones(cuda_, data, dtype, static_cast<std::size_t>(count));
-    const uint16_t half_one = float_to_half(1.0f);
+    const uint16_t one16 = dtype == DType::bf16 ? float_to_bfloat16(1.0f) : float_to_half(1.0f);
     const float one = 1.0f;
     for (int64_t k = 0; k < count; ++k) {
-        if (dtype == DType::f16) std::memcpy(static_cast<uint16_t *>(data) + k, &half_one, 2);
+        if (size_of(dtype) == 2) std::memcpy(static_cast<uint16_t *>(data) + k, &one16, 2);
         else std::memcpy(static_cast<float *>(data) + k, &one, 4);
     }
 }
@@ -83,8 +83,9 @@ int64_t checked_elements(const char *arg, const TensorView &t) {
     auto fail = [&](const std::string &what) {
         throw Error(std::string("copy: argument '") + arg + "' " + what);
     };
-    if (t.dtype != DType::f16 && t.dtype != DType::f32 && t.dtype != DType::i32 && t.dtype != DType::i64) {
-        fail("has dtype value " + std::to_string(static_cast<int>(t.dtype)) + ": expected float16, float32, int32 or int64");
+    if (!is_float(t.dtype) && t.dtype != DType::i32 && t.dtype != DType::i64) {
+        fail("has dtype value " + std::to_string(static_cast<int>(t.dtype)) +
+             ": expected float32, float16, bfloat16, int32 or int64");
     }
     if (t.device != Device::cpu && t.device != Device::cuda) {
         fail("has device value " + std::to_string(static_cast<int>(t.device)) + ": expected cpu or cuda");

@@ -130,10 +130,16 @@ struct Resolved {
     std::array<const KernelEntry *, kernel::kFamilyCount> kernels{};
     std::string missing;
 };
-constexpr int kKinds = 3, kDevices = 2, kDTypes = 2, kSteps = 2;
+constexpr int kKinds = 3, kDevices = 2, kDTypes = static_cast<int>(std::size(kFloatDTypes)), kSteps = 2;
+
+int dtype_index(DType dtype) {
+    for (int k = 0; k < kDTypes; ++k)
+        if (kFloatDTypes[k] == dtype) return k;
+    throw Error(std::string("no kernels for dtype ") + to_string(dtype));
+}
 
 int slot(plan::Kind kind, Device device, DType dtype, CellVariant cell, plan::Steps steps) {
-    return ((((static_cast<int>(kind) * kDevices + static_cast<int>(device)) * kDTypes + static_cast<int>(dtype)) * 2 +
+    return ((((static_cast<int>(kind) * kDevices + static_cast<int>(device)) * kDTypes + dtype_index(dtype)) * 2 +
              (cell.peephole ? 1 : 0)) * 2 + (cell.layout == Layout::ifco ? 1 : 0)) * kSteps + static_cast<int>(steps);
 }
 
@@ -142,7 +148,7 @@ const Resolved &resolved(plan::Kind kind, Device device, DType dtype, CellVarian
         std::vector<Resolved> r(kKinds * kDevices * kDTypes * 2 * 2 * kSteps);
         for (int k = 0; k < kKinds; ++k)
             for (Device d : {Device::cpu, Device::cuda})
-                for (DType t : {DType::f16, DType::f32})
+                for (DType t : kFloatDTypes)
                     for (bool peephole : {false, true})
                         for (Layout layout : {Layout::icfo, Layout::ifco})
                             for (plan::Steps st : {plan::Steps::fused, plan::Steps::split}) {

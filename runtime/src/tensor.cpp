@@ -25,11 +25,31 @@ const char *to_string(DType dtype) {
     case DType::f32: return "float32";
     case DType::i32: return "int32";
     case DType::i64: return "int64";
+    case DType::bf16: return "bfloat16";
     }
     return "unknown";
 }
+const char *short_name(DType dtype) {
+    switch (dtype) {
+    case DType::f16: return "f16";
+    case DType::f32: return "f32";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+    case DType::bf16: return "bf16";
+    }
+    return "unknown";
+}
+
+DType dtype_named(const std::string &name) {
+    for (DType d : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64})
+        if (name == to_string(d) || name == short_name(d)) return d;
+    throw Error("dtype '" + name + "': expected float32, float16, bfloat16, int32 or int64 (or f32, f16, bf16, i32, i64)");
+}
+
 const char *to_string(Device device) { return device == Device::cpu ? "cpu" : "cuda"; }
-std::size_t size_of(DType dtype) { return dtype == DType::f16 ? 2 : dtype == DType::i64 ? 8 : 4; }
+std::size_t size_of(DType dtype) {
+    return dtype == DType::f16 || dtype == DType::bf16 ? 2 : dtype == DType::i64 ? 8 : 4;
+}
 
 int64_t TensorView::num_elements() const {
     int64_t n = 1;
@@ -41,9 +61,9 @@ Tensor::Tensor(DType dtype, std::vector<int64_t> shape, Device device) {
     view_.dtype = dtype;
     view_.shape = std::move(shape);
     view_.device = device;
-    if (dtype != DType::f16 && dtype != DType::f32 && dtype != DType::i32 && dtype != DType::i64) {
+    if (!is_float(dtype) && dtype != DType::i32 && dtype != DType::i64) {
         throw Error("Tensor: dtype value " + std::to_string(static_cast<int>(dtype)) +
-                    ": expected float16, float32, int32 or int64");
+                    ": expected float32, float16, bfloat16, int32 or int64");
     }
     if (device != Device::cpu && device != Device::cuda) {
         throw Error("Tensor: device value " + std::to_string(static_cast<int>(device)) + ": expected cpu or cuda");
@@ -100,6 +120,27 @@ uint16_t float_to_half(float value) {
 
 float half_to_float(uint16_t bits) { return halide_float16_bits_to_float(bits); }
 
+uint16_t float_to_bfloat16(float value) {
+    uint32_t x;
+    std::memcpy(&x, &value, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);  // NaN: keep it quiet
+    x += 0x7fffu + ((x >> 16) & 1u);  // nearest even; past the largest finite value this carries to inf
+    return static_cast<uint16_t>(x >> 16);
+}
+
+float bfloat16_to_float(uint16_t bits) {
+    const uint32_t x = static_cast<uint32_t>(bits) << 16;
+    float f;
+    std::memcpy(&f, &x, 4);
+    return f;
+}
+
+float round_to(DType dtype, float value) {
+    if (dtype == DType::f16) return half_to_float(float_to_half(value));
+    if (dtype == DType::bf16) return bfloat16_to_float(float_to_bfloat16(value));
+    return value;
+}
+
 }  // namespace blocklstm
 
 namespace blocklstm::detail {
@@ -115,6 +156,7 @@ uint8_t *host_pointer(void *data) {
 
 halide_type_t halide_type(DType dtype) {
     if (dtype == DType::i32 || dtype == DType::i64) return halide_type_t(halide_type_int, dtype == DType::i32 ? 32 : 64, 1);
+    if (dtype == DType::bf16) return halide_type_t(halide_type_bfloat, 16, 1);
     return halide_type_t(halide_type_float, dtype == DType::f16 ? 16 : 32, 1);
 }
 }  // namespace
@@ -195,7 +237,7 @@ void zero_steps(const Exec &exec, const TensorView &t, int64_t from) {
 }
 
 float attr_in_dtype(float value, DType dtype) {
-    return dtype == DType::f16 ? half_to_float(float_to_half(value)) : value;
+    return round_to(dtype, value);
 }
 
 }  // namespace blocklstm::detail

@@ -81,10 +81,10 @@ void check_int32_extent(const Validator &v, const char *arg, const char *what, i
 }
 
 void Validator::tensor(const char *arg, const TensorView &t) {
-    if (t.dtype != DType::f16 && t.dtype != DType::f32) {
+    if (!is_float(t.dtype)) {
         fail_arg(arg, "has dtype " + (t.dtype == DType::i32 || t.dtype == DType::i64 ? std::string(to_string(t.dtype))
                                           : "value " + std::to_string(static_cast<int>(t.dtype))) +
-                          ": expected float16 or float32");
+                          ": expected float32, float16 or bfloat16");
     }
     if (t.device != Device::cpu && t.device != Device::cuda) {
         fail_arg(arg, "has device value " + std::to_string(static_cast<int>(t.device)) +

@@ -285,7 +285,11 @@ Array to_array(const blocklstm::TensorView &t) {
     if (t.dtype == blocklstm::DType::f32) {
         const float *p = static_cast<const float *>(t.data);
         for (std::size_t k = 0; k < n; ++k) a.data[k] = p[k];
+    } else if (t.dtype == blocklstm::DType::bf16) {
+        const uint16_t *p = static_cast<const uint16_t *>(t.data);
+        for (std::size_t k = 0; k < n; ++k) a.data[k] = blocklstm::bfloat16_to_float(p[k]);
     } else {
+        require(t.dtype == blocklstm::DType::f16, "to_array needs a float tensor");
         const uint16_t *p = static_cast<const uint16_t *>(t.data);
         for (std::size_t k = 0; k < n; ++k) a.data[k] = blocklstm::half_to_float(p[k]);
     }
@@ -300,11 +304,15 @@ blocklstm::Tensor to_tensor(const Array &a, blocklstm::DType dtype) {
         float *p = t.data_as<float>();
         for (std::size_t k = 0; k < n; ++k) p[k] = static_cast<float>(a.data[k]);
     } else {
-        // double -> float -> half can double-round; values here come from float data or are
+        // double -> float -> 16 bits can double-round; values here come from float data or are
         // test inputs, where a last-bit difference does not matter: both sides see to_array of
         // the result.
+        require(dtype == blocklstm::DType::f16 || dtype == blocklstm::DType::bf16, "to_tensor needs a float dtype");
         uint16_t *p = t.data_as<uint16_t>();
-        for (std::size_t k = 0; k < n; ++k) p[k] = blocklstm::float_to_half(static_cast<float>(a.data[k]));
+        for (std::size_t k = 0; k < n; ++k) {
+            const auto f = static_cast<float>(a.data[k]);
+            p[k] = dtype == blocklstm::DType::bf16 ? blocklstm::float_to_bfloat16(f) : blocklstm::float_to_half(f);
+        }
     }
     return t;
 }

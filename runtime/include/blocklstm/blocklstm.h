@@ -43,11 +43,20 @@ BLOCKLSTM_API const char *version();
 // The version of Halide its kernels were generated with, e.g. "21.0.0".
 BLOCKLSTM_API const char *halide_version();
 
-// f16 and f32 are the ops' float types; i32 and i64 serve only seq_lengths.
-enum class DType : int { f16, f32, i32, i64 };
+// The ops' float types are f32, f16 and bf16 (the 16-bit types are stored in 16 bits, with all
+// arithmetic and accumulation in float32 and one rounding per stored value); i32 and i64 serve only
+// seq_lengths. bf16 came last: the other values are unchanged.
+enum class DType : int { f16, f32, i32, i64, bf16 };
 enum class Device : int { cpu, cuda };
 
-BLOCKLSTM_API const char *to_string(DType dtype);    // "float16", "float32", "int32", "int64"
+// The ops' float types, in the order the tools list them.
+inline constexpr DType kFloatDTypes[] = {DType::f32, DType::f16, DType::bf16};
+constexpr bool is_float(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
+
+BLOCKLSTM_API const char *to_string(DType dtype);    // "float16", "float32", "int32", "int64", "bfloat16"
+BLOCKLSTM_API const char *short_name(DType dtype);   // "f16", "f32", "i32", "i64", "bf16" (kernel names)
+// The dtype that to_string or short_name names `name`; throws Error naming the known names.
+BLOCKLSTM_API DType dtype_named(const std::string &name);
 BLOCKLSTM_API const char *to_string(Device device);  // "cpu", "cuda"
 BLOCKLSTM_API std::size_t size_of(DType dtype);      // bytes per element
 
@@ -97,6 +106,12 @@ private:
 // float16 <-> float32 conversions (IEEE binary16, round to nearest even).
 BLOCKLSTM_API uint16_t float_to_half(float value);
 BLOCKLSTM_API float half_to_float(uint16_t bits);
+// bfloat16 <-> float32 conversions (float32's upper 16 bits, round to nearest even; a NaN stays a
+// NaN). The kernels round the same way.
+BLOCKLSTM_API uint16_t float_to_bfloat16(float value);
+BLOCKLSTM_API float bfloat16_to_float(uint16_t bits);
+// `value` rounded to `dtype` (f16 or bf16) and back; f32 as it is.
+BLOCKLSTM_API float round_to(DType dtype, float value);
 
 // ---- Attributes, with TF's defaults -------------------------------------------------------
 
