@@ -57,7 +57,10 @@ Tensor random_tensor(Rng &rng, DType dtype, std::vector<int64_t> shape, float sc
         for (int64_t k = 0; k < n; ++k) p[k] = static_cast<float>(rng.uniform(-scale, scale));
     } else {
         uint16_t *p = t.data_as<uint16_t>();
-        for (int64_t k = 0; k < n; ++k) p[k] = float_to_half(static_cast<float>(rng.uniform(-scale, scale)));
+        for (int64_t k = 0; k < n; ++k) {
+            const auto v = static_cast<float>(rng.uniform(-scale, scale));
+            p[k] = dtype == DType::bf16 ? float_to_bfloat16(v) : float_to_half(v);
+        }
     }
     return t;
 }

@@ -41,8 +41,11 @@ constexpr CommandHelp kCommands[] = {
      "  run <OpName>   Run one TensorFlow LSTM op on .npy files. OpName is one of LSTMBlockCell,\n"
      "                 LSTMBlockCellGrad, BlockLSTM, BlockLSTMGrad, BlockLSTMV2, BlockLSTMGradV2.\n"
      "                 --in DIR holds one .npy per input, named as TF names the argument\n"
-     "                 (the op's list is below; float inputs all float16 or all float32, C order,\n"
-     "                 little-endian; wci, wcf, wco may be left out without --use-peephole;\n"
+     "                 (the op's list is below; float inputs all float32, all float16 or all\n"
+     "                 bfloat16, C order, little-endian; .npy has no bfloat16: it is read and\n"
+     "                 written as ml_dtypes saves it, descr '<V2' -- np.save of an\n"
+     "                 ml_dtypes.bfloat16 array, np.load(f).view(ml_dtypes.bfloat16) to read;\n"
+     "                 wci, wcf, wco may be left out without --use-peephole;\n"
      "                 the sequence ops also read seq_lengths.npy, int32 or int64 [B], where\n"
      "                 present: each row's own length, blocklstm's extension of TF's ops).\n"
      "                 One .npy per output is written to --out DIR (created if missing) in the\n"
@@ -54,7 +57,8 @@ constexpr CommandHelp kCommands[] = {
      "                 CUDA device 0, runs there and copies the outputs back.\n"},
     {"bench",
      "blocklstm bench <OpName> --time T --batch B --input I --cell H\n"
-     "                       [--dtype float32|float16] [--use-peephole] [--device cpu|cuda]\n"
+     "                       [--dtype float32|float16|bfloat16] [--use-peephole]\n"
+     "                       [--device cpu|cuda]\n"
      "                       [--reps N] [--warmup N] [--threads N] [--seed S] [--print-reps]\n"
      "                       [--cpu-target TARGET] [--lengths full|spread] [--inference]\n",
      "  bench <OpName> Time one op on random inputs of the given shape (the grad ops on the\n"
@@ -236,7 +240,7 @@ int parse_and_run(int argc, char **argv, const std::string &command) {
     CLI::Option *input = bench->add_option("--input", b.input)->check(CLI::Range(int64_t{0}, kMaxDim));
     CLI::Option *cell = bench->add_option("--cell", b.cell)->check(CLI::Range(int64_t{1}, kMaxDim));
     std::string dtype = "float32";
-    bench->add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "float16"}));
+    bench->add_option("--dtype", dtype)->check(CLI::IsMember({"float32", "float16", "bfloat16"}));
     bench->add_flag("--use-peephole", b.use_peephole);
     bench->add_option("--device", b.device);
     bench->add_option("--reps", b.reps)->check(CLI::Range(1, 1000000));
@@ -281,7 +285,7 @@ int parse_and_run(int argc, char **argv, const std::string &command) {
         if (batch->count() == 0) throw UsageError("bench: missing --batch B");
         if (input->count() == 0) throw UsageError("bench: missing --input I");
         if (cell->count() == 0) throw UsageError("bench: missing --cell H");
-        b.dtype = dtype == "float16" ? DType::f16 : DType::f32;
+        b.dtype = dtype_named(dtype);
         b.threads = p.threads.value_or(0);
         if (!b.cpu_target.empty()) set_cpu_target(b.cpu_target);
         return cli::bench(b);
@@ -334,7 +338,7 @@ void list_kernels(bool kernel_rows) {
     for (const OpInfo &op : ops()) {
         for (Device backend : {Device::cpu, Device::cuda}) {
             std::string line;
-            for (DType dtype : {DType::f32, DType::f16}) {
+            for (DType dtype : kFloatDTypes) {
                 std::string flags;
                 for (bool peephole : {false, true}) {
                     if (!op_available(op.name, backend, dtype, peephole)) continue;
@@ -409,7 +413,7 @@ void list_plans() {
     std::vector<std::pair<std::string, std::vector<std::string>>> plans;  // plan text, who runs it
     for (const OpInfo &op : ops())
         for (Device device : {Device::cpu, Device::cuda})
-            for (DType dtype : {DType::f32, DType::f16}) {
+            for (DType dtype : kFloatDTypes) {
                 std::string text;
                 for (const OpPlanStep &s : op.plan(device, dtype))
                     text += fmt::format("    {:<15} {:<2} {}\n", s.family, s.times, s.does);

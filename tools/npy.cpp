@@ -159,7 +159,7 @@ bool type_from_descr(const std::string &descr, Type *type) {
         const char *code;
         Type type;
     } table[] = {{"f2", Type::f16}, {"f4", Type::f32}, {"f8", Type::f64},
-                 {"i4", Type::i32}, {"i8", Type::i64}};
+                 {"i4", Type::i32}, {"i8", Type::i64}, {"V2", Type::bf16}};
     if (descr.size() != 3) return false;
     const std::string code = descr.substr(1);
     for (const auto &e : table) {
@@ -188,6 +188,7 @@ const char *descr_of(Type type) {
         case Type::f64: return "<f8";
         case Type::i32: return "<i4";
         case Type::i64: return "<i8";
+        case Type::bf16: return "<V2";
     }
     return "?";
 }
@@ -199,6 +200,7 @@ const char *numpy_name_of(Type type) {
         case Type::f64: return "float64";
         case Type::i32: return "int32";
         case Type::i64: return "int64";
+        case Type::bf16: return "bfloat16";
     }
     return "?";
 }
@@ -210,6 +212,7 @@ std::size_t itemsize_of(Type type) {
         case Type::f64: return 8;
         case Type::i32: return 4;
         case Type::i64: return 8;
+        case Type::bf16: return 2;
     }
     return 0;
 }
@@ -263,10 +266,10 @@ Array parse(const unsigned char *bytes, std::size_t size, const std::string &wha
     const Header h = parse_header(bytes, size, what);
     Array a;
     if (!type_from_descr(h.descr, &a.type))
-        fail(what, "unsupported dtype '" + h.descr + "' (supported: <f2, <f4, <i8)");
+        fail(what, "unsupported dtype '" + h.descr + "' (supported: <f2, <f4, <V2 (bfloat16, as ml_dtypes writes it), <i4, <i8)");
     if (h.descr[0] == '>')
         fail(what, "big-endian arrays ('" + h.descr + "') are not supported; use little-endian");
-    if (h.descr[0] != '<' && h.descr[0] != '=')
+    if (h.descr[0] != '<' && h.descr[0] != '=' && !(h.descr[0] == '|' && a.type == Type::bf16))
         fail(what, "unsupported dtype '" + h.descr + "'");
     if (h.fortran_order) fail(what, "fortran_order arrays are not supported; save in C order");
     a.shape = h.shape;

@@ -18,10 +18,12 @@ public:
 
 // Element types the tool understands. `other` is never returned by read(): an unsupported
 // descr is an error there.
-enum class Type { f16, f32, f64, i32, i64 };
+// .npy has no bfloat16: ml_dtypes (np.save of an ml_dtypes.bfloat16 array) writes it as '<V2', two
+// raw bytes, and np.load(...).view(ml_dtypes.bfloat16) reads it back; bf16 is that layout.
+enum class Type { f16, f32, f64, i32, i64, bf16 };
 
-const char *descr_of(Type type);       // "<f2", "<f4", "<f8", "<i4", "<i8"
-const char *numpy_name_of(Type type);  // "float16", "float32", ...
+const char *descr_of(Type type);       // "<f2", "<f4", "<f8", "<i4", "<i8", "<V2"
+const char *numpy_name_of(Type type);  // "float16", "float32", ..., "bfloat16"
 std::size_t itemsize_of(Type type);
 
 struct Array {

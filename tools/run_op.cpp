@@ -73,12 +73,20 @@ Tensor on(Device device, const Tensor &t) {
     return copy;
 }
 
+npy::Type npy_type_of(DType dtype) {
+    return dtype == DType::f16 ? npy::Type::f16 : dtype == DType::bf16 ? npy::Type::bf16 : npy::Type::f32;
+}
+
+DType dtype_of(npy::Type type) {
+    return type == npy::Type::f16    ? DType::f16
+           : type == npy::Type::bf16 ? DType::bf16
+           : type == npy::Type::i32  ? DType::i32
+           : type == npy::Type::i64  ? DType::i64
+                                     : DType::f32;
+}
+
 Tensor to_tensor(const npy::Array &a) {
-    const DType dtype = a.type == npy::Type::f16   ? DType::f16
-                        : a.type == npy::Type::i32 ? DType::i32
-                        : a.type == npy::Type::i64 ? DType::i64
-                                                   : DType::f32;
-    Tensor t(dtype, a.shape);
+    Tensor t(dtype_of(a.type), a.shape);
     if (!a.data.empty()) std::memcpy(t.data(), a.data.data(), a.data.size());
     return t;
 }
@@ -121,8 +129,7 @@ void write_outputs(const std::string &out_dir, const OpInfo &op, const Outputs &
         const std::string tmp = (fs::path(out_dir) / hidden).string();
         temps.paths.push_back(tmp);
         try {
-            npy::write(tmp, t.dtype() == DType::f16 ? npy::Type::f16 : npy::Type::f32, t.shape(),
-                       t.data(), t.num_bytes());
+            npy::write(tmp, npy_type_of(t.dtype()), t.shape(), t.data(), t.num_bytes());
         } catch (const npy::Error &e) {
             throw CliError(fmt::format("--out {}: cannot write {} ({})", out_dir, label(op.outputs[k].name.c_str()),
                                        e.what()));
@@ -237,9 +244,9 @@ std::string run_op(const RunOptions &options) {
             continue;
         }
         npy::Array a = load(options.in_dir, name);
-        if (a.type != npy::Type::f16 && a.type != npy::Type::f32)
-            throw CliError(fmt::format("{}: unsupported dtype {} ('{}'); float inputs must be float16 ('<f2') "
-                                       "or float32 ('<f4')",
+        if (a.type != npy::Type::f16 && a.type != npy::Type::f32 && a.type != npy::Type::bf16)
+            throw CliError(fmt::format("{}: unsupported dtype {} ('{}'); float inputs must be float32 ('<f4'), "
+                                       "float16 ('<f2') or bfloat16 ('<V2', as ml_dtypes saves it)",
                                        label(name), npy::numpy_name_of(a.type), npy::descr_of(a.type)));
         if (!first) {
             first = name;
@@ -261,8 +268,7 @@ std::string run_op(const RunOptions &options) {
     const bool w_agrees = w.size() == 2 && !x_shape.empty() && cell_size >= 0 && w[1] % 4 == 0 &&
                           w[1] / 4 == cell_size && w[0] - cell_size == x_shape.back();
     for (const std::string &name : zero_peepholes)
-        inputs.emplace(name, on(device, Tensor(float_type == npy::Type::f16 ? DType::f16 : DType::f32,
-                                               {w_agrees ? cell_size : 0})));
+        inputs.emplace(name, on(device, Tensor(dtype_of(float_type), {w_agrees ? cell_size : 0})));
 
     // The op's optional inputs (seq_lengths), where --in has their file: integers, in host memory.
     for (const OpArg &arg : op.optional_inputs) {

@@ -142,7 +142,9 @@ std::string listing(const std::string &dir) {
 
 constexpr int64_t kT = 5, kB = 3, kI = 4, kH = 6;
 
-npy::Type npy_type(DType d) { return d == DType::f16 ? npy::Type::f16 : npy::Type::f32; }
+npy::Type npy_type(DType d) {
+    return d == DType::f16 ? npy::Type::f16 : d == DType::bf16 ? npy::Type::bf16 : npy::Type::f32;
+}
 
 Tensor random_tensor(std::mt19937_64 &rng, DType dtype, std::vector<int64_t> shape, double lo,
                      double hi) {
@@ -152,6 +154,8 @@ Tensor random_tensor(std::mt19937_64 &rng, DType dtype, std::vector<int64_t> sha
         const float v = static_cast<float>(dist(rng));
         if (dtype == DType::f32)
             t.data_as<float>()[k] = v;
+        else if (dtype == DType::bf16)
+            t.data_as<uint16_t>()[k] = blocklstm::float_to_bfloat16(v);
         else
             t.data_as<uint16_t>()[k] = blocklstm::float_to_half(v);
     }
@@ -321,10 +325,10 @@ std::vector<RunCase> run_cases() {
     const char *ops[] = {"LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM",
                          "BlockLSTMGrad", "BlockLSTMV2",       "BlockLSTMGradV2"};
     for (const char *op : ops)
-        for (DType d : {DType::f32, DType::f16})
+        for (DType d : blocklstm::kFloatDTypes)
             for (bool peep : {false, true}) {
                 RunCase c{op, d, peep, kT, {}, ""};
-                c.label = std::string(op) + "_" + (d == DType::f32 ? "f32" : "f16") +
+                c.label = std::string(op) + "_" + blocklstm::short_name(d) +
                           (peep ? "_peephole" : "_plain");
                 cases.push_back(c);
             }
@@ -335,6 +339,7 @@ std::vector<RunCase> run_cases() {
     cases.push_back({"LSTMBlockCell", DType::f16, true, 0, {0.0f, 0.0f}, "LSTMBlockCell_f16_attrs"});
     cases.push_back({"BlockLSTMGrad", DType::f32, true, 2, {}, "BlockLSTMGrad_f32_L2"});
     cases.push_back({"BlockLSTMGradV2", DType::f16, true, 3, {}, "BlockLSTMGradV2_f16_L3"});
+    cases.push_back({"BlockLSTM", DType::bf16, true, 3, {0.25f, 0.4f}, "BlockLSTM_bf16_attrs_L3"});
     return cases;
 }
 
@@ -370,7 +375,7 @@ TEST_P(RunOp, MatchesLibrary) {
     EXPECT_TRUE(r.err.empty()) << describe(r);
     // One summary line: the op, x's shape, dtype, device, the time and what was written.
     const auto want = expected(p, c.attrs);
-    EXPECT_TRUE(std::regex_match(r.out, std::regex(c.op + ": x \\[[0-9,]+\\] " + (c.dtype == DType::f32 ? "float32" : "float16") +
+    EXPECT_TRUE(std::regex_match(r.out, std::regex(c.op + ": x \\[[0-9,]+\\] " + blocklstm::to_string(c.dtype) +
                                                    " on cpu.*: [0-9.]+ ms; wrote " + std::to_string(want.size()) +
                                                    " files to .*\n")))
         << r.out;
@@ -614,6 +619,19 @@ std::vector<BadCase> bad_cases() {
                      npy::write(file_in(in, "wci"), npy::Type::f16, a.shape, d.data(), d.size() * 2);
                  },
                  {}, {"wci.npy", "float16", "float32"}});
+    c.push_back({"mixed_bf16_f32", "BlockLSTM",
+                 [](const std::string &in) {
+                     const npy::Array a = npy::read(file_in(in, "b"));
+                     std::vector<uint16_t> d(a.num_elements(), blocklstm::float_to_bfloat16(0.25f));
+                     npy::write(file_in(in, "b"), npy::Type::bf16, a.shape, d.data(), d.size() * 2);
+                 },
+                 {}, {"b.npy", "bfloat16", "float32"}});
+    c.push_back({"void4", "BlockLSTM",
+                 [](const std::string &in) {
+                     const npy::Array a = npy::read(file_in(in, "x"));
+                     npy::write_bytes(file_in(in, "x"), npy::encode_raw("|V4", false, a.shape, a.data.data(), a.data.size()));
+                 },
+                 {}, {"x.npy", "'|V4'", "<V2 (bfloat16"}});
     c.push_back({"missing_file", "BlockLSTM",
                  [](const std::string &in) { fs::remove(file_in(in, "x")); }, {},
                  {"missing x.npy"}});
@@ -846,7 +864,7 @@ TEST(Bench, EveryOpAndDtypeEndsWithMedianAndGflops) {
     int k = 0;
     for (const char *op : {"LSTMBlockCell", "LSTMBlockCellGrad", "BlockLSTM", "BlockLSTMGrad",
                            "BlockLSTMV2", "BlockLSTMGradV2"})
-        for (const char *dtype : {"float32", "float16"}) {
+        for (const char *dtype : {"float32", "float16", "bfloat16"}) {
             const bool peephole = (k++ % 3) != 0;
             std::vector<std::string> args = bench_args(op, dtype, peephole, shape);
             args.insert(args.end(), {"--reps", "3", "--warmup", "1"});
@@ -1257,6 +1275,10 @@ TEST(Npy, HeaderVariants) {
     EXPECT_EQ(parse_str(make("{ \"fortran_order\" :False,'shape':( 1 , 2 ,),'descr':'<f2' , }", std::string(4, '\0'))).shape,
               (std::vector<int64_t>{1, 2}));
     EXPECT_EQ(parse_str(make("{'descr': '<i8', 'fortran_order': False, 'shape': ()}", d8)).type, npy::Type::i64);
+    // bfloat16 as ml_dtypes saves it ('<V2'), and as NumPy describes a loaded one ('|V2').
+    EXPECT_EQ(parse_str(make("{'descr': '<V2', 'fortran_order': False, 'shape': (4,)}", d8)).type, npy::Type::bf16);
+    EXPECT_EQ(parse_str(make("{'descr': '|V2', 'fortran_order': False, 'shape': (4,)}", d8)).type, npy::Type::bf16);
+    EXPECT_NE(header_text(npy::encode(npy::Type::bf16, {4}, "12345678", 8)).find("'descr': '<V2'"), std::string::npos);
     const char *bad[] = {
         "{'descr': '<f4', 'fortran_order': False}",                           // no shape
         "{'descr': '<f4', 'fortran_order': False, 'shape': (2)}",             // int, not tuple
@@ -1268,6 +1290,8 @@ TEST(Npy, HeaderVariants) {
         "{'descr': '<f4', 'fortran_order': False, 'shape': (2,)} junk",       // trailing text
         "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,)}",   // structured
         "{'descr': '<c8', 'fortran_order': False, 'shape': (1,)}",            // complex
+        "{'descr': '|V8', 'fortran_order': False, 'shape': (1,)}",            // raw bytes, not bfloat16
+        "{'descr': '|f4', 'fortran_order': False, 'shape': (2,)}",            // '|' on a float32
         "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999, 99999999999, 9999999999)}",
         "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}",
         "{'descr': '<f4' 'fortran_order': False, 'shape': (2,)}",             // missing comma
