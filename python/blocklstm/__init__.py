@@ -5,8 +5,9 @@ The six ops keep TF's names (in snake case), argument order and attr defaults:
     lstm_block_cell, lstm_block_cell_grad, block_lstm, block_lstm_grad, block_lstm_v2,
     block_lstm_grad_v2
 
-Each takes float32 or float16 arrays (NumPy, or any DLPack tensor without autograd: torch, CuPy,
-JAX, ... on the CPU or a CUDA device), C-contiguous, all of one dtype and device, and returns a
+Each takes float32, float16 or bfloat16 arrays (NumPy, bfloat16 as ml_dtypes.bfloat16, or any
+DLPack tensor without autograd: torch, CuPy, JAX, ... on the CPU or a CUDA device), C-contiguous,
+all of one dtype and device, and returns a
 named tuple of its outputs in TF's order, in the inputs' dtype and device, without copying: as
 arrays of x's framework for NumPy, torch, CuPy, JAX and TensorFlow, else NumPy arrays (CPU only).
 Errors are ValueError naming the op, the argument, what was expected and what was given; nothing
@@ -150,6 +151,26 @@ def _attrs(op, a):
     return ({k: (float(a[k]) if k in a else None) for k in ("forget_bias", "cell_clip")}, bool(peephole))
 
 
+def _is_numpy_bfloat16(a):
+    return isinstance(a, _np.ndarray) and a.dtype.name == "bfloat16"
+
+
+def _bfloat16_as_bits(tensors):
+    """NumPy's bfloat16 (ml_dtypes) goes to the library as its uint16 view, named (the buffer
+    protocol and DLPack carry no bfloat16); returns the tensors to pass and those names."""
+    names = {n for n, t in tensors.items() if _is_numpy_bfloat16(t)}
+    return {n: (t.view(_np.uint16) if n in names else t) for n, t in tensors.items()}, names
+
+
+def _bfloat16_from_bits(result, names):
+    """The uint16 outputs of a call that passed NumPy bfloat16 inputs, as ml_dtypes.bfloat16."""
+    if not names:
+        return result
+    import ml_dtypes  # present: the inputs are its arrays
+    return {n: (a.view(ml_dtypes.bfloat16) if isinstance(a, _np.ndarray) and a.dtype == _np.uint16 else a)
+            for n, a in result.items()}
+
+
 def _make(op):
     inputs = [a["name"] for a in op["inputs"]]
     outputs = [a["name"] for a in op["outputs"]]
@@ -174,8 +195,10 @@ def _make(op):
         for n in optional:
             if a[n] is not None:
                 tensors[n] = _np.ascontiguousarray(a[n], dtype=_np.int64) if isinstance(a[n], (list, tuple)) else a[n]
+        tensors, bfloat16 = _bfloat16_as_bits(tensors)
         out = _core.invoke(op["name"], seq_len_max, tensors, None, attrs["forget_bias"], attrs["cell_clip"],
-                           use_peephole)
+                           use_peephole, bfloat16)
+        out = _bfloat16_from_bits(out, bfloat16)
         return Result(*(out[n] for n in outputs))
 
     fn.__name__ = fn.__qualname__ = _snake(op["name"])
@@ -190,13 +213,15 @@ def _make(op):
 
 
 def reverse_sequence(input, seq_lengths):
-    """TF's ReverseSequence with seq_axis 0 and batch_axis 1: each row b of input [T, B, W] (float32
-    or float16, CPU or CUDA) reversed within its first seq_lengths[b] steps, the rest as it is;
+    """TF's ReverseSequence with seq_axis 0 and batch_axis 1: each row b of input [T, B, W] (float32,
+    float16 or bfloat16, CPU or CUDA) reversed within its first seq_lengths[b] steps, the rest as it is;
     seq_lengths [B] int32 or int64 on the CPU (or a list), each in [0, T]. One kernel launch; a new
     array of input's framework."""
     if isinstance(seq_lengths, (list, tuple)):
         seq_lengths = _np.ascontiguousarray(seq_lengths, dtype=_np.int64)
-    return _core.reverse_sequence(input, seq_lengths)
+    tensors, bfloat16 = _bfloat16_as_bits({"input": input})
+    out = _core.reverse_sequence(tensors["input"], seq_lengths, None, bfloat16)
+    return _bfloat16_from_bits({"output": out}, bfloat16)["output"]
 
 
 __all__.append("reverse_sequence")

@@ -5,8 +5,12 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/set.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <set>
+#include <type_traits>
 
 #include <blocklstm/blocklstm.h>
 #include <blocklstm/ops.h>
@@ -46,19 +50,26 @@ Framework framework_of(const std::string &op, const nb::handle &x, Device device
     return Framework::numpy;
 }
 
-// A view of a C-contiguous float16/float32 array on the CPU or a CUDA device, zero-copy. Array:
-// nb::ndarray<nb::ro> for inputs (read-only arrays are fine: inputs are never written), or
+// NumPy has no bfloat16 that DLPack or the buffer protocol carry: the Python layer passes an
+// ml_dtypes.bfloat16 array as its uint16 view and names it here (and takes bfloat16 outputs back
+// as uint16 arrays, viewed as bfloat16).
+using Bfloat16Names = std::set<std::string>;
+
+// A view of a C-contiguous float32/float16/bfloat16 array on the CPU or a CUDA device, zero-copy.
+// Array: nb::ndarray<nb::ro> for inputs (read-only arrays are fine: inputs are never written), or
 // nb::ndarray<> for outputs.
 template <typename Array>
-TensorView view_of(const std::string &op, const std::string &name, const Array &a) {
+TensorView view_of(const std::string &op, const std::string &name, const Array &a, const Bfloat16Names &bfloat16) {
     const std::string arg = op + ": argument '" + name + "'";
     TensorView v;
     if (a.dtype() == nb::dtype<float>()) v.dtype = DType::f32;
     else if (a.dtype().code == uint8_t(nb::dlpack::dtype_code::Float) && a.dtype().bits == 16) v.dtype = DType::f16;
+    else if (a.dtype().code == uint8_t(nb::dlpack::dtype_code::Bfloat) && a.dtype().bits == 16) v.dtype = DType::bf16;
+    else if (a.dtype() == nb::dtype<uint16_t>() && bfloat16.count(name)) v.dtype = DType::bf16;
     else if (name == "seq_lengths" && a.dtype() == nb::dtype<int32_t>()) v.dtype = DType::i32;
     else if (name == "seq_lengths" && a.dtype() == nb::dtype<int64_t>()) v.dtype = DType::i64;
     else throw ArgumentError(arg + (name == "seq_lengths" ? ": expected int32 or int64 data, got "
-                                                          : ": expected float32 or float16 data, got ") +
+                                                          : ": expected float32, float16 or bfloat16 data, got ") +
                              dtype_name(a.dtype()));
     if (a.device_type() == nb::device::cpu::value) v.device = Device::cpu;
     else if (a.device_type() == nb::device::cuda::value) v.device = Device::cuda;
@@ -82,9 +93,12 @@ nb::object to_array(Tensor t, int32_t device_id) {
     auto *owned = new Tensor(std::move(t));
     nb::capsule owner(owned, [](void *p) noexcept { delete static_cast<Tensor *>(p); });
     std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
-    const nb::dlpack::dtype dt = owned->dtype() == DType::f32
-                                     ? nb::dtype<float>()
-                                     : nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
+    constexpr bool numpy = std::is_same_v<Framework, nb::numpy>;  // bfloat16 as uint16 (Bfloat16Names)
+    const nb::dlpack::dtype dt =
+        owned->dtype() == DType::f32    ? nb::dtype<float>()
+        : owned->dtype() == DType::f16  ? nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1}
+        : numpy                         ? nb::dtype<uint16_t>()
+                                        : nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Bfloat), 16, 1};
     const int device = owned->device() == Device::cuda ? nb::device::cuda::value : nb::device::cpu::value;
     return nb::ndarray<Framework>(owned->data(), shape.size(), shape.data(), owner, nullptr, dt, device, device_id)
         .cast();
@@ -131,7 +145,7 @@ std::string why_not_an_array(const nb::handle &value, bool output) {
 
 template <typename Array>
 std::map<std::string, TensorView> views(const std::string &op, const nb::dict &tensors, std::vector<Array> &keep,
-                                        bool output) {
+                                        bool output, const Bfloat16Names &bfloat16) {
     std::map<std::string, TensorView> out;
     for (auto [key, value] : tensors) {
         const std::string name = nb::cast<std::string>(key);
@@ -141,7 +155,7 @@ std::map<std::string, TensorView> views(const std::string &op, const nb::dict &t
         if (!nb::try_cast(value, a))
             throw ArgumentError(op + ": argument '" + name + "'" + why_not_an_array(value, output));
         keep.push_back(a);
-        out[name] = view_of(op, name, a);
+        out[name] = view_of(op, name, a, bfloat16);
     }
     return out;
 }
@@ -197,14 +211,14 @@ NB_MODULE(_core, m) {
     m.def("invoke",
           [](const std::string &op, int64_t seq_len_max, const nb::dict &inputs,
              std::optional<nb::dict> outputs, std::optional<float> forget_bias,
-             std::optional<float> cell_clip, bool use_peephole) -> nb::object {
+             std::optional<float> cell_clip, bool use_peephole, const Bfloat16Names &bfloat16) -> nb::object {
               std::vector<nb::ndarray<nb::ro>> keep_inputs;
               std::vector<nb::ndarray<>> keep_outputs;
-              const auto in = views(op, inputs, keep_inputs, false);
+              const auto in = views(op, inputs, keep_inputs, false, bfloat16);
               OpAttrs attrs{forget_bias, cell_clip, use_peephole};
 
               if (outputs) {
-                  const auto out = views(op, *outputs, keep_outputs, true);
+                  const auto out = views(op, *outputs, keep_outputs, true, bfloat16);
                   nb::gil_scoped_release no_gil;
                   invoke(op, seq_len_max, in, out, attrs);
                   return nb::none();
@@ -235,22 +249,24 @@ NB_MODULE(_core, m) {
               return d;
           },
           nb::arg("op"), nb::arg("seq_len_max"), nb::arg("inputs"), nb::arg("outputs").none(),
-          nb::arg("forget_bias").none(), nb::arg("cell_clip").none(), nb::arg("use_peephole"));
+          nb::arg("forget_bias").none(), nb::arg("cell_clip").none(), nb::arg("use_peephole"),
+          nb::arg("bfloat16") = Bfloat16Names{});
 
     // ReverseSequence into a new array of input's framework, or into `output`.
     m.def("reverse_sequence",
-          [](nb::handle input, nb::handle seq_lengths, std::optional<nb::handle> output) -> nb::object {
+          [](nb::handle input, nb::handle seq_lengths, std::optional<nb::handle> output,
+             const Bfloat16Names &bfloat16) -> nb::object {
               const std::string op = "ReverseSequence";
               std::vector<nb::ndarray<nb::ro>> keep;
               std::vector<nb::ndarray<>> keep_out;
               nb::dict in;
               in["input"] = input;
               in["seq_lengths"] = seq_lengths;
-              const auto v = views(op, in, keep, false);
+              const auto v = views(op, in, keep, false, bfloat16);
               if (output) {
                   nb::dict out;
                   out["output"] = *output;
-                  const auto o = views(op, out, keep_out, true);
+                  const auto o = views(op, out, keep_out, true, bfloat16);
                   nb::gil_scoped_release no_gil;
                   ReverseSequence(v.at("input"), v.at("seq_lengths"), o.at("output"));
                   return nb::none();
@@ -271,7 +287,8 @@ NB_MODULE(_core, m) {
               }
               return to_array<nb::numpy>(std::move(t), device_id);
           },
-          nb::arg("input"), nb::arg("seq_lengths"), nb::arg("output").none() = nb::none());
+          nb::arg("input"), nb::arg("seq_lengths"), nb::arg("output").none() = nb::none(),
+          nb::arg("bfloat16") = Bfloat16Names{});
 
     m.def("set_cuda_stream", [](uintptr_t stream) { set_cuda_stream(reinterpret_cast<CudaStream>(stream)); },
           "The CUDA stream this thread's calls run on (0: the legacy default stream).");

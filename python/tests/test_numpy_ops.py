@@ -105,6 +105,38 @@ def test_block_lstm_matches_float64_reference(peephole):
         np.testing.assert_allclose(getattr(out, k), v, atol=2e-6, rtol=0, err_msg=k)
 
 
+@pytest.mark.parametrize("peephole", [False, True])
+def test_bfloat16_arrays_of_ml_dtypes(peephole):
+    """NumPy bfloat16 (ml_dtypes.bfloat16) in and out: the forward against the float64 reference of
+    the bfloat16-rounded inputs (the C++ suites' bfloat16 tolerance: 16 roundings of 2^-8 for the
+    recurrence), the gradient op on those outputs against its float32 call on the same values,
+    ReverseSequence bit for bit, and a dtype mixed with float32 refused naming the argument."""
+    import ml_dtypes  # a test requirement (python/requirements-test.txt): its absence fails, never skips
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(9)
+    a = {k: v.astype(bf16) for k, v in random_inputs(rng, 6, 5, 17, 33).items()}
+    out = blocklstm.block_lstm(6, **a, forget_bias=0.5, cell_clip=0.8, use_peephole=peephole)
+    want = reference_block_lstm(**{k: v.astype(np.float64) for k, v in a.items()}, forget_bias=0.5, cell_clip=0.8,
+                                peephole=peephole)
+    for k, v in want.items():
+        assert getattr(out, k).dtype == bf16, k
+        np.testing.assert_allclose(getattr(out, k).astype(np.float64), v, atol=6.25e-2 * max(1.0, np.abs(v).max()),
+                                   rtol=0, err_msg=k)
+    grads_in = {**a, **{k: getattr(out, k) for k in ("i", "cs", "f", "o", "ci", "co", "h")},
+                "cs_grad": rng.standard_normal(out.h.shape).astype(bf16), "h_grad": rng.standard_normal(out.h.shape).astype(bf16)}
+    g16 = blocklstm.block_lstm_grad(6, **grads_in, use_peephole=peephole)
+    g32 = blocklstm.block_lstm_grad(6, **{k: v.astype(np.float32) for k, v in grads_in.items()}, use_peephole=peephole)
+    for k in g32._fields:  # one rounding of each float32 result, and the rounded activations of the steps
+        ours, ref = getattr(g16, k).astype(np.float64), getattr(g32, k).astype(np.float64)
+        assert getattr(g16, k).dtype == bf16, k
+        np.testing.assert_allclose(ours, ref, atol=2 ** -8 * max(1.0, np.abs(ref).max()), rtol=0, err_msg=k)
+    rev = blocklstm.reverse_sequence(a["x"], [6, 0, 3, 1, 5])
+    assert rev.dtype == bf16
+    np.testing.assert_array_equal(rev[:3, 2].view(np.uint16), a["x"][:3, 2][::-1].view(np.uint16))
+    with pytest.raises(ValueError, match="BlockLSTM: argument 'w' has dtype float32: expected bfloat16"):
+        blocklstm.block_lstm(6, **{**a, "w": a["w"].astype(np.float32)})
+
+
 def test_functions_follow_the_registry():
     for op in blocklstm.ops():
         fn = getattr(blocklstm, snake(op["name"]))
@@ -168,7 +200,7 @@ def test_seq_len_max_as_array_and_zero_past_it():
 
 @pytest.mark.parametrize("change, message", [
     (lambda a: a.update(x=a["x"].astype(np.float64)),
-     "BlockLSTM: argument 'x': expected float32 or float16 data, got float64"),
+     "BlockLSTM: argument 'x': expected float32, float16 or bfloat16 data, got float64"),
     (lambda a: a.update(w=np.ascontiguousarray(a["w"][:, :-4])), "BlockLSTM: argument 'w' has shape [9,16]: expected [9,20]"),
     (lambda a: a.update(x=np.asfortranarray(a["x"])), "BlockLSTM: argument 'x' is not C-contiguous"),
     (lambda a: a.update(b=a["b"].astype(np.float16)), "BlockLSTM: argument 'b' has dtype float16"),
@@ -285,7 +317,7 @@ def test_arrays_dlpack_cannot_describe_say_why():
     with pytest.raises(ValueError, match=r"argument 'b' has strides \(6,\) that are not whole elements"):
         blocklstm.block_lstm(3, **{**a, "b": odd})
     for dtype, name in ((np.bool_, "bool"), (np.complex64, "complex64"), (np.int32, "int32")):
-        with pytest.raises(ValueError, match=f"argument 'b': expected float32 or float16 data, got {name}$"):
+        with pytest.raises(ValueError, match=f"argument 'b': expected float32, float16 or bfloat16 data, got {name}$"):
             blocklstm.block_lstm(3, **{**a, "b": a["b"].astype(dtype)})
 
 

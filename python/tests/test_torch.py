@@ -115,6 +115,43 @@ def test_module_float16_close_to_nn_lstm_float32():
     torch.testing.assert_close(y.float(), ref(x)[0], atol=4e-3, rtol=0)
 
 
+def test_module_bfloat16_against_nn_lstm_in_bfloat16_and_float32():
+    """blocklstm.torch.LSTM(dtype=torch.bfloat16) and .to(torch.bfloat16), two layers bidirectional
+    with nn.LSTM's weights: outputs, h_n, c_n and the input and weight gradients against nn.LSTM in
+    float32 (within bfloat16's rounding: 2^-8 per stored value, carried through 6 steps and two
+    layers) and against nn.LSTM in bfloat16 (whose own CPU kernels round differently, so the same
+    bound)."""
+    torch.manual_seed(3)
+    ref = torch.nn.LSTM(8, 12, num_layers=2, bidirectional=True)
+    ours = bt.LSTM(8, 12, num_layers=2, bidirectional=True, dtype=torch.bfloat16)
+    ours.load_state_dict(ref.state_dict())
+    assert all(p.dtype == torch.bfloat16 for p in ours.parameters())
+    also = bt.LSTM(8, 12, num_layers=2, bidirectional=True)
+    also.load_state_dict(ref.state_dict())
+    also = also.to(torch.bfloat16)
+    x = torch.randn(6, 3, 8)
+    ref16 = torch.nn.LSTM(8, 12, num_layers=2, bidirectional=True).to(torch.bfloat16)
+    ref16.load_state_dict(ref.state_dict())
+
+    def run(m, dtype):
+        xi = x.to(dtype).detach().clone().requires_grad_()
+        y, (h, c) = m(xi)
+        (y.float().sum() + h.float().sum() + 0.5 * c.float().sum()).backward()
+        return y, h, c, xi.grad, m.weight_ih_l1_reverse.grad, m.weight_hh_l0.grad
+
+    want32 = run(ref, torch.float32)
+    want16 = run(ref16, torch.bfloat16)
+    got = run(ours, torch.bfloat16)
+    got_to = run(also, torch.bfloat16)
+    names = ("output", "h_n", "c_n", "x.grad", "weight_ih_l1_reverse.grad", "weight_hh_l0.grad")
+    for name, g, g_to, w32, w16 in zip(names, got, got_to, want32, want16):
+        assert g.dtype == torch.bfloat16, name
+        torch.testing.assert_close(g, g_to, atol=0, rtol=0, msg=name)  # the same module either way
+        scale = max(1.0, w32.abs().max().item())
+        assert (g.float() - w32).abs().max().item() <= 3.2e-2 * scale, (name, (g.float() - w32).abs().max())
+        assert (g.float() - w16.float()).abs().max().item() <= 3.2e-2 * scale, (name, (g.float() - w16.float()).abs().max())
+
+
 def test_peephole_module_loads_nn_lstm_state_and_learns_peepholes():
     ref = torch.nn.LSTM(5, 8)
     ours = bt.LSTM(5, 8, peephole=True, forget_bias=1.0, cell_clip=2.0)
@@ -125,8 +162,9 @@ def test_peephole_module_loads_nn_lstm_state_and_learns_peepholes():
     assert ours.weight_ci_l0.grad.abs().sum() > 0 and ours.weight_co_l0.grad.abs().sum() > 0
 
 
-@pytest.mark.parametrize("dtype, fwd_tol, grad_tol", [(torch.float32, 1e-5, 1e-5), (torch.float16, 4e-3, 1e-2)],
-                         ids=["float32", "float16"])
+@pytest.mark.parametrize("dtype, fwd_tol, grad_tol", [(torch.float32, 1e-5, 1e-5), (torch.float16, 4e-3, 1e-2),
+                                                      (torch.bfloat16, 6.25e-2, 3.2e-2)],
+                         ids=["float32", "float16", "bfloat16"])
 def test_module_with_tf_options_matches_the_float64_reference(dtype, fwd_tol, grad_tol):
     """Peepholes (three different vectors), forget_bias and an active cell_clip, against
     reference_module: the outputs, h_n, c_n and the gradient of every input and parameter. Errors are
@@ -230,7 +268,7 @@ def test_second_derivatives_are_refused_not_zero():
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda a: a.__setitem__(0, a[0].double()), "argument 'x': expected float32 or float16 data, got float64"),
+    (lambda a: a.__setitem__(0, a[0].double()), "argument 'x': expected float32, float16 or bfloat16 data, got float64"),
     (lambda a: a.__setitem__(0, a[0].transpose(0, 1).contiguous().transpose(0, 1)), "argument 'x' is not C-contiguous"),
     (lambda a: a.__setitem__(3, a[3][:, :-4]), "argument 'w'"),
     (lambda a: a.__setitem__(7, a[7].half()), "BlockLSTM"),
