@@ -37,8 +37,9 @@ endfunction()
 # and BLOCKLSTM_CPU_CHECK_TARGETS (the tests' check targets), by name ("x86-64-linux-" before a
 # name, as Halide target strings start, is allowed). Sets, in the caller's scope,
 # BLOCKLSTM_CPU_TARGET_NAMES (production then check targets) and for each name's tag
-# T = MAKE_C_IDENTIFIER(name): BLOCKLSTM_CPU_<T>_HALIDE_TARGET, _TABLE, _CHECK (0 or 1) and _CPUS
-# (the table's CPUs, "vendor:family:first_model:last_model" items; empty: any CPU).
+# T = MAKE_C_IDENTIFIER(name): BLOCKLSTM_CPU_<T>_HALIDE_TARGET, _TABLE, _CHECK (0 or 1), _CPUS
+# (the table's CPUs, "vendor:family:first_model:last_model" items; empty: any CPU) and _BF16_DOT
+# (0 or 1: its bfloat16 kernels' products in pairs of bfloat16 products).
 macro(blocklstm_select_cpu_targets)
     set(BLOCKLSTM_CPU_TARGET_NAMES "")
     foreach (blocklstm_section IN ITEMS targets check_targets)
@@ -104,6 +105,14 @@ function(blocklstm_cpu_target_entry section index)
     set(BLOCKLSTM_CPU_${tag}_CPUS "${cpus}" PARENT_SCOPE)
     blocklstm_cpu_manifest_get(vector_floats ${section} ${index} vector_floats)
     set(BLOCKLSTM_CPU_${tag}_VECTOR_FLOATS "${vector_floats}" PARENT_SCOPE)
+    blocklstm_cpu_manifest_get(bf16_dot ${section} ${index} bf16_dot_products)
+    if (bf16_dot STREQUAL "ON")  # string(JSON) reads true as ON
+        set(BLOCKLSTM_CPU_${tag}_BF16_DOT 1 PARENT_SCOPE)
+    elseif (bf16_dot STREQUAL "" OR bf16_dot STREQUAL "OFF")
+        set(BLOCKLSTM_CPU_${tag}_BF16_DOT 0 PARENT_SCOPE)
+    else ()
+        message(FATAL_ERROR "${BLOCKLSTM_CPU_TARGET_MANIFEST}: ${name}'s bf16_dot_products is '${bf16_dot}': expected true or false")
+    endif ()
 endfunction()
 
 # blocklstm_check_cpu_target_table(NAME): a production target's table uses its instruction set's
@@ -161,8 +170,12 @@ function(blocklstm_write_cpu_target_table file)
         endif ()
         string(REPLACE "\\" "\\\\" tuned_on "${BLOCKLSTM_TUNING_${table}_TUNED_ON}")
         string(REPLACE "\"" "\\\"" tuned_on "${tuned_on}")
+        set(bf16_dot false)
+        if (BLOCKLSTM_CPU_${tag}_BF16_DOT)
+            set(bf16_dot true)
+        endif ()
         string(APPEND specs " \\\n    {\"${name}\", \"${halide_target}\", \"${table}\", "
-               "\"${BLOCKLSTM_TUNING_${table}_KNOBS}\", \"${tuned_on}\", ${check}, {${cpus}}, {${features}}},")
+               "\"${BLOCKLSTM_TUNING_${table}_KNOBS}\", \"${tuned_on}\", ${check}, ${bf16_dot}, {${cpus}}, {${features}}},")
     endforeach ()
     # Written only when it changes, so that a configure run rebuilds nothing it did not change.
     file(WRITE "${file}.new" "// Written by CMake (cmake/BlocklstmCpuTargets.cmake) from schedules/cpu_targets.json and
@@ -170,7 +183,7 @@ function(blocklstm_write_cpu_target_table file)
 // M(kernel, tag): the kernel's function for one target is <kernel>__<tag>.
 #define BLOCKLSTM_FOR_EACH_CPU_TARGET(M, kernel)${symbols}
 
-// {name, Halide target, tuning table, its knobs, where it was tuned, check_only,
+// {name, Halide target, tuning table, its knobs, where it was tuned, check_only, bf16_dot_products,
 //  {the CPUs the table is for: {vendor, family, first model, last model}, ...} (none: any CPU),
 //  {{Halide feature, its name}, ...}}
 #define BLOCKLSTM_CPU_TARGET_SPECS${specs}

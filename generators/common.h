@@ -32,10 +32,16 @@ public:
     GeneratorParam<std::string> tuning{"tuning", ""};
     GeneratorParam<Weights> weights{"weights", Weights::none,
                                     {{"none", Weights::none}, {"panels", Weights::panels}, {"matrix", Weights::matrix}}};
+    // The bfloat16 kernels' products in pairs of bfloat16 products (schedules/cpu_targets.json's
+    // bf16_dot_products; CMake passes it to the bfloat16 kernels of such a target).
+    GeneratorParam<bool> bf16_dot_products{"bf16_dot_products", false};
 
 protected:
     schedules::Machine machine() const {
-        return schedules::machine(this->get_target(), tuning_table, tuning, this->using_autoscheduler());
+        schedules::Machine m =
+            schedules::machine(this->get_target(), tuning_table, tuning, this->using_autoscheduler());
+        m.bf16_dot_products = bf16_dot_products;
+        return m;
     }
     // The weights this generator can hold; another is a build error pointing at kernels.inc.
     void require_weights(std::initializer_list<Weights> allowed) const {
@@ -90,13 +96,13 @@ inline Func peephole_sums(const PeepholeGradTerms &terms, const Var &j) {
 }
 
 // The panel width of a product's b operand (0: no panels, the weight matrix on the GPU). With
-// panels, their layout is declared: the panel width, zero origins of the panels and of the product
+// panels (pairs: bfloat16 pair panels, schedules/panel_layout.h), their layout is declared: the panel width, zero origins of the panels and of the product
 // (so a column's place in its panel is static), and the panel count the runtime allocates for the
 // product's columns (schedules/panel_layout.h), checked on every call.
 template <typename PanelsInput, typename ProductOutput>
-int declare_panels(PanelsInput *panels, ProductOutput *product, bool in_panels) {
+int declare_panels(PanelsInput *panels, ProductOutput *product, bool in_panels, bool pairs = false) {
     if (!in_panels) return 0;
-    panels->dim(0).set_min(0).set_extent(panels::kPanelCols);
+    panels->dim(0).set_min(0).set_extent(pairs ? 2 * panels::kPanelCols : panels::kPanelCols);
     panels->dim(1).set_min(0);
     panels->dim(2).set_min(0).set_extent(panels::panel_count(product->dim(0).extent()));
     product->dim(0).set_min(0);
@@ -105,9 +111,11 @@ int declare_panels(PanelsInput *panels, ProductOutput *product, bool in_panels) 
 }
 
 // The b(x, k) operand of a step's recurrent product: element (x, k) of weight panels
-// w(xi, k, xo) (panel_cols > 0, see generators/panels.cpp) or of the weight matrix w(x, k).
-inline Expr recurrent_weight(const Func &w, int panel_cols, const Expr &x, const Expr &k) {
+// w(xi, k, xo) (panel_cols > 0, see generators/panels.cpp), of bfloat16 pair panels
+// w(2 xi + k % 2, k / 2, xo) (pairs), or of the weight matrix w(x, k).
+inline Expr recurrent_weight(const Func &w, int panel_cols, const Expr &x, const Expr &k, bool pairs = false) {
     if (panel_cols == 0) return w(x, k);
+    if (pairs) return w(2 * (x % panel_cols) + k % 2, k / 2, x / panel_cols);
     return w(x % panel_cols, k, x / panel_cols);
 }
 
@@ -132,7 +140,10 @@ inline KBlocks k_blocks(const Expr &depth, int k_block) {
 // The panels are laid out for the schedule's register tiles: a_panel(yi, k, yo) holds row
 // yo * panel_rows + yi and b_panel(xi, k, xo) column xo * panel_cols + xi, so a schedule that
 // stores many tiles' panels at once keeps each tile's panel contiguous (0: no tiles,
-// a_panel(y, k, 0) and b_panel(x, k, 0)).
+// a_panel(y, k, 0) and b_panel(x, k, 0)). With blocking.bf16_pairs (bfloat16 a and b) the panels
+// stay bfloat16 and hold pairs of k side by side, a_panel(kk, yi, k, yo) and b_panel(kk, xi, k,
+// xo) for k = 2 k + kk, and the product runs over the pairs: a float32 sum of two products at a
+// time (vdpbf16ps).
 // Reads past the last row / column / k are clamped (min(likely(...)) lets Halide split off the
 // edge iterations), so a schedule may compute whole register tiles and blocks at the edges;
 // b_padded: b may be read past its last column up to the end of a panel (zeros there), so its
@@ -150,29 +161,51 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
                                     std::optional<Func> sum = std::nullopt,
                                     const std::function<void(Func a_panel, Expr k_extent)> &define_a_panel = nullptr) {
     const int panel_rows = blocking.panel_rows, panel_cols = blocking.panel_cols;
-    const KBlocks kbs = k_blocks(depth, blocking.k_block);
+    const bool pairs = blocking.bf16_pairs;
+    KBlocks kbs = k_blocks(depth, blocking.k_block);
+    if (pairs) kbs.size = (kbs.size + 1) / 2 * 2;  // whole pairs of k in a block
     const Expr block_size = kbs.size;
-    RDom k_in_block(0, kbs.size, name + "_k"), blocks(0, kbs.count, name + "_kb");
+    // k in a block, or (bf16_pairs) the pair kk and the pairs k of a block: k = 2 k + kk.
+    RDom k_in_block = pairs ? RDom(0, 2, 0, kbs.size / 2, name + "_k") : RDom(0, kbs.size, name + "_k");
+    RDom blocks(0, kbs.count, name + "_kb");
     schedules::GemmFuncs p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"),
-                           Func(name + "_a_panel"), Func(name + "_b_panel"), x, y, k_in_block.x,
-                           blocks.x};
-    Var k("k"), kb("kb"), xo("xo"), yo("yo");
+                           Func(name + "_a_panel"), Func(name + "_b_panel"), x, y,
+                           pairs ? k_in_block.y : k_in_block.x, blocks.x,
+                           pairs ? std::optional<RVar>(k_in_block.x) : std::nullopt};
+    Var k("k"), kb("kb"), xo("xo"), yo("yo"), kk("kk");
     Expr xc = min(likely(x), cols - 1), yc = min(likely(y), rows - 1);
-    Expr kc = min(likely(k), max(depth - 1, 0));
     Expr panel_x = panel_cols > 0 ? xo * panel_cols + x : x;
     Expr panel_y = panel_rows > 0 ? yo * panel_rows + y : y;
-    if (define_a_panel) {
-        define_a_panel(p.a_panel, kbs.count * kbs.size);
-    } else {
-        p.a_panel(y, k, yo) = select(likely(k < depth), f32(a(kc, min(likely(panel_y), rows - 1))), 0.0f);
-    }
     Expr b_x = b_padded ? panel_x : min(likely(panel_x), cols - 1);
-    p.b_panel(x, k, xo) = select(likely(k < depth), f32(b(b_x, kc)), 0.0f);
-    Expr kk = kb * block_size + k_in_block;
-    Expr a_kk = panel_rows > 0 ? p.a_panel(y % panel_rows, kk, y / panel_rows)
-                               : p.a_panel(y, kk, 0);
-    Expr b_kk = panel_cols > 0 ? p.b_panel(x % panel_cols, kk, x / panel_cols)
-                               : p.b_panel(x, kk, 0);
+    Expr a_kk, b_kk;
+    if (pairs) {
+        // bfloat16 operands, unconverted, with the two k of a pair side by side: a_panel(kk, y, k,
+        // yo) and b_panel(kk, x, k, yo) hold k = 2 k + kk, each pair one 32-bit word, as a
+        // bfloat16 dot product (vdpbf16ps) reads them; zero past depth, so a partial pair adds
+        // exact zeros.
+        if (define_a_panel) throw std::invalid_argument(name + ": bfloat16 pairs take a in place");
+        Expr k2 = 2 * k + kk, k2c = min(likely(k2), max(depth - 1, 0));
+        Expr a_value = a(k2c, min(likely(panel_y), rows - 1));
+        p.a_panel(kk, y, k, yo) = select(likely(k2 < depth), a_value, cast(a_value.type(), 0));
+        Expr b_value = b(b_x, k2c);
+        p.b_panel(kk, x, k, xo) = select(likely(k2 < depth), b_value, cast(b_value.type(), 0));
+        Expr kp = kb * (block_size / 2) + k_in_block.y;
+        a_kk = f32(panel_rows > 0 ? p.a_panel(k_in_block.x, y % panel_rows, kp, y / panel_rows)
+                                  : p.a_panel(k_in_block.x, y, kp, 0));
+        b_kk = f32(panel_cols > 0 ? p.b_panel(k_in_block.x, x % panel_cols, kp, x / panel_cols)
+                                  : p.b_panel(k_in_block.x, x, kp, 0));
+    } else {
+        Expr kc = min(likely(k), max(depth - 1, 0));
+        if (define_a_panel) {
+            define_a_panel(p.a_panel, kbs.count * kbs.size);
+        } else {
+            p.a_panel(y, k, yo) = select(likely(k < depth), f32(a(kc, min(likely(panel_y), rows - 1))), 0.0f);
+        }
+        p.b_panel(x, k, xo) = select(likely(k < depth), f32(b(b_x, kc)), 0.0f);
+        Expr kk_ = kb * block_size + k_in_block.x;
+        a_kk = panel_rows > 0 ? p.a_panel(y % panel_rows, kk_, y / panel_rows) : p.a_panel(y, kk_, 0);
+        b_kk = panel_cols > 0 ? p.b_panel(x % panel_cols, kk_, x / panel_cols) : p.b_panel(x, kk_, 0);
+    }
     p.part(x, y, kb) = 0.0f;
     p.part(x, y, kb) += a_kk * b_kk;
     if (blocking.k_block > 0 && !blocking.init_apart) {

@@ -70,7 +70,9 @@ public:
         Expr depth = a_h ? a_h->dim(1).extent() : transpose_a ? a->dim(1).extent() : a->dim(0).extent();
         const schedules::Machine t = machine();
         const auto batched = schedules::GemmShape::batched;
-        const schedules::GemmBlocking blocking = schedules::gemm_blocking(batched, t);
+        // The input projection in bfloat16: x and W_x both bfloat16, in pairs where the target has them.
+        const bool bf16_operands = form == GemmForm::nn_bias && Type(dtype) == BFloat(16);
+        const schedules::GemmBlocking blocking = schedules::gemm_blocking(batched, t, bf16_operands);
         // A float32 c is the accumulator itself; a float16 c is one rounding of it.
         const bool c_is_f32 = c->types()[0] == Float(32);
         schedules::GemmFuncs p = matrix_product(

@@ -16,23 +16,32 @@ public:
     GeneratorParam<bool> transpose{"transpose", false};
 
     Input<Buffer<>> *in = nullptr;
-    Output<Buffer<float, 3>> out{args::panels::out};
+    Output<Buffer<>> *out = nullptr;
+
+    bool pairs() const { return panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products, transpose); }
 
     void configure() {
         require_weights({Weights::panels});
         in = add_input<Buffer<>>(args::panels::in, dtype, 2);
+        out = add_output<Buffer<>>(args::panels::out, pairs() ? BFloat(16) : Float(32), 3);
     }
 
     void generate() {
         const int P = panels::kPanelCols;
         Expr cols = transpose ? in->dim(1).extent() : in->dim(0).extent();
-        out.dim(0).set_min(0).set_extent(P);
-        out.dim(2).set_min(0).set_extent(panels::panel_count(cols));
+        Expr depth = transpose ? in->dim(0).extent() : in->dim(1).extent();
+        out->dim(0).set_min(0).set_extent(pairs() ? 2 * P : P);
+        out->dim(2).set_min(0).set_extent(panels::panel_count(cols));
         Var xi("xi"), k("k"), xo("xo");
-        Expr x = xo * P + xi, xc = min(x, cols - 1);
-        Expr value = transpose ? (*in)(k, xc) : (*in)(xc, k);
-        out(xi, k, xo) = select(x < cols, f32(value), 0.0f);
-        schedules::schedule_panels(out, xi, k, xo, transpose, machine());
+        if (pairs()) {  // xi is 2 * column + kk here
+            Expr x = xo * P + xi / 2, xc = min(x, cols - 1), k2 = 2 * k + xi % 2, k2c = min(k2, depth - 1);
+            (*out)(xi, k, xo) = select(x < cols && k2 < depth, (*in)(xc, k2c), cast(BFloat(16), 0));
+        } else {
+            Expr x = xo * P + xi, xc = min(x, cols - 1);
+            Expr value = transpose ? (*in)(k, xc) : (*in)(xc, k);
+            (*out)(xi, k, xo) = select(x < cols, f32(value), 0.0f);
+        }
+        schedules::schedule_panels(*out, xi, k, xo, transpose, pairs(), machine());
     }
 };
 

@@ -38,10 +38,15 @@ public:
         // [H,4H] rows I.. of w: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
-        w_h = add_input<Buffer<>>(a::w_h, panels ? Float(32) : Type(dtype), panels ? 3 : 2);
+        w_h = add_input<Buffer<>>(a::w_h, pairs() ? BFloat(16) : panels ? Float(32) : Type(dtype), panels ? 3 : 2);
         add_cell_inputs();
         lstm = add_output<Buffer<>>(a::lstm, std::vector<Type>(7, Type(dtype)), 2);
         gates = add_output<Buffer<>>(a::gates, Float(32), 2);
+    }
+
+    // W_h in bfloat16 pair panels, h . W_h in pairs of bfloat16 products (schedules/panel_layout.h).
+    bool pairs() const {
+        return weights == Weights::panels && panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products, false);
     }
 
     // The inputs of the gate math besides the pre-activations.
@@ -63,13 +68,12 @@ public:
             return;
         }
 
-        const int panel_cols =
-            declare_panels(w_h, gates, weights == Weights::panels);
+        const int panel_cols = declare_panels(w_h, gates, weights == Weights::panels, pairs());
         schedules::GemmFuncs p = matrix_product(
             "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
-            [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k); },
+            [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k, pairs()); },
             [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H,
-            schedules::gemm_blocking(schedules::GemmShape::step, machine()),
+            schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
             /*b_padded=*/panel_cols > 0,
             x, y, Func(*gates));
 

@@ -6,6 +6,7 @@
 // own unless the build names another.
 #pragma once
 
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,8 @@ struct GemmFuncs {
     Func sum, part, a_panel, b_panel;
     Var x, y;
     RVar k, blocks;
+    // With bfloat16 pairs (GemmBlocking::bf16_pairs) k counts pairs and k_pair is the k of a pair.
+    std::optional<RVar> k_pair;
 };
 
 // step: few rows (B, once per time step); A is read in place. batched: a product over the whole
@@ -99,14 +102,32 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         // Packing: a's panel (rows interleaved per register tile) and b's panels (one contiguous
         // panel per column tile, in parallel over the panels), each made at `at`.
         auto pack_a_at = [&](LoopLevel at) {
-            const std::vector<Var> a_args = g.a_panel.args();  // (yi, k, yo)
+            const std::vector<Var> a_args = g.a_panel.args();  // (yi, k, yo); pairs: (kk, yi, k, yo)
+            if (g.k_pair) {
+                g.a_panel.compute_at(at)
+                    .bound(a_args[0], 0, 2)
+                    .bound_extent(a_args[1], tile_rows)
+                    .unroll(a_args[0])
+                    .unroll(a_args[1]);
+                return;
+            }
             g.a_panel.compute_at(at)
                 .bound_extent(a_args[0], tile_rows)
                 .reorder(a_args[0], a_args[1], a_args[2])
                 .unroll(a_args[0]);
         };
         auto pack_b_at = [&](LoopLevel at) {
-            const std::vector<Var> b_args = g.b_panel.args();  // (xi, k, xo)
+            const std::vector<Var> b_args = g.b_panel.args();  // (xi, k, xo); pairs: (kk, xi, k, xo)
+            if (g.k_pair) {  // a pair of b's rows interleaved, in whole vectors of the panel
+                Var pair_col("pair_col");
+                g.b_panel.compute_at(at)
+                    .bound(b_args[0], 0, 2)
+                    .bound_extent(b_args[1], tile_cols)
+                    .fuse(b_args[0], b_args[1], pair_col)
+                    .vectorize(pair_col, 2 * vec)
+                    .parallel(b_args[3]);
+                return;
+            }
             g.b_panel.compute_at(at)
                 .bound_extent(b_args[0], tile_cols)
                 .vectorize(b_args[0], vec)
@@ -146,7 +167,10 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         // a's rows are read in place; row blocks x column tiles in parallel, so a product with
         // few rows (B, per step) still spreads its 4H columns over the cores.
         update.fuse(xo, yb, tile).parallel(tile);
-        if (use.a_converted) {
+        if (g.k_pair) {  // h_prev's pairs, zero past depth: B x H bfloat16 per step
+            const std::vector<Var> a_args = g.a_panel.args();  // (kk, y, k, 0)
+            g.a_panel.compute_root().bound(a_args[0], 0, 2).unroll(a_args[0]);
+        } else if (use.a_converted) {
             const std::vector<Var> a_args = g.a_panel.args();  // (y, k, 0)
             g.a_panel.compute_root().vectorize(a_args[1], vec, TailStrategy::GuardWithIf);
         }
@@ -166,6 +190,19 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         .vectorize(xv)
         .unroll(y);
     if (batched) g.part.unroll(xl);  // see the tile's unrolling above
+    if (g.k_pair) {
+        // A pair of k innermost, reduced into each float32 lane: with AVX512-BF16 one vdpbf16ps
+        // per vector of the tile and pair of k, its two bfloat16 products summed into the lane.
+        g.part.update()
+            .reorder(*g.k_pair, x, y, g.k)
+            .split(x, xl, xv, vec)
+            .atomic()
+            .vectorize(*g.k_pair)
+            .vectorize(xv)
+            .unroll(xl)
+            .unroll(y);
+        return;
+    }
     g.part.update()
         .reorder(x, y, g.k)
         .split(x, xl, xv, vec)
@@ -271,10 +308,10 @@ inline void schedule_gather_rows_cpu(Func out, Var c, Var r, const CpuTuning &tu
 
 // Weight panels out(xi, k, xo) (generators/panels.cpp): panels in parallel; a transposed source
 // is read in square tiles of one vector, transposed in registers as in schedule_transpose_cpu.
-inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed,
+inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed, bool pairs,
                                 const CpuTuning &tuning) {
-    const int vec = tuning.vector_floats;
-    out.bound(xi, 0, panels::kPanelCols).parallel(xo);
+    const int vec = pairs ? 2 * tuning.vector_floats : tuning.vector_floats;  // pairs: 2 columns' k each
+    out.bound(xi, 0, pairs ? 2 * panels::kPanelCols : panels::kPanelCols).parallel(xo);
     if (transposed) {
         Var xii("xii"), ki("ki"), xio("xio"), ko("ko");
         out.tile(xi, k, xio, ko, xii, ki, vec, vec, TailStrategy::GuardWithIf)

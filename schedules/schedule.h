@@ -21,6 +21,9 @@ struct Machine {
     // Halide's autoscheduler schedules the kernel (`blocklstm tune --baseline autoschedulers`):
     // the schedules below leave every Func as it is.
     bool autoschedule = false;
+    // A bfloat16 kernel's products of two bfloat16 operands run in pairs of k (GemmBlocking::
+    // bf16_pairs): the CPU target's bf16_dot_products (schedules/cpu_targets.json).
+    bool bf16_dot_products = false;
     // The GPU schedules run as CUDA (the product) and as OpenCL (their twins in the tests, on
     // PoCL: the same loops on any CI machine).
     bool gpu() const {
@@ -65,13 +68,18 @@ struct GemmBlocking {
     // Rows / columns per packed panel of the operands (0: no panels): the CPU's batched products
     // pack their operands in one panel per register tile.
     int panel_rows = 0, panel_cols = 0;
+    // a and b are bfloat16 and the product runs over pairs of k, two bfloat16 products summed
+    // into each float32 lane at a time (vdpbf16ps; generators/common.h: matrix_product).
+    bool bf16_pairs = false;
 };
 
-inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m) {
+// bf16_operands: a and b are both bfloat16 (then the target's bf16_dot_products decides the pairs).
+inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m, bool bf16_operands = false) {
     if (m.gpu()) return {.k_block = shape == GemmShape::step ? m.cuda.step_k_block : 0, .init_apart = true};
-    if (shape == GemmShape::step) return {.k_block = m.cpu.gemm_step_k_block};
+    const bool pairs = bf16_operands && m.bf16_dot_products;
+    if (shape == GemmShape::step) return {.k_block = m.cpu.gemm_step_k_block, .bf16_pairs = pairs};
     return {.k_block = m.cpu.gemm_k_block, .panel_rows = m.cpu.gemm_tile_rows,
-            .panel_cols = m.cpu.gemm_tile_cols()};
+            .panel_cols = m.cpu.gemm_tile_cols(), .bf16_pairs = pairs};
 }
 
 inline void schedule_gemm(const GemmFuncs &g, const GemmUse &use, const Machine &m) {
@@ -148,12 +156,13 @@ inline void schedule_gather_rows(Halide::Func out, Halide::Var c, Halide::Var r,
     schedule_elementwise_cuda(out, c, r, m.cuda);
 }
 
-// Packed weight panels exist for the CPU's per-step products only.
+// Packed weight panels exist for the CPU's per-step products only; pairs: bfloat16 pair panels
+// (schedules/panel_layout.h), xi running over twice the panel's columns.
 inline void schedule_panels(Halide::Func out, Halide::Var xi, Halide::Var k, Halide::Var xo,
-                            bool transposed, const Machine &m) {
+                            bool transposed, bool pairs, const Machine &m) {
     if (m.gpu()) throw std::invalid_argument("panels: the GPU products read the weights in place");
     if (m.autoschedule) return;
-    schedule_panels_cpu(out, xi, k, xo, transposed, m.cpu);
+    schedule_panels_cpu(out, xi, k, xo, transposed, pairs, m.cpu);
 }
 
 }  // namespace blocklstm::schedules

@@ -22,6 +22,7 @@ namespace {
 struct CpuTargetSpec {
     const char *name, *halide_target, *tuning_table, *tuning, *tuned_on;
     bool check_only;
+    bool bf16_dot_products;
     std::vector<X86Models> cpus;  // the CPUs the table is for (none: any CPU)
     std::vector<std::pair<int, const char *>> features;  // Halide feature, its name
 };
@@ -73,6 +74,7 @@ const std::vector<CpuTarget> &compiled() {
             t.name = s.name, t.halide_target = s.halide_target;
             t.tuning_table = s.tuning_table, t.tuning = s.tuning, t.tuned_on = s.tuned_on;
             t.check_only = s.check_only;
+            t.bf16_dot_products = s.bf16_dot_products;
             t.tuned_for = cpu_description(s.cpus);
             t.tuned_for_this_cpu = x86_is_one_of(this_cpu(), s.cpus);
             for (const auto &[bit, name] : s.features) {
@@ -182,6 +184,7 @@ int current_cpu_target() {
 }
 
 const std::string &cpu_target_name(int index) { return compiled().at(index).name; }
+bool cpu_target_bf16_dot_products(int index) { return compiled().at(index).bf16_dot_products; }
 
 }  // namespace detail
 

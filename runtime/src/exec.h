@@ -47,6 +47,8 @@ private:
 // first production target this CPU supports. Throws when the BLOCKLSTM_CPU_TARGET pin is invalid.
 int current_cpu_target();
 const std::string &cpu_target_name(int index);
+// Whether that target's bfloat16 kernels take W_h in pair panels (schedules/panel_layout.h).
+bool cpu_target_bf16_dot_products(int index);
 
 // Scratch memory of one call on its device (CUDA: stream-ordered, cuMemAllocAsync /
 // cuMemFreeAsync on the call's stream, so it is reused from the driver's pool and needs no

@@ -77,21 +77,28 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
 }
 
 // `w` packed by the CPU kernel `packer` (panels or panels_t) into float32 panels at `out`, which
-// holds panel_elements(cols, depth) floats.
-Buf pack_panels(Exec &exec, const KernelEntry &packer, Buf w, int64_t cols, int64_t depth, void *out) {
-    Buf packed(Device::cpu, out, DType::f32, {panels::panel_count(cols), depth, panels::kPanelCols});
+// holds panel_elements(cols, depth) floats; or, for `pairs`, bfloat16 pair panels of
+// pair_panel_elements(cols, depth) (schedules/panel_layout.h).
+Buf pack_panels(Exec &exec, const KernelEntry &packer, Buf w, int64_t cols, int64_t depth, void *out,
+                bool pairs = false) {
+    Buf packed = pairs ? Buf(Device::cpu, out, DType::bf16, {panels::panel_count(cols), (depth + 1) / 2, 2 * panels::kPanelCols})
+                       : Buf(Device::cpu, out, DType::f32, {panels::panel_count(cols), depth, panels::kPanelCols});
     run(packer, exec, PanelsArgs{.in = w, .out = packed});
     return packed;
 }
 
 // The recurrent weights as `step` holds them (kernels.inc's weights column): packed once per call
 // into float32 panels of panels::kPanelCols columns by the plan's `packer` (generators/panels.cpp;
-// panels: b(x, k) = w(x, k), panels_t: b(x, k) = w(k, x)), or `matrix` itself.
+// panels: b(x, k) = w(x, k), panels_t: b(x, k) = w(k, x)) — bfloat16 pair panels where the CPU
+// target's bfloat16 products run in pairs — or `matrix` itself.
 Buf recurrent_weights(Exec &exec, const PlanKernels &kernels, const KernelEntry &step, Family packer, Buf w,
                       Buf matrix, int64_t cols, int64_t depth, std::optional<Scratch> &storage) {
     if (step.weights != Weights::panels) return matrix;
-    storage.emplace(exec, panel_elements(cols, depth) * 4, Scratch::Fill::none);
-    return pack_panels(exec, kernels[packer], w, cols, depth, storage->data());
+    const bool pairs = panels::pair_panels(step.dtype == DType::bf16, cpu_target_bf16_dot_products(exec.cpu_target()),
+                                           packer == Family::panels_t);
+    storage.emplace(exec, pairs ? pair_panel_elements(cols, depth) * 2 : panel_elements(cols, depth) * 4,
+                    Scratch::Fill::none);
+    return pack_panels(exec, kernels[packer], w, cols, depth, storage->data(), pairs);
 }
 
 // A call's Exec and the kernels of the plan it runs, found before any output is written: the plan

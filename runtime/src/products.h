@@ -19,6 +19,10 @@ namespace blocklstm::detail {
 inline int64_t panel_elements(int64_t cols, int64_t depth) {
     return saturating_product({panels::panel_count(cols), depth, panels::kPanelCols});
 }
+// The same operand in bfloat16 pair panels: elements of 2 bytes, 2 * kPanelCols per pair of k.
+inline int64_t pair_panel_elements(int64_t cols, int64_t depth) {
+    return saturating_product({panels::panel_count(cols), (depth + 1) / 2, 2 * panels::kPanelCols});
+}
 
 // xw[rows, 4H] = x[rows, I] . w[0:I, :] + b in float32: the input projection of every step of a
 // sequence at once (rows = L*B), or of one cell step (rows = B).

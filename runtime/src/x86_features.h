@@ -4,7 +4,8 @@
 // are enabled, it reports AVX-512 for every AMD family 0x1a part (and 0x19 model 0x61) without
 // reading a feature bit, so a VM that hides AVX-512 on Zen 5 would run AVX-512 code (SIGILL), and
 // it reports no AVX2 where RDRAND is hidden. The kernels are built with LLVM's -mcpu for each
-// target (haswell, skylake-avx512), so their code also holds BMI1's `andn`, which is checked too.
+// target (haswell, skylake-avx512, znver4), so their code also holds BMI1's `andn`, which is
+// checked too, and avx512_zen4's every AVX-512 extension of -mcpu=znver4 that vector code may use.
 // Header-only, so that the tests can check the decoding against fixed register values.
 #pragma once
 
@@ -29,6 +30,8 @@ struct X86State {
     std::string vendor;      // cpuid(0)'s vendor string, e.g. "AuthenticAMD", "GenuineIntel"
     int family = 0;          // cpuid(1)'s family: base + extended (0x19: AMD Zen 3 and Zen 4)
     int model = 0;           // cpuid(1)'s model: base + extended << 4 (families 6 and 0xf on)
+    uint32_t leaf7_ecx = 0;    // cpuid(7, 0).ecx
+    uint32_t leaf7_1_eax = 0;  // cpuid(7, 1).eax; 0 where sub-leaf 1 does not exist
 };
 
 // A range of one vendor's CPU models (schedules/cpu_targets.json's "cpus": the CPUs a tuning table
@@ -49,7 +52,7 @@ inline bool x86_is_one_of(const X86State &state, const std::vector<X86Models> &m
 
 // One requirement of a feature: a bit of one register, and its name for messages.
 struct X86Bit {
-    enum Register { leaf1_ecx, leaf7_ebx, xcr0 } reg;
+    enum Register { leaf1_ecx, leaf7_ebx, xcr0, leaf7_ecx, leaf7_1_eax } reg;
     uint64_t mask;  // every bit of the mask must be set
     const char *name;
 };
@@ -74,10 +77,22 @@ inline std::optional<std::vector<X86Bit>> x86_requirements(const std::string &fe
     if (feature == "f16c") return std::vector<X86Bit>{osxsave, avx_state, {R::leaf1_ecx, 1u << 29, "F16C"}};
     const X86Bit zmm_state{R::xcr0, 0xe6, "OS support for AVX-512 state (XCR0 bits 1-2, 5-7)"};
     if (feature == "avx512") return std::vector<X86Bit>{osxsave, zmm_state, avx, avx2, avx512_f, avx512_cd};
-    if (feature == "avx512_skylake")  // -mcpu=skylake-avx512
-        return std::vector<X86Bit>{osxsave, zmm_state, avx, avx2, bmi1, avx512_f, avx512_cd,
-                                   {R::leaf7_ebx, 1u << 17, "AVX-512DQ"}, {R::leaf7_ebx, 1u << 30, "AVX-512BW"},
-                                   {R::leaf7_ebx, 1u << 31, "AVX-512VL"}};
+    const std::vector<X86Bit> skylake{osxsave, zmm_state, avx, avx2, bmi1, avx512_f, avx512_cd,
+                                      {R::leaf7_ebx, 1u << 17, "AVX-512DQ"}, {R::leaf7_ebx, 1u << 30, "AVX-512BW"},
+                                      {R::leaf7_ebx, 1u << 31, "AVX-512VL"}};
+    if (feature == "avx512_skylake") return skylake;  // -mcpu=skylake-avx512
+    if (feature == "avx512_zen4") {  // -mcpu=znver4: AMD Zen 4 and 5, Intel Sapphire Rapids on
+        std::vector<X86Bit> zen4 = skylake;
+        zen4.insert(zen4.end(), {{R::leaf7_ebx, 1u << 21, "AVX-512IFMA"},
+                                 {R::leaf7_ecx, 1u << 1, "AVX-512VBMI"},
+                                 {R::leaf7_ecx, 1u << 6, "AVX-512VBMI2"},
+                                 {R::leaf7_ecx, 1u << 8, "GFNI"},
+                                 {R::leaf7_ecx, 1u << 11, "AVX-512VNNI"},
+                                 {R::leaf7_ecx, 1u << 12, "AVX-512BITALG"},
+                                 {R::leaf7_ecx, 1u << 14, "AVX-512VPOPCNTDQ"},
+                                 {R::leaf7_1_eax, 1u << 5, "AVX-512BF16"}});
+        return zen4;
+    }
     return std::nullopt;
 }
 
@@ -87,8 +102,10 @@ inline std::optional<std::vector<std::string>> x86_missing(const X86State &state
     if (!needs) return std::nullopt;
     std::vector<std::string> missing;
     for (const X86Bit &b : *needs) {
-        const uint64_t value = b.reg == X86Bit::leaf1_ecx ? state.leaf1_ecx
+        const uint64_t value = b.reg == X86Bit::leaf1_ecx   ? state.leaf1_ecx
                                : b.reg == X86Bit::leaf7_ebx ? state.leaf7_ebx
+                               : b.reg == X86Bit::leaf7_ecx ? state.leaf7_ecx
+                               : b.reg == X86Bit::leaf7_1_eax ? state.leaf7_1_eax
                                                             : state.xcr0;
         if ((value & b.mask) != b.mask) missing.push_back(b.name);
     }
@@ -115,6 +132,12 @@ inline X86State read_x86_state() {
     if (__get_cpuid_max(0, nullptr) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
         s.leaf7_ebx = b;
+        s.leaf7_ecx = c;
+        const unsigned subleaves = a;  // cpuid(7, 0).eax: the last sub-leaf
+        if (subleaves >= 1) {
+            __cpuid_count(7, 1, a, b, c, d);
+            s.leaf7_1_eax = a;
+        }
     }
     if (s.leaf1_ecx & (1u << 27)) {  // OSXSAVE: XGETBV may be executed
         uint32_t lo = 0, hi = 0;

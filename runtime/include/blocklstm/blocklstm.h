@@ -333,6 +333,8 @@ struct CpuTarget {
     std::string tuned_on;       // where and how the table was tuned, or "(not measured) ..."
     bool check_only = false;    // a test build's check target: its instruction set with another
                                 // target's table; never chosen automatically
+    bool bf16_dot_products = false;  // its bfloat16 kernels' products of two bfloat16 operands run
+                                     // as pairs of bfloat16 products (vdpbf16ps on AVX512-BF16)
     std::string tuned_for;      // the CPUs its table is for, e.g. "AuthenticAMD family 0x19 models
                                 // 0x10-0x1f, 0x60-0x7f, 0xa0-0xaf" (AMD Zen 4); "" for any CPU.
                                 // Chosen automatically only on them (schedules/cpu_targets.json).
