@@ -70,20 +70,22 @@ public:
         Expr depth = a_h ? a_h->dim(1).extent() : transpose_a ? a->dim(1).extent() : a->dim(0).extent();
         const schedules::Machine t = machine();
         const auto batched = schedules::GemmShape::batched;
-        // The input projection in bfloat16: x and W_x both bfloat16, in pairs where the target has them.
-        const bool bf16_operands = form == GemmForm::nn_bias && Type(dtype) == BFloat(16);
-        const schedules::GemmBlocking blocking = schedules::gemm_blocking(batched, t, bf16_operands);
+        // bfloat16 kernels, on a target with bf16_dot_products, run the products in pairs of bfloat16
+        // products: the float32 operand (the gate gradients of x_grad's and w_grad's products) is
+        // rounded to bfloat16 as it is packed.
+        const schedules::GemmBlocking blocking =
+            schedules::gemm_blocking(batched, t, /*bf16_operands=*/Type(dtype) == BFloat(16));
+        auto operand = [&](Expr e) { return blocking.bf16_pairs ? cast(BFloat(16), e) : e; };
         // A float32 c is the accumulator itself; a float16 c is one rounding of it.
         const bool c_is_f32 = c->types()[0] == Float(32);
         schedules::GemmFuncs p = matrix_product(
             "c",
             [&](Expr k, Expr yy) {
-                if (!transpose_a) return (*a)(k, yy);
+                if (!transpose_a) return operand((*a)(k, yy));
                 Expr a_cols = a->dim(0).extent();
-                return select(likely(yy < a_cols), (*a)(min(yy, a_cols - 1), k),
-                              cast(a->type(), 1));
+                return operand(select(likely(yy < a_cols), (*a)(min(yy, a_cols - 1), k), cast(a->type(), 1)));
             },
-            [&](Expr xx, Expr k) { return recurrent_weight(*b, b_panel_cols, xx, k); },
+            [&](Expr xx, Expr k) { return operand(recurrent_weight(*b, b_panel_cols, xx, k)); },
             [&](Expr xx, Expr yy) {
                 if (c_in) return select(*accumulate != 0.0f, (*c_in)(xx, yy), 0.0f);
                 return bias ? f32((*bias)(xx)) : Expr(0.0f);

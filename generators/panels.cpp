@@ -18,7 +18,7 @@ public:
     Input<Buffer<>> *in = nullptr;
     Output<Buffer<>> *out = nullptr;
 
-    bool pairs() const { return panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products, transpose); }
+    bool pairs() const { return panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products); }
 
     void configure() {
         require_weights({Weights::panels});
@@ -35,7 +35,8 @@ public:
         Var xi("xi"), k("k"), xo("xo");
         if (pairs()) {  // xi is 2 * column + kk here
             Expr x = xo * P + xi / 2, xc = min(x, cols - 1), k2 = 2 * k + xi % 2, k2c = min(k2, depth - 1);
-            (*out)(xi, k, xo) = select(x < cols && k2 < depth, (*in)(xc, k2c), cast(BFloat(16), 0));
+            Expr value = transpose ? (*in)(k2c, xc) : (*in)(xc, k2c);
+            (*out)(xi, k, xo) = select(x < cols && k2 < depth, value, cast(BFloat(16), 0));
         } else {
             Expr x = xo * P + xi, xc = min(x, cols - 1);
             Expr value = transpose ? (*in)(k, xc) : (*in)(xc, k);

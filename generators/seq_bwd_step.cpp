@@ -35,9 +35,15 @@ public:
         // [4H,H] = W_h^T: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
-        w_h_t = add_input<Buffer<>>(a::w_h_t, panels ? Float(32) : Type(dtype), panels ? 3 : 2);
+        w_h_t = add_input<Buffer<>>(a::w_h_t, pairs() ? BFloat(16) : panels ? Float(32) : Type(dtype), panels ? 3 : 2);
         add_cell_arguments();
         dh = add_output<Buffer<>>(a::dh, Float(32), 2);
+    }
+
+    // W_h^T in bfloat16 pair panels, dgates[t+1] . W_h^T in pairs of bfloat16 products, the gate
+    // gradients rounded to bfloat16 as they enter it (schedules/panel_layout.h).
+    bool pairs() const {
+        return weights == Weights::panels && panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products);
     }
 
     // The cell math's inputs besides the recurrent product, and its outputs.
@@ -69,13 +75,16 @@ public:
             return;
         }
 
-        const int panel_cols =
-            declare_panels(w_h_t, dh, weights == Weights::panels);
+        const int panel_cols = declare_panels(w_h_t, dh, weights == Weights::panels, pairs());
         schedules::GemmFuncs p = matrix_product(
-            "dh", [&](Expr k, Expr yy) { return (*dgates_next)(k, yy); },
-            [&](Expr xx, Expr k) { return recurrent_weight(*w_h_t, panel_cols, xx, k); },
+            "dh",
+            [&](Expr k, Expr yy) {
+                Expr d = (*dgates_next)(k, yy);
+                return pairs() ? cast(BFloat(16), d) : d;
+            },
+            [&](Expr xx, Expr k) { return recurrent_weight(*w_h_t, panel_cols, xx, k, pairs()); },
             [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H,
-            schedules::gemm_blocking(schedules::GemmShape::step, machine()),
+            schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
             /*b_padded=*/panel_cols > 0,
             x, y, Func(*dh));
 

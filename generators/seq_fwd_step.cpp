@@ -46,7 +46,7 @@ public:
 
     // W_h in bfloat16 pair panels, h . W_h in pairs of bfloat16 products (schedules/panel_layout.h).
     bool pairs() const {
-        return weights == Weights::panels && panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products, false);
+        return weights == Weights::panels && panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products);
     }
 
     // The inputs of the gate math besides the pre-activations.

@@ -138,9 +138,9 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             // column chunk) runs all k blocks on its block of c, which stays in L2 instead of
             // being swept from memory once per k block; b is packed whole, once. float32 rows
             // of a are read in place (a packed copy costs more than the L2 reuse it buys);
-            // float16 ones are converted once per work item and k block.
+            // float16 ones are converted once per work item and k block, as are bfloat16 pairs.
             update.reorder(tiles_then({g.blocks, yb, xc})).fuse(yb, xc, work).parallel(work);
-            if (use.a_converted) pack_a_at(LoopLevel(g.sum, g.blocks));
+            if (use.a_converted || g.k_pair) pack_a_at(LoopLevel(g.sum, g.blocks));
             pack_b_at(LoopLevel::root());
         } else {
             // GotoBLAS order: the A panel of a whole row block (96 rows x one k block, 192 KiB,
@@ -312,7 +312,7 @@ inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed
                                 const CpuTuning &tuning) {
     const int vec = pairs ? 2 * tuning.vector_floats : tuning.vector_floats;  // pairs: 2 columns' k each
     out.bound(xi, 0, pairs ? 2 * panels::kPanelCols : panels::kPanelCols).parallel(xo);
-    if (transposed) {
+    if (transposed && !pairs) {
         Var xii("xii"), ki("ki"), xio("xio"), ko("ko");
         out.tile(xi, k, xio, ko, xii, ki, vec, vec, TailStrategy::GuardWithIf)
             .vectorize(xii)

@@ -27,14 +27,11 @@ Int panel_count(const Int &cols) {
     return (cols + (kPanelGroupCols - 1)) / kPanelGroupCols * (kPanelGroupCols / kPanelCols);
 }
 
-// bfloat16 weights of a step's product whose other operand is bfloat16 too (the forward's W_h
-// against h) are packed in pairs of k on a target with bf16_dot_products (schedules/
-// cpu_targets.json), for vdpbf16ps: pair panel xo holds b(xo * P + xi, 2 k + kk) at (2 xi + kk, k),
-// bfloat16, zero past the last column and k; a panel is then 2 P bfloat16 wide and ceil(depth / 2)
-// pairs deep, the bytes of a float32 panel of half the depth. W_h^T meets the float32 gate
-// gradients in the backward and stays in float32 panels.
-constexpr bool pair_panels(bool bf16_weights, bool bf16_dot_products, bool transposed) {
-    return bf16_weights && bf16_dot_products && !transposed;
-}
+// The bfloat16 weights of a step's product (the forward's W_h, the backward's W_h^T) are packed in
+// pairs of k on a target with bf16_dot_products (schedules/cpu_targets.json), for vdpbf16ps: pair
+// panel xo holds b(xo * P + xi, 2 k + kk) at (2 xi + kk, k), bfloat16, zero past the last column
+// and k; a panel is then 2 P bfloat16 wide and ceil(depth / 2) pairs deep, the bytes of a float32
+// panel of half the depth.
+constexpr bool pair_panels(bool bf16_weights, bool bf16_dot_products) { return bf16_weights && bf16_dot_products; }
 
 }  // namespace blocklstm::panels

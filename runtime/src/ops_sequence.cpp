@@ -94,8 +94,7 @@ Buf pack_panels(Exec &exec, const KernelEntry &packer, Buf w, int64_t cols, int6
 Buf recurrent_weights(Exec &exec, const PlanKernels &kernels, const KernelEntry &step, Family packer, Buf w,
                       Buf matrix, int64_t cols, int64_t depth, std::optional<Scratch> &storage) {
     if (step.weights != Weights::panels) return matrix;
-    const bool pairs = panels::pair_panels(step.dtype == DType::bf16, cpu_target_bf16_dot_products(exec.cpu_target()),
-                                           packer == Family::panels_t);
+    const bool pairs = panels::pair_panels(step.dtype == DType::bf16, cpu_target_bf16_dot_products(exec.cpu_target()));
     storage.emplace(exec, pairs ? pair_panel_elements(cols, depth) * 2 : panel_elements(cols, depth) * 4,
                     Scratch::Fill::none);
     return pack_panels(exec, kernels[packer], w, cols, depth, storage->data(), pairs);
