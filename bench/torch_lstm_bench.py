@@ -1,14 +1,15 @@
 """blocklstm.torch.LSTM against torch.nn.LSTM on the CPU, in one process, interleaved.
 
 For each shape (T, B, I = H) and configuration it times the forward (no autograd) and the
-forward + backward (loss = sum of the output) of both modules, holding the same weights, float32,
+forward + backward (loss = sum of the output) of both modules, holding the same weights, in one
+dtype (--dtype: float32, the default, bfloat16 or float16),
 and prints a Markdown table of the medians and the ratio nn.LSTM / ours (> 1: ours is faster),
 with the cost of ours' weight conversion (nn.LSTM's weights -> TF's w, b, one layer and direction)
 per call. Configurations: `1` (one layer), `2bi` (two layers, bidirectional), `packed` (two layers,
 bidirectional, a PackedSequence of lengths drawn uniformly from [T/4, T]).
 
   PYTHONPATH=build/python .venv/bin/python bench/torch_lstm_bench.py [--threads 2] [--rounds 5]
-      [--configs 1,2bi,packed]
+      [--configs 1,2bi,packed] [--dtype float32|bfloat16|float16]
 """
 import argparse
 import datetime
@@ -49,10 +50,12 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--configs", default="1,2bi,packed")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     a = p.parse_args()
+    dtype = getattr(torch, a.dtype)
     torch.set_num_threads(a.threads)
     print(f"{datetime.date.today()}, {cpu_model()}, {a.threads} threads, torch {torch.__version__}, "
-          f"blocklstm CPU target {blocklstm.cpu_target_in_use()}, float32, median of {a.rounds} rounds")
+          f"blocklstm CPU target {blocklstm.cpu_target_in_use()}, {a.dtype}, median of {a.rounds} rounds")
     print("\n| config | T, B, I=H | nn.LSTM fwd ms | ours fwd ms | ratio | nn.LSTM fwd+bwd ms | ours fwd+bwd ms | ratio "
           "| conversion ms |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -61,10 +64,10 @@ def main():
                   "packed": {"num_layers": 2, "bidirectional": True}}[config]
         for T, B, H in SHAPES:
             torch.manual_seed(0)
-            ref = torch.nn.LSTM(H, H, **kwargs)
-            ours = bt.LSTM(H, H, **kwargs)
+            ref = torch.nn.LSTM(H, H, **kwargs).to(dtype)
+            ours = bt.LSTM(H, H, **kwargs).to(dtype)
             ours.load_state_dict(ref.state_dict())
-            x = torch.randn(T, B, H)
+            x = torch.randn(T, B, H).to(dtype)
             lengths = torch.randint(T // 4, T + 1, (B,)) if config == "packed" else None
 
             def batch(requires_grad):
@@ -81,7 +84,7 @@ def main():
                     m(batch(False))
 
             def fwd_bwd(m):
-                output(m(batch(True))[0]).sum().backward()
+                output(m(batch(True))[0]).float().sum().backward()
 
             def conversion():
                 with torch.no_grad():

@@ -109,7 +109,8 @@ def test_block_lstm_matches_float64_reference(peephole):
 def test_bfloat16_arrays_of_ml_dtypes(peephole):
     """NumPy bfloat16 (ml_dtypes.bfloat16) in and out: the forward against the float64 reference of
     the bfloat16-rounded inputs (the C++ suites' bfloat16 tolerance: 16 roundings of 2^-8 for the
-    recurrence), the gradient op on those outputs against its float32 call on the same values,
+    recurrence), the gradient op on those outputs against its float32 call on the same values (8
+    roundings),
     ReverseSequence bit for bit, and a dtype mixed with float32 refused naming the argument."""
     import ml_dtypes  # a test requirement (python/requirements-test.txt): its absence fails, never skips
     bf16 = ml_dtypes.bfloat16
@@ -126,10 +127,11 @@ def test_bfloat16_arrays_of_ml_dtypes(peephole):
                 "cs_grad": rng.standard_normal(out.h.shape).astype(bf16), "h_grad": rng.standard_normal(out.h.shape).astype(bf16)}
     g16 = blocklstm.block_lstm_grad(6, **grads_in, use_peephole=peephole)
     g32 = blocklstm.block_lstm_grad(6, **{k: v.astype(np.float32) for k, v in grads_in.items()}, use_peephole=peephole)
-    for k in g32._fields:  # one rounding of each float32 result, and the rounded activations of the steps
+    for k in g32._fields:  # the C++ suites' bfloat16 gradient tolerance: 8 roundings of 2^-8 (one per
+        # stored value, and on AVX512-BF16 the gate gradients rounded as they enter the products)
         ours, ref = getattr(g16, k).astype(np.float64), getattr(g32, k).astype(np.float64)
         assert getattr(g16, k).dtype == bf16, k
-        np.testing.assert_allclose(ours, ref, atol=2 ** -8 * max(1.0, np.abs(ref).max()), rtol=0, err_msg=k)
+        np.testing.assert_allclose(ours, ref, atol=3.2e-2 * max(1.0, np.abs(ref).max()), rtol=0, err_msg=k)
     rev = blocklstm.reverse_sequence(a["x"], [6, 0, 3, 1, 5])
     assert rev.dtype == bf16
     np.testing.assert_array_equal(rev[:3, 2].view(np.uint16), a["x"][:3, 2][::-1].view(np.uint16))
