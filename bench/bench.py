@@ -7,7 +7,7 @@ paths below. `bench.py --help` lists the options.
 Contenders, all with the same thread count (--threads, 2 by default):
   ours     `blocklstm bench <Op> ... --threads 2 --warmup 1 --reps N --print-reps`, a fresh process
            per measurement (its start-up is outside the timing): BlockLSTM and BlockLSTMGrad
-           ("ours") and BlockLSTMV2 / BlockLSTMGradV2 ("ours V2"), float32 and float16, peephole
+           ("ours") and BlockLSTMV2 / BlockLSTMGradV2 ("ours V2"), float32, float16 and bfloat16, peephole
            on and off. The grad ops run on the activations of the matching forward op.
   oneDNN   bench/onednn_lstm.cpp (oneDNN 2.6 from Debian's libdnnl-dev, OMP_NUM_THREADS=2),
            a fresh process per measurement: LSTM forward_training and backward, peephole on and
@@ -55,8 +55,8 @@ import time
 from pathlib import Path
 
 SHAPES = [(100, 64, 512), (200, 16, 256), (100, 32, 256), (50, 8, 128)]  # T, B, I = H
-DTYPES = ["float32", "float16"]
-SHORT = {"float32": "f32", "float16": "f16"}
+DTYPES = ["float32", "float16", "bfloat16"]
+SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 TARGET_S = 0.6  # timed seconds per job and round
 MAX_REPS = 50
 # Untimed warm-up seconds per job and round (at least one call; none for the persistent workers
@@ -159,7 +159,7 @@ class Bench:
     def run_onednn(self, shape, dtype, peephole, reps, warm=1):
         T, B, I, H = shape
         cmd = [self.args.onednn, "--time", str(T), "--batch", str(B), "--input", str(I),
-               "--cell", str(H), "--dtype", {"float32": "f32", "float16": "f16"}[dtype],
+               "--cell", str(H), "--dtype", SHORT[dtype],
                "--warmup", str(fresh_warmup(warm)), "--reps", str(reps)]
         if peephole:
             cmd.append("--peephole")
@@ -234,11 +234,12 @@ class Bench:
     def run(self):
         a = self.args
         shapes = [(T, B, I, I) for T, B, I in a.shapes]
-        if "onednn" not in a.skip and "float16" in a.dtypes:
-            try:  # ask once whether oneDNN has an f16 LSTM here
-                self.run_onednn(shapes[-1], "float16", False, 1)
-            except NotImplementedError as e:
-                self.na[("onednn", "float16")] = str(e)
+        for dtype in ("float16", "bfloat16"):
+            if "onednn" not in a.skip and dtype in a.dtypes:
+                try:  # ask once whether oneDNN has a 16-bit LSTM of this type here
+                    self.run_onednn(shapes[-1], dtype, False, 1)
+                except NotImplementedError as e:
+                    self.na[("onednn", dtype)] = str(e)
         start = time.time()
         for rnd in range(a.rounds):
             el = time.time() - start
@@ -519,7 +520,7 @@ def main():
         p.error("--skip: ours_v2, onednn, tf and/or torch")
     a.dtypes = [d for d in a.dtypes.split(",") if d]
     if any(d not in DTYPES for d in a.dtypes):
-        p.error("--dtypes: float32 and/or float16")
+        p.error("--dtypes: float32, float16 and/or bfloat16")
     if a.shapes is None:
         a.shapes = [min(SHAPES, key=lambda s: s[0] * s[1] * s[2] * s[2])] if a.quick else SHAPES
     if a.rounds is None:

@@ -7,7 +7,7 @@ takes seconds; the inputs of each configuration are built once and kept: well un
 four shapes of the benchmark). Protocol: one JSON
 object per line on stdin, one per line on stdout.
 
-    -> {"T":..,"B":..,"I":..,"H":..,"dtype":"float32"|"float16","peephole":bool,
+    -> {"T":..,"B":..,"I":..,"H":..,"dtype":"float32"|"float16"|"bfloat16","peephole":bool,
         "pass":"fwd"|"bwd"|"fwdbwd","reps":N,"warmup":N|"auto"}
     <- {"ms":[...]} or {"error":"..."}
 
@@ -131,7 +131,7 @@ class TorchPeer:
         if key in self.cache:
             return self.cache[key]
         torch = self.torch
-        dt = {"float32": torch.float32, "float16": torch.float16}[r["dtype"]]
+        dt = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[r["dtype"]]
         T, B, I, H = r["T"], r["B"], r["I"], r["H"]
         torch.manual_seed(1)
         m = torch.nn.LSTM(I, H).to(dt).train()
