@@ -54,7 +54,9 @@ import sys
 import time
 from pathlib import Path
 
-SHAPES = [(100, 64, 512), (200, 16, 256), (100, 32, 256), (50, 8, 128)]  # T, B, I = H
+# T, B, I = H: the four usual shapes, then small batches (speech and streaming models run B = 1-8,
+# where a step's product reads all of W_h for one or a few rows).
+SHAPES = [(100, 64, 512), (200, 16, 256), (100, 32, 256), (50, 8, 128), (100, 1, 512), (100, 8, 256), (500, 1, 128)]
 DTYPES = ["float32", "float16", "bfloat16"]
 SHORT = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 TARGET_S = 0.6  # timed seconds per job and round
@@ -507,8 +509,8 @@ def main():
                    help="a harness check: by default the smallest shape and 1 round")
     p.add_argument("--rounds", type=int, help="default 5 (1 with --quick)")
     p.add_argument("--shapes", type=shape_list,
-                   help="'T,B,I;T,B,I;...' with H = I (default: the four of the issue; with --quick "
-                        "the smallest of them)")
+                   help="'T,B,I;T,B,I;...' with H = I (default: the four usual shapes and three small "
+                        "batches, 100,1,512, 100,8,256, 500,1,128; with --quick the smallest of them)")
     p.add_argument("--dtypes", default="float32,float16")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--skip", default="", help="comma-separated contenders to leave out: ours_v2,onednn,tf,torch")

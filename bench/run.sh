@@ -4,7 +4,7 @@
 # and PyTorch's nn.LSTM, on this machine, interleaved, 2 threads each. See bench.py for the method.
 #
 #   bench/run.sh            the full run: shapes T,B,I=H 100,64,512; 200,16,256; 100,32,256;
-#                       50,8,128, 5 rounds. Writes docs/results/latest.{md,csv,png}
+#                       50,8,128 and the small batches 100,1,512; 100,8,256; 500,1,128, 5 rounds. Writes docs/results/latest.{md,csv,png}
 #                       and updates docs/performance.md's table between <!-- peers:begin --> and
 #                       <!-- peers:end --> when both lines are there.
 #   bench/run.sh --quick    a check that the harness works: the smallest shape, 1 round
