@@ -208,6 +208,16 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
     }
     p.part(x, y, kb) = 0.0f;
     p.part(x, y, kb) += a_kk * b_kk;
+    Expr part = p.part(x, y, blocks);
+    if (blocking.single_row) {
+        // The same product again, for a batch of one row: sum reads it there (the schedule
+        // specializes sum on that), the register tiles of part elsewhere.
+        p.part_single = Func(name + "_part_single_row");
+        p.part_single(x, y, kb) = 0.0f;
+        p.part_single(x, y, kb) += a_kk * b_kk;
+        p.single = rows == 1;
+        part = select(p.single, p.part_single(x, y, blocks), part);
+    }
     if (blocking.k_block > 0 && !blocking.init_apart) {
         // Blocked k (the CPU): the initial value joins the first block's update, so that no pass
         // of its own writes c before the products do (a parallel loop that zeroed w_grad and
@@ -215,10 +225,10 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
         // the first block.
         p.sum(x, y) = undef<float>();
         Expr before = select(blocks.x == 0, f32(init(xc, yc)), p.sum(x, y));
-        p.sum(x, y) = before + p.part(x, y, blocks);
+        p.sum(x, y) = before + part;
     } else {
         p.sum(x, y) = f32(init(xc, yc));
-        p.sum(x, y) += p.part(x, y, blocks);
+        p.sum(x, y) += part;
     }
     return p;
 }

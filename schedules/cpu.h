@@ -26,6 +26,10 @@ struct GemmFuncs {
     RVar k, blocks;
     // With bfloat16 pairs (GemmBlocking::bf16_pairs) k counts pairs and k_pair is the k of a pair.
     std::optional<RVar> k_pair;
+    // A step's product over one row (GemmBlocking::single_row): part's twin, which sum reads
+    // where the batch is a single row; undefined otherwise.
+    Func part_single;
+    Expr single;  // the condition: the batch is one row
 };
 
 // step: few rows (B, once per time step); A is read in place. batched: a product over the whole
@@ -60,6 +64,9 @@ struct GemmUse {
 // the accumulator tile lives in vector registers for the whole k block. The batched products
 // pack per work item or per call (see the two loop orders below); the per-step products read A
 // in place and B from the weight panels packed once per call.
+inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int tile_cols, int tile_rows, bool batched,
+                                  int vec);
+
 inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &tuning) {
     const bool batched = use.shape == GemmShape::batched;
     const int vec = tuning.vector_floats;
@@ -72,6 +79,19 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // projection, or zero) is added in the first k block's update (generators/common.h).
     if (!use.sum_is_output) g.sum.compute_root();
     Stage update = g.sum.update();
+    if (g.part_single.defined()) {
+        // A batch of one row (B = 1: speech and streaming models) reads part_single, in tiles of
+        // one row: the general tiles would compute all their rows, 1 of 8 useful. Specialized
+        // before the general schedule below, which the specialization would otherwise copy.
+        Stage one = update.specialize(g.single);
+        one.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
+            .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf)
+            .reorder(xi, yi, yo, xo, yb, g.blocks)
+            .split(xi, xl, xv, vec)
+            .vectorize(xv)
+            .fuse(xo, yb, tile)
+            .parallel(tile);
+    }
     update.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
         .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf)
         .reorder(xi, yi, yo, xo, yb, g.blocks)
@@ -183,17 +203,24 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     }
 
     // Accumulators: tile_cols/vec x tile_rows vector registers, constant extent even at the edges.
-    g.part.compute_at(g.sum, inner_tiles)
-        .bound_extent(x, tile_cols)
-        .bound_extent(y, tile_rows)
-        .split(x, xl, xv, vec)
+    schedule_accumulators(g, g.part, inner_tiles, tile_cols, tile_rows, batched, vec);
+    if (g.part_single.defined()) schedule_accumulators(g, g.part_single, inner_tiles, tile_cols, 1, false, vec);
+}
+
+// part (or part_single): a register tile of tile_cols x tile_rows accumulators, at `at`.
+inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int tile_cols, int tile_rows, bool batched,
+                                  int vec) {
+    Var x = g.x, y = g.y, xl("xl"), xv("xv");
+    part.compute_at(g.sum, at).bound_extent(x, tile_cols);
+    if (part.name() != g.part_single.name()) part.bound_extent(y, tile_rows);
+    part.split(x, xl, xv, vec)
         .vectorize(xv)
         .unroll(y);
-    if (batched) g.part.unroll(xl);  // see the tile's unrolling above
+    if (batched) part.unroll(xl);  // see the tile's unrolling above
     if (g.k_pair) {
         // A pair of k innermost, reduced into each float32 lane: with AVX512-BF16 one vdpbf16ps
         // per vector of the tile and pair of k, its two bfloat16 products summed into the lane.
-        g.part.update()
+        part.update()
             .reorder(*g.k_pair, x, y, g.k)
             .split(x, xl, xv, vec)
             .atomic()
@@ -203,7 +230,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             .unroll(y);
         return;
     }
-    g.part.update()
+    part.update()
         .reorder(x, y, g.k)
         .split(x, xl, xv, vec)
         .vectorize(xv)

@@ -71,13 +71,16 @@ struct GemmBlocking {
     // a and b are bfloat16 and the product runs over pairs of k, two bfloat16 products summed
     // into each float32 lane at a time (vdpbf16ps; generators/common.h: matrix_product).
     bool bf16_pairs = false;
+    // A step's product also in tiles of a single row, run when the batch is one row (a
+    // specialization): B = 1 does not compute the tile's other rows.
+    bool single_row = false;
 };
 
 // bf16_operands: a and b are both bfloat16 (then the target's bf16_dot_products decides the pairs).
 inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m, bool bf16_operands = false) {
     if (m.gpu()) return {.k_block = shape == GemmShape::step ? m.cuda.step_k_block : 0, .init_apart = true};
     const bool pairs = bf16_operands && m.bf16_dot_products;
-    if (shape == GemmShape::step) return {.k_block = m.cpu.gemm_step_k_block, .bf16_pairs = pairs};
+    if (shape == GemmShape::step) return {.k_block = m.cpu.gemm_step_k_block, .bf16_pairs = pairs, .single_row = true};
     return {.k_block = m.cpu.gemm_k_block, .panel_rows = m.cpu.gemm_tile_rows,
             .panel_cols = m.cpu.gemm_tile_cols(), .bf16_pairs = pairs};
 }
