@@ -212,6 +212,8 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
                                   int vec) {
     Var x = g.x, y = g.y, xl("xl"), xv("xv");
     part.compute_at(g.sum, at).bound_extent(x, tile_cols);
+    // The single-row twin's rows are left to bounds inference: the general branch of the
+    // specialization reads none, and a bound there would be checked against its 8-row tiles.
     if (part.name() != g.part_single.name()) part.bound_extent(y, tile_rows);
     part.split(x, xl, xv, vec)
         .vectorize(xv)
@@ -228,6 +230,17 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
             .vectorize(xv)
             .unroll(xl)
             .unroll(y);
+        return;
+    }
+    if (tile_rows == 1 && !batched) {
+        // One row: two partial sums per vector (even and odd k), so four FMA chains run at once.
+        RVar ko("ko"), ki("ki");
+        Var u("u");
+        Func partial = part.update().split(g.k, ko, ki, 2, TailStrategy::GuardWithIf).rfactor(ki, u);
+        partial.compute_at(g.sum, at).bound_extent(x, tile_cols).bound(u, 0, 2)  // y unbound: see above
+            .split(x, xl, xv, vec).vectorize(xv).unroll(xl).unroll(u);
+        partial.update().reorder(u, x, y, ko).split(x, xl, xv, vec).vectorize(xv).unroll(xl).unroll(u);
+        part.update().split(x, xl, xv, vec).vectorize(xv).unroll(xl);
         return;
     }
     part.update()
