@@ -65,7 +65,7 @@ struct GemmUse {
 // pack per work item or per call (see the two loop orders below); the per-step products read A
 // in place and B from the weight panels packed once per call.
 inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int tile_cols, int tile_rows, bool batched,
-                                  int vec);
+                                  bool single_row, int vec);
 
 inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &tuning) {
     const bool batched = use.shape == GemmShape::batched;
@@ -203,18 +203,19 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     }
 
     // Accumulators: tile_cols/vec x tile_rows vector registers, constant extent even at the edges.
-    schedule_accumulators(g, g.part, inner_tiles, tile_cols, tile_rows, batched, vec);
-    if (g.part_single.defined()) schedule_accumulators(g, g.part_single, inner_tiles, tile_cols, 1, false, vec);
+    schedule_accumulators(g, g.part, inner_tiles, tile_cols, tile_rows, batched, /*single_row=*/false, vec);
+    if (g.part_single.defined())
+        schedule_accumulators(g, g.part_single, inner_tiles, tile_cols, 1, false, /*single_row=*/true, vec);
 }
 
-// part (or part_single): a register tile of tile_cols x tile_rows accumulators, at `at`.
+// part (or, single_row, part_single): a register tile of tile_cols x tile_rows accumulators, at `at`.
 inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int tile_cols, int tile_rows, bool batched,
-                                  int vec) {
+                                  bool single_row, int vec) {
     Var x = g.x, y = g.y, xl("xl"), xv("xv");
     part.compute_at(g.sum, at).bound_extent(x, tile_cols);
     // The single-row twin's rows are left to bounds inference: the general branch of the
     // specialization reads none, and a bound there would be checked against its 8-row tiles.
-    if (part.name() != g.part_single.name()) part.bound_extent(y, tile_rows);
+    if (!single_row) part.bound_extent(y, tile_rows);
     part.split(x, xl, xv, vec)
         .vectorize(xv)
         .unroll(y);
@@ -232,7 +233,7 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
             .unroll(y);
         return;
     }
-    if (tile_rows == 1 && !batched) {
+    if (single_row) {
         // One row: two partial sums per vector (even and odd k), so four FMA chains run at once.
         RVar ko("ko"), ki("ki");
         Var u("u");

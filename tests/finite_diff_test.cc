@@ -34,11 +34,11 @@ class SeqGradFD : public ::testing::TestWithParam<Combo> {};
 
 Shape fd_shape() { return {4, 3, 3, 5, 3, 1.5, 0.0, 0.7, "fd: T=4, L=3"}; }
 
-TEST_P(SeqGradFD, MatchesReferenceFiniteDifferences) {
-    const Combo c = GetParam();
+// Our sequence gradient in `dtype` against central differences (eps 1e-5, in double) of the float64
+// reference forward at the problem's inputs (rounded to dtype by make_problem), within `tol`.
+void expect_matches_reference_fd(uint64_t seed, const Combo &c, DType dtype, double tol) {
     const Shape s = fd_shape();
-    BLT_SEED(seed, "SeqGradFD/reference/" + combo_name(c));
-    Problem p = make_problem(seed, s, DType::f32, false, c.peephole, c.layout);
+    Problem p = make_problem(seed, s, dtype, false, c.peephole, c.layout);
     const Inputs in(p);
     const auto ours = run_seq_grad(p, in);
     auto loss = [&] {
@@ -47,7 +47,13 @@ TEST_P(SeqGradFD, MatchesReferenceFiniteDifferences) {
         return seq_loss(f.cs, f.h, p.cs_grad, p.h_grad);
     };
     const auto fd = finite_differences({&p.x, &p.cs_prev, &p.h_prev, &p.w, &p.wci, &p.wcf, &p.wco, &p.b}, loss, 1e-5);
-    expect_seq_grad_matches(ours, fd, kTightTol);
+    expect_seq_grad_matches(ours, fd, tol);
+}
+
+TEST_P(SeqGradFD, MatchesReferenceFiniteDifferences) {
+    const Combo c = GetParam();
+    BLT_SEED(seed, "SeqGradFD/reference/" + combo_name(c));
+    expect_matches_reference_fd(seed, c, DType::f32, kTightTol);
 }
 
 // (i) in float16 and bfloat16: the inputs are rounded to the type (the reference's central
@@ -56,21 +62,10 @@ TEST_P(SeqGradFD, MatchesReferenceFiniteDifferences) {
 // roundings the variant suites allow (grad_tol), a missing or wrong term by far more.
 TEST_P(SeqGradFD, SixteenBitTypesMatchReferenceFiniteDifferences) {
     const Combo c = GetParam();
-    const Shape s = fd_shape();
     for (DType dt : {DType::f16, DType::bf16}) {
         SCOPED_TRACE(blocklstm::to_string(dt));
         BLT_SEED(seed, "SeqGradFD/16-bit/" + combo_name(c));
-        Problem p = make_problem(seed, s, dt, false, c.peephole, c.layout);
-        const Inputs in(p);
-        const auto ours = run_seq_grad(p, in);
-        auto loss = [&] {
-            const auto f = ref::block_lstm(s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
-                                           s.cell_clip, c.peephole, c.layout);
-            return seq_loss(f.cs, f.h, p.cs_grad, p.h_grad);
-        };
-        const auto fd =
-            finite_differences({&p.x, &p.cs_prev, &p.h_prev, &p.w, &p.wci, &p.wcf, &p.wco, &p.b}, loss, 1e-5);
-        expect_seq_grad_matches(ours, fd, grad_tol(dt));
+        expect_matches_reference_fd(seed, c, dt, grad_tol(dt));
     }
 }
 

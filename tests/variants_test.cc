@@ -398,18 +398,22 @@ TEST(CpuTargets, AutomaticIsTheBestRunnableProductionTarget) {
 
 TEST(CpuTargets, PinnedByNameHalideTargetOrLeadingPart) {
     RestorePin restore;
+    // "avx2-fma-f16c" is also "avx2"; "avx512_skylake" also "avx512"; "avx2-fma-f16c@avx512"
+    // also "avx2@avx512".
+    auto lead_of = [](const std::string &name) {
+        const std::size_t at = name.find('@');
+        const std::string isa = name.substr(0, at);
+        return isa.substr(0, isa.find_first_of("-_")) + (at == std::string::npos ? "" : name.substr(at));
+    };
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
         if (!t.runs_here) continue;
         SCOPED_TRACE(t.name);
         blocklstm::set_cpu_target(t.name);
         EXPECT_EQ(blocklstm::cpu_target_in_use(), t.name);
         EXPECT_TRUE(blocklstm::cpu_target_pinned());
-        // "avx2-fma-f16c" is also "avx2"; "avx512_skylake" also "avx512"; "avx2-fma-f16c@avx512"
-        // also "avx2@avx512". The Halide target names the instruction set's own table.
-        const std::size_t at = t.name.find('@');
-        const std::string isa = t.name.substr(0, at);
-        const std::string lead = isa.substr(0, isa.find_first_of("-_")) + (at == std::string::npos ? "" : t.name.substr(at));
-        if (at == std::string::npos) {
+        // The Halide target names the instruction set's own table.
+        const std::string lead = lead_of(t.name);
+        if (t.name.find('@') == std::string::npos) {
             blocklstm::set_cpu_target("");
             blocklstm::set_cpu_target(t.halide_target);
             EXPECT_EQ(blocklstm::cpu_target_in_use(), t.name);
@@ -418,13 +422,7 @@ TEST(CpuTargets, PinnedByNameHalideTargetOrLeadingPart) {
         // A leading part two instruction sets share ("avx512": avx512_zen4 and avx512_skylake)
         // names neither: the error lists both.
         int sharing = 0;
-        for (const blocklstm::CpuTarget &u : blocklstm::cpu_targets()) {
-            const std::size_t u_at = u.name.find('@');
-            const std::string u_isa = u.name.substr(0, u_at);
-            const std::string u_lead =
-                u_isa.substr(0, u_isa.find_first_of("-_")) + (u_at == std::string::npos ? "" : u.name.substr(u_at));
-            sharing += u_lead == lead;
-        }
+        for (const blocklstm::CpuTarget &u : blocklstm::cpu_targets()) sharing += lead_of(u.name) == lead;
         if (sharing > 1) {
             try {
                 blocklstm::set_cpu_target(lead);
