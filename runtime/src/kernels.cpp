@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "runtime/src/kernel_table.h"
+#include "runtime/src/thread_pool.h"
 #include "runtime/src/validate.h"
 
 #include "cpu_targets.inc"  // generated: BLOCKLSTM_FOR_EACH_CPU_TARGET
@@ -279,7 +280,8 @@ void KernelCall::run() {
 void set_num_threads(int threads) {
     if (threads < 0)
         throw Error("set_num_threads: threads is " + std::to_string(threads) + ": expected 0 (one per core) or more");
-    halide_set_num_threads(threads);
+    halide_set_num_threads(threads);  // loops forked inside a task, or by a second caller at once
+    detail::set_pool_threads(threads);
 }
 
 }  // namespace blocklstm

@@ -1,0 +1,230 @@
+// The CPU kernels' parallel loops (halide_do_par_for) on a fork/join pool of our own. A sequence
+// op forks twice per time step (the step's product, then its gate math), so a fork's cost is paid
+// 2·T times a call: Halide's default pool wakes its workers through a mutex and a condition
+// variable and spins with sched_yield, which was 38-45 % of BlockLSTM's samples at T,B,I=H
+// 50,8,128 and 500,1,128 on 2 threads (perf, Zen 5: __schedule, sched_yield, halide_mutex_*).
+// Here a fork publishes the loop in one atomic store, the workers spin on it (pause) for a while
+// after each loop and only then sleep, and the tasks are claimed with one atomic add each.
+//
+// BLOCKLSTM_THREAD_POOL=halide keeps Halide's default pool (read once, at load). A loop forked
+// from inside a task, or while another thread's loop holds the pool, runs on Halide's pool as
+// before: the pool serves one caller at a time.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#include "HalideRuntime.h"
+#include "runtime/src/thread_pool.h"
+
+namespace blocklstm::detail {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#else
+    std::this_thread::yield();
+#endif
+}
+
+// How long a worker spins for the next loop before it sleeps: a step's two loops are a few
+// microseconds apart, and a call's next step follows at once, so 100 µs covers the gaps inside
+// a call; between calls (or when the process does other work) the workers sleep.
+constexpr auto kSpin = std::chrono::microseconds(100);
+
+// A participant's share of a loop's tasks, on a cache line of its own: it claims its tasks without
+// touching another core's line (one claim from a shared counter is a line moving between cores,
+// 0.22 µs one way on the 2-vCPU Zen 5 VM: more than a task of a batch-1 step product).
+struct alignas(64) Share {
+    std::atomic<int> next{0};
+    int end = 0;
+};
+
+// One parallel loop: tasks [min, min + size) split into one contiguous share per participant
+// (the caller is participant 0, worker w is w + 1); a participant done with its own share takes
+// tasks from the others', so a late worker delays nothing.
+struct Loop {
+    halide_task_t task;
+    void *user_context;
+    uint8_t *closure;
+    Share *shares;
+    int parts;
+    std::atomic<int> result{0};  // the first nonzero a task returned
+
+    // Stops claiming after a task fails, as Halide's pool does.
+    void run(int part) {
+        for (int k = 0; k < parts && result.load(std::memory_order_relaxed) == 0; ++k) {
+            Share &share = shares[(part + k) % parts];
+            for (int i = share.next.fetch_add(1, std::memory_order_relaxed); i < share.end;
+                 i = share.next.fetch_add(1, std::memory_order_relaxed)) {
+                const int r = task(user_context, i, closure);
+                if (r != 0) {
+                    int none = 0;
+                    result.compare_exchange_strong(none, r);
+                    return;
+                }
+            }
+        }
+    }
+};
+
+thread_local bool in_task = false;  // a worker, or a caller running its own loop's tasks
+
+int default_threads() {
+    if (const char *env = std::getenv("HL_NUM_THREADS")) {
+        const int n = std::atoi(env);
+        if (n > 0) return n;
+    }
+    const unsigned n = std::thread::hardware_concurrency();
+    return n > 0 ? static_cast<int>(n) : 1;
+}
+
+class Pool {
+public:
+    // Returns false when the loop should go to Halide's pool instead (see the top of the file).
+    bool run(void *user_context, halide_task_t task, int min, int size, uint8_t *closure, int *result) {
+        if (in_task) return false;
+        std::unique_lock<std::mutex> caller(caller_, std::try_to_lock);
+        if (!caller.owns_lock()) return false;
+        const int workers = threads_.load(std::memory_order_relaxed) - 1;
+        if (size <= 1 || workers <= 0) {
+            *result = serial(user_context, task, min, size, closure);
+            return true;
+        }
+        start_workers(workers);
+        const int parts = std::min(workers + 1, size);
+        if (static_cast<int>(shares_.size()) < parts) shares_ = std::vector<Share>(parts);  // no worker holds a loop
+        for (int p = 0; p < parts; ++p) {
+            shares_[p].next.store(min + static_cast<int>(int64_t(size) * p / parts), std::memory_order_relaxed);
+            shares_[p].end = min + static_cast<int>(int64_t(size) * (p + 1) / parts);
+        }
+        Loop loop{task, user_context, closure, shares_.data(), parts, {0}};
+        // Publish, then wake the sleepers. A worker counts itself in `sleepers_` before its last
+        // look at `epoch_`, and this reads `sleepers_` after bumping it (both seq_cst), so either
+        // the worker sees the new epoch or this sees the sleeper and notifies.
+        loop_.store(&loop, std::memory_order_seq_cst);
+        epoch_.fetch_add(1, std::memory_order_seq_cst);
+        if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+            std::lock_guard<std::mutex> lock(sleep_mutex_);
+            wake_.notify_all();
+        }
+        in_task = true;
+        loop.run(0);
+        in_task = false;
+        // Unpublish, then wait for every worker that may still hold the loop: a worker counts
+        // itself in `active_` before it reads `loop_`, so once `active_` is 0 after the store of
+        // nullptr, no worker can reach this loop (it lives on this stack).
+        loop_.store(nullptr, std::memory_order_seq_cst);
+        while (active_.load(std::memory_order_seq_cst) != 0) cpu_relax();
+        *result = loop.result.load(std::memory_order_relaxed);
+        return true;
+    }
+
+    void set_threads(int threads) { threads_.store(threads > 0 ? threads : default_threads()); }
+
+private:
+    static int serial(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
+        int result = 0;
+        for (int i = min; i < min + size; ++i) {
+            const int r = task(user_context, i, closure);
+            if (r != 0 && result == 0) result = r;
+        }
+        return result;
+    }
+
+    // Workers are started as loops first need them and never stopped (a process-lifetime pool,
+    // as Halide's); fewer threads later leaves the extra ones asleep.
+    void start_workers(int workers) {
+        while (static_cast<int>(started_) < workers) {
+            const int index = started_++;
+            // The epoch before this caller's loop, read here: read by the new thread, it could
+            // already be this loop's, which the worker would then wait past.
+            const uint64_t seen = epoch_.load(std::memory_order_seq_cst);
+            std::thread([this, index, seen] { work(index, seen); }).detach();
+        }
+    }
+
+    void work(int index, uint64_t seen) {
+        in_task = true;  // a loop forked from a task runs on Halide's pool
+        for (;;) {
+            if (!wait_for_loop(seen)) continue;
+            seen = epoch_.load(std::memory_order_seq_cst);
+            active_.fetch_add(1, std::memory_order_seq_cst);
+            Loop *loop = loop_.load(std::memory_order_seq_cst);
+            if (loop && index + 1 < loop->parts) loop->run(index + 1);
+            active_.fetch_sub(1, std::memory_order_seq_cst);
+        }
+    }
+
+    // Spins until the epoch moves past `seen` (true), or sleeps until it does (false: look again).
+    bool wait_for_loop(uint64_t seen) {
+        const auto until = std::chrono::steady_clock::now() + kSpin;
+        for (;;) {
+            for (int i = 0; i < 64; ++i) {
+                if (epoch_.load(std::memory_order_relaxed) != seen) return true;
+                cpu_relax();
+            }
+            if (std::chrono::steady_clock::now() >= until) break;
+        }
+        std::unique_lock<std::mutex> lock(sleep_mutex_);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        wake_.wait(lock, [&] { return epoch_.load(std::memory_order_seq_cst) != seen; });
+        sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+        return true;
+    }
+
+    std::mutex caller_;  // one caller's loop at a time
+    std::atomic<int> threads_{default_threads()};
+    unsigned started_ = 0;  // under caller_
+    std::vector<Share> shares_;  // under caller_
+    // What the workers spin on, written by the caller, apart from what the workers write.
+    alignas(64) std::atomic<Loop *> loop_{nullptr};
+    std::atomic<uint64_t> epoch_{0};
+    alignas(64) std::atomic<int> active_{0};
+    alignas(64) std::atomic<int> sleepers_{0};
+    std::mutex sleep_mutex_;
+    std::condition_variable wake_;
+};
+
+// Never destroyed: detached workers may still be in it when the process exits.
+Pool &pool() {
+    static Pool *p = new Pool;
+    return *p;
+}
+
+halide_do_par_for_t halide_pool = nullptr;
+
+int do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
+    int result = 0;
+    if (pool().run(user_context, task, min, size, closure, &result)) return result;
+    return halide_pool(user_context, task, min, size, closure);
+}
+
+bool use_own_pool() {
+    const char *env = std::getenv("BLOCKLSTM_THREAD_POOL");
+    return !(env && std::strcmp(env, "halide") == 0);
+}
+
+const bool pool_installed = use_own_pool() && (halide_pool = halide_set_custom_do_par_for(do_par_for), true);
+
+}  // namespace
+
+void set_pool_threads(int threads) {
+    pool().set_threads(threads);
+}
+
+bool own_thread_pool() { return pool_installed; }
+
+}  // namespace blocklstm::detail

@@ -1,0 +1,188 @@
+// The CPU kernels' thread pool (runtime/src/thread_pool.cpp), built into this program with a Halide
+// runtime of its own and driven through halide_do_par_for as the kernels call it: every task of
+// every loop runs exactly once, for any loop size and thread count, from several callers at once,
+// from inside a task, after the workers went to sleep; a task's error comes back. Also run under
+// ThreadSanitizer (scripts/bootstrap.sh test), which sees the pool's atomics.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "HalideRuntime.h"
+#include "runtime/src/thread_pool.h"
+
+namespace {
+
+using blocklstm::detail::own_thread_pool;
+
+// As blocklstm::set_num_threads: the pool and Halide's (which runs loops the pool passes on).
+void set_pool_threads(int threads) {
+    blocklstm::detail::set_pool_threads(threads);
+    halide_set_num_threads(threads);
+}
+
+// Counts how often each task index of [min, min + size) ran.
+struct Counts {
+    int min;
+    std::vector<std::atomic<int>> runs;
+    Counts(int min, int size) : min(min), runs(size) {}
+    static int task(void *, int i, uint8_t *closure) {
+        auto *c = reinterpret_cast<Counts *>(closure);
+        c->runs.at(i - c->min).fetch_add(1);
+        return 0;
+    }
+    ::testing::AssertionResult each_once() const {
+        for (size_t i = 0; i < runs.size(); ++i)
+            if (runs[i].load() != 1)
+                return ::testing::AssertionFailure() << "task " << min + int(i) << " ran " << runs[i].load() << " times";
+        return ::testing::AssertionSuccess();
+    }
+};
+
+int par_for(Counts &c) {
+    return halide_do_par_for(nullptr, Counts::task, c.min, int(c.runs.size()), reinterpret_cast<uint8_t *>(&c));
+}
+
+bool switched_off() {
+    const char *env = std::getenv("BLOCKLSTM_THREAD_POOL");
+    return env && std::strcmp(env, "halide") == 0;
+}
+
+TEST(ThreadPool, InstalledUnlessSwitchedOff) {
+    EXPECT_EQ(own_thread_pool(), !switched_off()) << "BLOCKLSTM_THREAD_POOL=" << (switched_off() ? "halide" : "(unset)");
+}
+
+TEST(ThreadPool, EveryTaskRunsOnceForAnySizeAndThreadCount) {
+    for (int threads : {1, 2, 3, 8, 0}) {
+        set_pool_threads(threads);
+        for (int size : {0, 1, 2, 3, 7, 8, 9, 64, 1000})
+            for (int min : {0, -5, 17}) {
+                SCOPED_TRACE("threads " + std::to_string(threads) + ", tasks [" + std::to_string(min) + ", " +
+                             std::to_string(min + size) + ")");
+                Counts c(min, size);
+                ASSERT_EQ(par_for(c), 0);
+                EXPECT_TRUE(c.each_once());
+            }
+    }
+    set_pool_threads(0);
+}
+
+// Many short loops back to back: the publish / unpublish protocol, 20,000 times (under TSan too).
+TEST(ThreadPool, ManyShortLoopsBackToBack) {
+    set_pool_threads(3);
+    for (int k = 0; k < 20000; ++k) {
+        Counts c(k % 5, 1 + k % 4);
+        ASSERT_EQ(par_for(c), 0);
+        ASSERT_TRUE(c.each_once()) << "loop " << k;
+    }
+    set_pool_threads(0);
+}
+
+// A loop forked from inside a task (Halide nests parallel loops where a schedule asks) runs whole.
+TEST(ThreadPool, NestedLoopsRunEveryTask) {
+    set_pool_threads(2);
+    struct Outer {
+        std::vector<std::unique_ptr<Counts>> inner;
+        static int task(void *, int i, uint8_t *closure) {
+            return par_for(*reinterpret_cast<Outer *>(closure)->inner.at(i));
+        }
+    } outer;
+    for (int i = 0; i < 8; ++i) outer.inner.push_back(std::make_unique<Counts>(0, 16));
+    ASSERT_EQ(halide_do_par_for(nullptr, Outer::task, 0, 8, reinterpret_cast<uint8_t *>(&outer)), 0);
+    for (int i = 0; i < 8; ++i) EXPECT_TRUE(outer.inner[i]->each_once()) << "outer task " << i;
+    set_pool_threads(0);
+}
+
+// Callers on several threads at once: one holds the pool, the others run on Halide's.
+TEST(ThreadPool, ConcurrentCallersEachRunTheirTasks) {
+    set_pool_threads(2);
+    std::atomic<int> failures{0};
+    std::vector<std::thread> callers;
+    for (int t = 0; t < 4; ++t)
+        callers.emplace_back([&failures, t] {
+            for (int k = 0; k < 300; ++k) {
+                Counts c(t, 1 + (k + t) % 33);
+                if (par_for(c) != 0 || !c.each_once()) failures.fetch_add(1);
+            }
+        });
+    for (auto &c : callers) c.join();
+    EXPECT_EQ(failures.load(), 0) << "loops with a task run other than once";
+    set_pool_threads(0);
+}
+
+// The first nonzero result of a task is the loop's result (the pool may skip the tasks after it).
+TEST(ThreadPool, TaskErrorIsReturned) {
+    set_pool_threads(2);
+    struct Failing {
+        Counts counts{0, 40};
+        static int task(void *uc, int i, uint8_t *closure) {
+            auto *f = reinterpret_cast<Failing *>(closure);
+            Counts::task(uc, i, reinterpret_cast<uint8_t *>(&f->counts));
+            return i == 13 ? -7 : 0;
+        }
+    } f;
+    EXPECT_EQ(halide_do_par_for(nullptr, Failing::task, 0, 40, reinterpret_cast<uint8_t *>(&f)), -7);
+    EXPECT_EQ(f.counts.runs[13].load(), 1);
+    for (int i = 0; i < 40; ++i) EXPECT_LE(f.counts.runs[i].load(), 1) << "task " << i;
+    set_pool_threads(0);
+}
+
+// After the workers have gone to sleep (they spin 100 µs after a loop), a loop still gets them:
+// each of its two tasks waits for the other to start, so it completes only with two threads on it.
+TEST(ThreadPool, SleepingWorkersWakeForTheNextLoop) {
+    set_pool_threads(2);
+    struct Meet {
+        std::atomic<int> arrived{0};
+        std::atomic<bool> timed_out{false};
+        static int task(void *, int, uint8_t *closure) {
+            auto *m = reinterpret_cast<Meet *>(closure);
+            m->arrived.fetch_add(1);
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+            while (m->arrived.load() < 2)
+                if (std::chrono::steady_clock::now() > until) {
+                    m->timed_out = true;
+                    break;
+                }
+            return 0;
+        }
+    };
+    for (int round = 0; round < 3; ++round) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        Meet m;
+        ASSERT_EQ(halide_do_par_for(nullptr, Meet::task, 0, 2, reinterpret_cast<uint8_t *>(&m)), 0);
+        EXPECT_FALSE(m.timed_out.load()) << "round " << round << ": no second thread took a task within 20 s";
+    }
+    set_pool_threads(0);
+}
+
+// A pool of n threads runs a loop on n threads (the caller and n - 1 workers), never more.
+TEST(ThreadPool, UsesTheThreadCount) {
+    if (switched_off()) GTEST_SKIP() << "BLOCKLSTM_THREAD_POOL=halide: the loops run on Halide's pool, whose size this test does not check";
+    for (int threads : {1, 2, 4}) {
+        set_pool_threads(threads);
+        struct Who {
+            std::mutex m;
+            std::set<std::thread::id> ids;
+            static int task(void *, int, uint8_t *closure) {
+                auto *w = reinterpret_cast<Who *>(closure);
+                std::this_thread::sleep_for(std::chrono::milliseconds(2));  // time for every worker to join
+                std::lock_guard<std::mutex> lock(w->m);
+                w->ids.insert(std::this_thread::get_id());
+                return 0;
+            }
+        } who;
+        ASSERT_EQ(halide_do_par_for(nullptr, Who::task, 0, 64, reinterpret_cast<uint8_t *>(&who)), 0);
+        EXPECT_LE(int(who.ids.size()), threads) << "threads " << threads;
+        EXPECT_GE(int(who.ids.size()), std::min(threads, 2)) << "threads " << threads;
+    }
+    set_pool_threads(0);
+}
+
+}  // namespace
