@@ -515,11 +515,12 @@ TEST(CpuTargets, FeaturesDecodedFromCpuidAndXcr0) {
               "AVX-512IFMA, AVX-512VBMI, AVX-512VBMI2, GFNI, AVX-512VNNI, AVX-512BITALG, AVX-512VPOPCNTDQ, AVX-512BF16");
     EXPECT_EQ(lacks(skylake_x, "avx512_skylake"), "");
     // The CPUs a table is for: vendor, family and model ranges (AMD's family 0x19 is Zen 3 and
-    // Zen 4, told apart by the model; Zen 5 is 0x1a, with a 512-bit datapath like Intel's). The
-    // Zen 4 target's own list, as the runtime has it.
+    // Zen 4, told apart by the model; Zen 5 is 0x1a). The Zen 4 target's own list, as the runtime
+    // has it: Zen 4 and Zen 5.
     using blocklstm::detail::x86_is_one_of;
     const std::vector<blocklstm::detail::X86Models> zen4_models = {
-        {"AuthenticAMD", 0x19, 0x10, 0x1f}, {"AuthenticAMD", 0x19, 0x60, 0x7f}, {"AuthenticAMD", 0x19, 0xa0, 0xaf}};
+        {"AuthenticAMD", 0x19, 0x10, 0x1f}, {"AuthenticAMD", 0x19, 0x60, 0x7f}, {"AuthenticAMD", 0x19, 0xa0, 0xaf},
+        {"AuthenticAMD", 0x1a, 0x00, 0x2f}, {"AuthenticAMD", 0x1a, 0x40, 0x4f}, {"AuthenticAMD", 0x1a, 0x60, 0x7f}};
     X86State genoa{avx_ecx, skx_ebx, 0xe7, "AuthenticAMD", 0x19, 0x11}, phoenix = genoa, milan = genoa,
         vermeer = genoa, zen5 = genoa, sapphire_rapids = genoa;
     phoenix.model = 0x74, milan.model = 0x01, vermeer.model = 0x21, zen5.family = 0x1a, zen5.model = 0x02;
@@ -528,12 +529,15 @@ TEST(CpuTargets, FeaturesDecodedFromCpuidAndXcr0) {
     EXPECT_TRUE(x86_is_one_of(phoenix, zen4_models));
     EXPECT_FALSE(x86_is_one_of(milan, zen4_models));    // Zen 3, same family
     EXPECT_FALSE(x86_is_one_of(vermeer, zen4_models));  // Zen 3, same family
+    EXPECT_TRUE(x86_is_one_of(zen5, zen4_models));
+    zen5.model = 0x30;  // not a Zen 5 model
     EXPECT_FALSE(x86_is_one_of(zen5, zen4_models));
     EXPECT_FALSE(x86_is_one_of(sapphire_rapids, zen4_models));
     EXPECT_TRUE(x86_is_one_of(sapphire_rapids, {}));  // a table for any CPU
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets())
         if (t.name == "avx512_zen4@avx512-zen4")
-            EXPECT_EQ(t.tuned_for, "AuthenticAMD family 0x19 models 0x10-0x1f, 0x60-0x7f, 0xa0-0xaf");
+            EXPECT_EQ(t.tuned_for, "AuthenticAMD family 0x19 models 0x10-0x1f, 0x60-0x7f, 0xa0-0xaf; "
+                                   "AuthenticAMD family 0x1a models 0x0-0x2f, 0x40-0x4f, 0x60-0x7f");
 }
 
 // On this machine, the runtime's reading agrees with GCC's (libgcc reads cpuid and XCR0 itself), and
@@ -578,22 +582,29 @@ TEST(CpuTargets, ThisCpuReadAsGccReadsIt) {
     if (linux_model >= 0) EXPECT_EQ(here.model, linux_model);
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
         if (t.tuned_for.empty()) continue;
-        // "<vendor> family 0x<f> models 0x<a>-0x<b>, 0x<c>-0x<d>, ..."
-        char vendor[32] = {};
-        unsigned family = 0;
-        int used = 0;
-        ASSERT_EQ(std::sscanf(t.tuned_for.c_str(), "%31s family 0x%x models %n", vendor, &family, &used), 2)
-            << t.tuned_for;
+        // "<vendor> family 0x<f> models 0x<a>-0x<b>, 0x<c>-0x<d>, ...; <vendor> family ..."
         bool in_range = false;
-        for (const char *p = t.tuned_for.c_str() + used; *p;) {
-            unsigned first = 0, last = 0;
-            int n = 0;
-            ASSERT_EQ(std::sscanf(p, "0x%x-0x%x%n", &first, &last, &n), 2) << t.tuned_for;
-            in_range |= here.model >= int(first) && here.model <= int(last);
-            p += n;
-            while (*p == ',' || *p == ' ') ++p;
+        std::string groups = t.tuned_for;
+        for (std::size_t start = 0; start < groups.size();) {
+            const std::size_t end = std::min(groups.find("; ", start), groups.size());
+            const std::string group = groups.substr(start, end - start);
+            start = end + 2;
+            char vendor[32] = {};
+            unsigned family = 0;
+            int used = 0;
+            ASSERT_EQ(std::sscanf(group.c_str(), "%31s family 0x%x models %n", vendor, &family, &used), 2)
+                << t.tuned_for;
+            for (const char *p = group.c_str() + used; *p;) {
+                unsigned first = 0, last = 0;
+                int n = 0;
+                ASSERT_EQ(std::sscanf(p, "0x%x-0x%x%n", &first, &last, &n), 2) << t.tuned_for;
+                in_range |= here.vendor == vendor && here.family == int(family) && here.model >= int(first) &&
+                            here.model <= int(last);
+                p += n;
+                while (*p == ',' || *p == ' ') ++p;
+            }
         }
-        EXPECT_EQ(t.tuned_for_this_cpu, here.vendor == vendor && here.family == int(family) && in_range) << t.name;
+        EXPECT_EQ(t.tuned_for_this_cpu, in_range) << t.name;
     }
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
         const bool avx512 = contains(t.halide_target, "avx512_skylake"), avx2 = contains(t.halide_target, "avx2");
