@@ -22,6 +22,8 @@ namespace {
 
 using blocklstm::detail::own_thread_pool;
 
+const bool installed = blocklstm::detail::install_thread_pool();  // as the library does when it loads
+
 // As blocklstm::set_num_threads: the pool and Halide's (which runs loops the pool passes on).
 void set_pool_threads(int threads) {
     blocklstm::detail::set_pool_threads(threads);
@@ -56,6 +58,7 @@ bool switched_off() {
 }
 
 TEST(ThreadPool, InstalledUnlessSwitchedOff) {
+    EXPECT_EQ(installed, !switched_off());
     EXPECT_EQ(own_thread_pool(), !switched_off()) << "BLOCKLSTM_THREAD_POOL=" << (switched_off() ? "halide" : "(unset)");
 }
 

@@ -83,6 +83,7 @@ void capture_halide_error(void *, const char *message) {
     }
 }
 const bool error_handler_installed = (halide_set_error_handler(capture_halide_error), true);
+const bool thread_pool_installed = install_thread_pool();  // thread_pool.cpp: why
 
 std::string normalized_argument_name(const char *name) {
     // Halide decorates the buffers of multi-stage outputs as "name$1.0"; drop the "$<n>".

@@ -8,7 +8,8 @@
 //
 // BLOCKLSTM_THREAD_POOL=halide keeps Halide's default pool (read once, at load). A loop forked
 // from inside a task, or while another thread's loop holds the pool, runs on Halide's pool as
-// before: the pool serves one caller at a time.
+// before (the pool serves one caller at a time); in the tuner, which times JIT-compiled kernels
+// on this pool too, it runs serially.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -204,27 +205,37 @@ Pool &pool() {
     return *p;
 }
 
-halide_do_par_for_t halide_pool = nullptr;
+halide_do_par_for_t fallback = nullptr;  // where the pool does not take a loop; nullptr: serially
 
-int do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
-    int result = 0;
-    if (pool().run(user_context, task, min, size, closure, &result)) return result;
-    return halide_pool(user_context, task, min, size, closure);
-}
-
-bool use_own_pool() {
+bool switched_off() {
     const char *env = std::getenv("BLOCKLSTM_THREAD_POOL");
-    return !(env && std::strcmp(env, "halide") == 0);
+    return env && std::strcmp(env, "halide") == 0;
 }
 
-const bool pool_installed = use_own_pool() && (halide_pool = halide_set_custom_do_par_for(do_par_for), true);
+bool installed = false;
 
 }  // namespace
+
+int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
+    int result = 0;
+    if (pool().run(user_context, task, min, size, closure, &result)) return result;
+    if (fallback) return fallback(user_context, task, min, size, closure);
+    for (int i = min; i < min + size; ++i)
+        if (const int r = task(user_context, i, closure)) return r;
+    return 0;
+}
+
+void set_pool_fallback(halide_do_par_for_t halide_default) {
+    fallback = halide_default;
+    installed = true;
+}
+
+bool thread_pool_switched_off() { return switched_off(); }
 
 void set_pool_threads(int threads) {
     pool().set_threads(threads);
 }
 
-bool own_thread_pool() { return pool_installed; }
+bool own_thread_pool() { return installed; }
 
 }  // namespace blocklstm::detail

@@ -1,13 +1,38 @@
 // The CPU kernels' thread pool (thread_pool.cpp): installed as Halide's do_par_for when the
-// library loads, unless BLOCKLSTM_THREAD_POOL=halide.
+// library loads (kernels.cpp), unless BLOCKLSTM_THREAD_POOL=halide; the tuner runs its
+// JIT-compiled kernels on it too.
 #pragma once
 
+#include <cstdint>
+
+#include "HalideRuntime.h"
+
 namespace blocklstm::detail {
+
+// A parallel loop on the pool (halide_do_par_for's contract). A loop forked from inside a task,
+// or while another thread's loop holds the pool, runs on the fallback: Halide's default pool
+// where install_thread_pool installed it, else serially in the calling thread.
+int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_t *closure);
+
+// Whether BLOCKLSTM_THREAD_POOL=halide is set.
+bool thread_pool_switched_off();
 
 // Threads of the pool's loops, the caller included; 0: HL_NUM_THREADS where set, else one per core.
 void set_pool_threads(int threads);
 
-// Whether the CPU kernels run on this pool (false: on Halide's default one).
+// Whether install_thread_pool installed the pool (false: the kernels run on Halide's default one).
 bool own_thread_pool();
+
+// Called by install_thread_pool with Halide's default do_par_for.
+void set_pool_fallback(halide_do_par_for_t halide_default);
+
+// Installs pool_do_par_for as halide_do_par_for, with Halide's default one as the fallback for
+// the loops the pool does not take; false (nothing installed) with BLOCKLSTM_THREAD_POOL=halide.
+// Inline: only a program that links a Halide runtime calls it (the tuner's libHalide has none).
+inline bool install_thread_pool() {
+    if (thread_pool_switched_off()) return false;
+    set_pool_fallback(halide_set_custom_do_par_for(pool_do_par_for));
+    return true;
+}
 
 }  // namespace blocklstm::detail
