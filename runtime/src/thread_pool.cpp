@@ -94,7 +94,7 @@ int default_threads() {
 
 class Pool {
 public:
-    // Returns false when the loop should go to Halide's pool instead (see the top of the file).
+    // Returns false when the loop should go to the fallback instead (see the top of the file).
     bool run(void *user_context, halide_task_t task, int min, int size, uint8_t *closure, int *result) {
         if (in_task) return false;
         std::unique_lock<std::mutex> caller(caller_, std::try_to_lock);
@@ -158,9 +158,9 @@ private:
     }
 
     void work(int index, uint64_t seen) {
-        in_task = true;  // a loop forked from a task runs on Halide's pool
+        in_task = true;  // a loop forked from a task runs on the fallback
         for (;;) {
-            if (!wait_for_loop(seen)) continue;
+            wait_for_loop(seen);
             seen = epoch_.load(std::memory_order_seq_cst);
             active_.fetch_add(1, std::memory_order_seq_cst);
             Loop *loop = loop_.load(std::memory_order_seq_cst);
@@ -169,12 +169,12 @@ private:
         }
     }
 
-    // Spins until the epoch moves past `seen` (true), or sleeps until it does (false: look again).
-    bool wait_for_loop(uint64_t seen) {
+    // Returns once the epoch has moved past `seen`: spinning for kSpin, then asleep.
+    void wait_for_loop(uint64_t seen) {
         const auto until = std::chrono::steady_clock::now() + kSpin;
         for (;;) {
             for (int i = 0; i < 64; ++i) {
-                if (epoch_.load(std::memory_order_relaxed) != seen) return true;
+                if (epoch_.load(std::memory_order_relaxed) != seen) return;
                 cpu_relax();
             }
             if (std::chrono::steady_clock::now() >= until) break;
@@ -183,7 +183,6 @@ private:
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         wake_.wait(lock, [&] { return epoch_.load(std::memory_order_seq_cst) != seen; });
         sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-        return true;
     }
 
     std::mutex caller_;  // one caller's loop at a time
