@@ -83,6 +83,13 @@ struct Loop {
 
 thread_local bool in_task = false;  // a worker, or a caller running its own loop's tasks
 
+// The loop in the calling thread, to its first failing task.
+int run_serially(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
+    for (int i = min; i < min + size; ++i)
+        if (const int r = task(user_context, i, closure)) return r;
+    return 0;
+}
+
 int default_threads() {
     if (const char *env = std::getenv("HL_NUM_THREADS")) {
         const int n = std::atoi(env);
@@ -101,7 +108,7 @@ public:
         if (!caller.owns_lock()) return false;
         const int workers = threads_.load(std::memory_order_relaxed) - 1;
         if (size <= 1 || workers <= 0) {
-            *result = serial(user_context, task, min, size, closure);
+            *result = run_serially(user_context, task, min, size, closure);
             return true;
         }
         start_workers(workers);
@@ -136,15 +143,6 @@ public:
     void set_threads(int threads) { threads_.store(threads > 0 ? threads : default_threads()); }
 
 private:
-    static int serial(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
-        int result = 0;
-        for (int i = min; i < min + size; ++i) {
-            const int r = task(user_context, i, closure);
-            if (r != 0 && result == 0) result = r;
-        }
-        return result;
-    }
-
     // Workers are started as loops first need them and never stopped (a process-lifetime pool,
     // as Halide's); fewer threads later leaves the extra ones asleep.
     void start_workers(int workers) {
@@ -205,12 +203,6 @@ Pool &pool() {
 }
 
 halide_do_par_for_t fallback = nullptr;  // where the pool does not take a loop; nullptr: serially
-
-bool switched_off() {
-    const char *env = std::getenv("BLOCKLSTM_THREAD_POOL");
-    return env && std::strcmp(env, "halide") == 0;
-}
-
 bool installed = false;
 
 }  // namespace
@@ -219,9 +211,7 @@ int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, u
     int result = 0;
     if (pool().run(user_context, task, min, size, closure, &result)) return result;
     if (fallback) return fallback(user_context, task, min, size, closure);
-    for (int i = min; i < min + size; ++i)
-        if (const int r = task(user_context, i, closure)) return r;
-    return 0;
+    return run_serially(user_context, task, min, size, closure);
 }
 
 void set_pool_fallback(halide_do_par_for_t halide_default) {
@@ -229,7 +219,10 @@ void set_pool_fallback(halide_do_par_for_t halide_default) {
     installed = true;
 }
 
-bool thread_pool_switched_off() { return switched_off(); }
+bool thread_pool_switched_off() {
+    const char *env = std::getenv("BLOCKLSTM_THREAD_POOL");
+    return env && std::strcmp(env, "halide") == 0;
+}
 
 void set_pool_threads(int threads) {
     pool().set_threads(threads);
