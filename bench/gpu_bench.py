@@ -7,11 +7,13 @@ Both sides are timed the same way: host wall clock around one call, synchronised
 after, median of --reps calls after a warm-up. cuDNN's backward is (forward + backward) minus
 forward-training, as in docs/performance.md. float32 runs with TF32 off on both sides.
 
-Ours runs with the fused steps (the default) and, with --split (the default: both), with the
-split steps too (BLOCKLSTM_CUDA_STEP=split: the recurrent products on cuBLAS, in place).
+Ours runs its time loops each way --paths names (PATHS below; default all three): the fused
+steps, the split steps (the recurrent products on cuBLAS, in place), and the split steps as a
+CUDA graph.
 
 Usage (on the GPU machine, from the repository root, with a built tree):
-    python3 bench/gpu_bench.py --blocklstm build/tools/blocklstm --out DIR [--quick] [--no-split]
+    python3 bench/gpu_bench.py --blocklstm build/tools/blocklstm --out DIR [--quick] [--paths fused,split]
+        [--shapes 'T,B,H;...'] [--dtypes float32]
 Writes DIR/gpu_latest.md and DIR/gpu_latest.csv and prints the table.
 """
 import argparse
@@ -27,17 +29,33 @@ import time
 SHAPES = [(100, 64, 512), (100, 64, 1024), (50, 128, 2048), (200, 16, 256), (100, 32, 256), (1024, 16, 768)]
 
 
-def ours(blocklstm, op, T, B, H, dtype, peephole, reps, steps="fused"):
+# How our time loops run (bench --device cuda under these environment settings): the fused
+# steps; the split steps (the recurrent products on cuBLASLt, in place); the split steps with the
+# time loop as a CUDA graph. For A/B runs: the split steps' products on cublasGemmEx, and the
+# fused steps with Halide's register budget of 64 (the kernels' own is 128: docs/cuda.md).
+PATHS = {
+    "fused": {"BLOCKLSTM_CUDA_STEP": "fused", "BLOCKLSTM_CUDA_GRAPHS": "0"},
+    "split": {"BLOCKLSTM_CUDA_STEP": "split", "BLOCKLSTM_CUDA_GRAPHS": "0"},
+    "graphs": {"BLOCKLSTM_CUDA_STEP": "split", "BLOCKLSTM_CUDA_GRAPHS": "1"},
+    "split_gemmex": {"BLOCKLSTM_CUDA_STEP": "split", "BLOCKLSTM_CUDA_GRAPHS": "0", "BLOCKLSTM_CUDA_LT": "0"},
+    "fused_regs64": {"BLOCKLSTM_CUDA_STEP": "fused", "BLOCKLSTM_CUDA_GRAPHS": "0", "HL_CUDA_JIT_MAX_REGISTERS": "64"},
+}
+
+
+def ours(blocklstm, op, T, B, H, dtype, peephole, reps, path="fused"):
     cmd = [blocklstm, "bench", op, "--time", str(T), "--batch", str(B), "--input", str(H),
            "--cell", str(H), "--dtype", dtype, "--device", "cuda", "--reps", str(reps),
            "--warmup", "3"]
     if peephole:
         cmd.append("--use-peephole")
-    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, BLOCKLSTM_CUDA_STEP=steps))
+    r = subprocess.run(cmd, capture_output=True, text=True, env=dict(os.environ, **PATHS[path]))
     if r.returncode != 0:
         raise RuntimeError(" ".join(cmd) + "\n" + r.stdout + r.stderr)
     first = re.search(r"first call ([0-9.]+) ms", r.stdout)
     med = re.search(r"median_ms=([0-9.]+)", r.stdout)
+    graphs = re.search(r"time loops: .*", r.stdout)
+    if graphs:
+        print(f"  {op} {dtype} {T},{B},{H} {'peephole' if peephole else 'plain'} {path}: {graphs.group(0)}", flush=True)
     return float(med.group(1)), float(first.group(1)) if first else float("nan")
 
 
@@ -106,33 +124,34 @@ def main():
     ap.add_argument("--out", default="build/bench")
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="first shape only, 5 reps")
-    ap.add_argument("--no-split", action="store_true", help="ours with the fused steps only")
+    ap.add_argument("--paths", default="fused,split,graphs",
+                    help="how ours runs its time loops, comma-separated: " + ", ".join(PATHS))
+    ap.add_argument("--shapes", help="T,B,H;T,B,H... instead of the six")
+    ap.add_argument("--dtypes", default="float32,float16")
     ap.add_argument("--step-products", action="store_true",
                     help="only time one step's recurrent product h[B,H] . W_h[H,4H] on cuBLAS "
-                         "(torch.mm), the floor of a step that ours computes in a Halide kernel")
+                         "(torch.mm), the floor of a step")
     a = ap.parse_args()
+    shapes = [tuple(int(v) for v in t.split(",")) for t in a.shapes.split(";")] if a.shapes else SHAPES
     if a.step_products:
-        return step_products(SHAPES[:1] if a.quick else SHAPES)
-    shapes = SHAPES[:1] if a.quick else SHAPES
+        return step_products(shapes[:1] if a.quick else shapes)
+    shapes = shapes[:1] if a.quick else shapes
     reps = 5 if a.quick else a.reps
+    paths = a.paths.split(",")
     import torch
     device = torch.cuda.get_device_name(0)
     rows = []
-    for dtype in ("float32", "float16"):
+    for dtype in a.dtypes.split(","):
         for (T, B, H) in shapes:
             c_f, c_b = cudnn(T, B, H, dtype, reps)
             r = {"dtype": dtype, "T": T, "B": B, "IH": H, "cudnn_fwd_ms": c_f, "cudnn_bwd_ms": c_b}
-            for peephole in (False, True):
-                tag = "peep" if peephole else "plain"
-                f, f_first = ours(a.blocklstm, "BlockLSTM", T, B, H, dtype, peephole, reps)
-                b, _ = ours(a.blocklstm, "BlockLSTMGrad", T, B, H, dtype, peephole, reps)
-                r[f"ours_{tag}_fwd_ms"], r[f"ours_{tag}_bwd_ms"] = f, b
-                r[f"ours_{tag}_first_call_ms"] = f_first
-                if not a.no_split:
-                    r[f"ours_split_{tag}_fwd_ms"], _ = ours(a.blocklstm, "BlockLSTM", T, B, H, dtype, peephole, reps,
-                                                            "split")
-                    r[f"ours_split_{tag}_bwd_ms"], _ = ours(a.blocklstm, "BlockLSTMGrad", T, B, H, dtype, peephole,
-                                                            reps, "split")
+            for path in paths:
+                for peephole in (False, True):
+                    tag = f"{path}_{'peep' if peephole else 'plain'}"
+                    f, f_first = ours(a.blocklstm, "BlockLSTM", T, B, H, dtype, peephole, reps, path)
+                    b, _ = ours(a.blocklstm, "BlockLSTMGrad", T, B, H, dtype, peephole, reps, path)
+                    r[f"ours_{tag}_fwd_ms"], r[f"ours_{tag}_bwd_ms"] = f, b
+                    r[f"ours_{tag}_first_call_ms"] = f_first
             rows.append(r)
             print(r, flush=True)
 
@@ -142,27 +161,20 @@ def main():
         w.writeheader()
         w.writerows(rows)
     lines = [f"GPU: {device}; `python3 bench/gpu_bench.py` ({reps} reps, median, wall clock "
-             "with synchronisation; f32 with TF32 off). Ratio = cuDNN ms / our ms (> 1: we are faster).",
-             "",
-             "| dtype | T,B,I=H | cuDNN fwd | ours fwd | ratio | cuDNN bwd | ours bwd | ratio | ours fwd peephole | ours bwd peephole | first call (JIT) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(
-            f"| {r['dtype']} | {r['T']},{r['B']},{r['IH']} | {r['cudnn_fwd_ms']:.3f} | "
-            f"{r['ours_plain_fwd_ms']:.3f} | {r['cudnn_fwd_ms'] / r['ours_plain_fwd_ms']:.2f} | "
-            f"{r['cudnn_bwd_ms']:.3f} | {r['ours_plain_bwd_ms']:.3f} | "
-            f"{r['cudnn_bwd_ms'] / r['ours_plain_bwd_ms']:.2f} | {r['ours_peep_fwd_ms']:.3f} | "
-            f"{r['ours_peep_bwd_ms']:.3f} | {r['ours_plain_first_call_ms']:.1f} ms |")
-    if not a.no_split:
-        lines += ["", "With the split steps (BLOCKLSTM_CUDA_STEP=split; the float16 backward runs fused):", "",
-                  "| dtype | T,B,I=H | ours fwd split | ratio | ours bwd split | ratio | fwd peephole split | bwd peephole split |",
-                  "|---|---|---|---|---|---|---|---|"]
+             "with synchronisation; f32 with TF32 off). Ratio = cuDNN ms / our ms (> 1: we are faster)."]
+    for path in paths:
+        lines += ["", f"Ours with the {path} time loops ({' '.join(k + '=' + v for k, v in PATHS[path].items())}):", "",
+                  "| dtype | T,B,I=H | cuDNN fwd | ours fwd | ratio | cuDNN bwd | ours bwd | ratio | ours fwd peephole | ratio | ours bwd peephole | ratio | first call |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
+            p = f"ours_{path}"
             lines.append(
-                f"| {r['dtype']} | {r['T']},{r['B']},{r['IH']} | {r['ours_split_plain_fwd_ms']:.3f} | "
-                f"{r['cudnn_fwd_ms'] / r['ours_split_plain_fwd_ms']:.2f} | {r['ours_split_plain_bwd_ms']:.3f} | "
-                f"{r['cudnn_bwd_ms'] / r['ours_split_plain_bwd_ms']:.2f} | {r['ours_split_peep_fwd_ms']:.3f} | "
-                f"{r['ours_split_peep_bwd_ms']:.3f} |")
+                f"| {r['dtype']} | {r['T']},{r['B']},{r['IH']} | {r['cudnn_fwd_ms']:.3f} | "
+                f"{r[p + '_plain_fwd_ms']:.3f} | {r['cudnn_fwd_ms'] / r[p + '_plain_fwd_ms']:.2f} | "
+                f"{r['cudnn_bwd_ms']:.3f} | {r[p + '_plain_bwd_ms']:.3f} | "
+                f"{r['cudnn_bwd_ms'] / r[p + '_plain_bwd_ms']:.2f} | {r[p + '_peep_fwd_ms']:.3f} | "
+                f"{r['cudnn_fwd_ms'] / r[p + '_peep_fwd_ms']:.2f} | {r[p + '_peep_bwd_ms']:.3f} | "
+                f"{r['cudnn_bwd_ms'] / r[p + '_peep_bwd_ms']:.2f} | {r[p + '_plain_first_call_ms']:.1f} ms |")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(a.out, "gpu_latest.md"), "w") as fh:
         fh.write(text)

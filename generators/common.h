@@ -14,11 +14,14 @@ namespace blocklstm::gen {
 
 using namespace Halide;
 
+using kernel::GateGrads;
 using kernel::RecurrentProduct;
 using kernel::Weights;
 
 inline const std::map<std::string, RecurrentProduct> recurrent_product_names{{"inside", RecurrentProduct::inside},
                                                                             {"outside", RecurrentProduct::outside}};
+inline const std::map<std::string, GateGrads> gate_grads_names{{"float32", GateGrads::float32},
+                                                               {"dtype", GateGrads::dtype}};
 namespace args = kernel::args;
 
 // The base of every kernel generator: the generator params every kernel of kernels.inc is given

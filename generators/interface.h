@@ -22,6 +22,11 @@ enum class Layout { icfo, ifco };
 // it (a library product, e.g. cuBLAS, writes it in place; the kernel is the gate math alone).
 enum class RecurrentProduct { inside, outside };
 
+// The type the backward recurrence stores the gate gradients (dgates) in: float32, or the
+// kernel's dtype (float16 on CUDA's split steps, as TF's GPU kernel stores them: the products
+// that read them then run float16 x float16 on cuBLAS's tensor cores).
+enum class GateGrads { float32, dtype };
+
 // How a kernel holds the recurrent weights (kernels.inc's weights column; for gemm_tn_panels the
 // gate gradients): packed float32 panels (generators/panels.cpp, schedules/panel_layout.h), the
 // matrix in place, or none.

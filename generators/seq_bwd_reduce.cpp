@@ -13,13 +13,15 @@ public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> use_peephole{"use_peephole", false};
     GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
+    GeneratorParam<GateGrads> gate_grads{"gate_grads", GateGrads::float32, gate_grads_names};
 
     Input<Buffer<>> *dgates, *cs, *cs_prev, *dcs_carry;
     Output<Buffer<>> *b_grad, *cs_prev_grad, *peephole_grads = nullptr;
 
     void configure() {
         namespace a = args::seq_bwd_reduce;
-        dgates = add_input<Buffer<>>(a::dgates, Float(32), 2);  // [L*B, 4H]
+        // [L*B, 4H], float32 or the dtype (generators/interface.h: GateGrads)
+        dgates = add_input<Buffer<>>(a::dgates, gate_grads == GateGrads::dtype ? Type(dtype) : Float(32), 2);
         cs = add_input<Buffer<>>(a::cs, dtype, 3);              // [L,B,H]
         cs_prev = add_input<Buffer<>>(a::cs_prev, dtype, 2);    // [B,H]
         dcs_carry = add_input<Buffer<>>(a::dcs_carry, Float(32), 2);
@@ -40,7 +42,7 @@ public:
         RDom rows(0, dgates->dim(1).extent(), "rows");
         Func bias_sum("bias_sum");
         bias_sum(x) = 0.0f;
-        bias_sum(x) += (*dgates)(x, rows);
+        bias_sum(x) += f32((*dgates)(x, rows));
         (*b_grad)(x) = cast(t, bias_sum(x));
         schedules::schedule_column_sum(bias_sum, *b_grad, x, {rows.x}, m);
 
@@ -51,7 +53,7 @@ public:
             Expr H = cs->dim(0).extent(), B = cs->dim(1).extent();
             RDom r(0, B, 0, cs->dim(2).extent(), "steps");  // (n, t)
             Expr row = r.y * B + r.x;
-            auto gate = [&](Gate g) { return (*dgates)(j + gate_block(layout, g) * H, row); };
+            auto gate = [&](Gate g) { return f32((*dgates)(j + gate_block(layout, g) * H, row)); };
             Expr cs_prev_t = select(r.y == 0, f32((*cs_prev)(j, r.x)),
                                     f32((*cs)(j, r.x, max(r.y - 1, 0))));
             PeepholeGradTerms terms = peephole_grad_terms(gate(gate_i), gate(gate_f),

@@ -16,6 +16,7 @@ public:
     GeneratorParam<bool> use_peephole{"use_peephole", false};
     GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
     GeneratorParam<RecurrentProduct> product{"product", RecurrentProduct::inside, recurrent_product_names};
+    GeneratorParam<GateGrads> gate_grads{"gate_grads", GateGrads::float32, gate_grads_names};
 
     Input<Buffer<>> *dgates_next = nullptr, *w_h_t = nullptr, *dh_product = nullptr;
     Input<Buffer<>> *h_grad, *cs_grad, *dcs_carry;
@@ -25,6 +26,9 @@ public:
 
     void configure() {
         namespace a = args::seq_bwd_step;
+        if (gate_grads == GateGrads::dtype && product == RecurrentProduct::inside)
+            throw std::invalid_argument("seq_bwd_step: gate_grads=dtype needs product=outside (the product "
+                                        "inside reads dgates[t+1] as float32)");
         if (product == RecurrentProduct::outside) {
             require_weights({Weights::none});
             dh_product = add_input<Buffer<>>(a::dh_product, Float(32), 2);  // [B,H]
@@ -39,6 +43,8 @@ public:
         add_cell_arguments();
         dh = add_output<Buffer<>>(a::dh, Float(32), 2);
     }
+
+    Type gate_grads_type() const { return gate_grads == GateGrads::dtype ? Type(dtype) : Float(32); }
 
     // W_h^T in bfloat16 pair panels, dgates[t+1] . W_h^T in pairs of bfloat16 products, the gate
     // gradients rounded to bfloat16 as they enter it (schedules/panel_layout.h).
@@ -61,7 +67,7 @@ public:
         wci = add_input<Buffer<>>(a::wci, dtype, 1);
         wcf = add_input<Buffer<>>(a::wcf, dtype, 1);
         wco = add_input<Buffer<>>(a::wco, dtype, 1);
-        dgates = add_output<Buffer<>>(a::dgates, Float(32), 3);  // (j, gate block, n) of [B,4H]
+        dgates = add_output<Buffer<>>(a::dgates, gate_grads_type(), 3);  // (j, gate block, n) of [B,4H]
         dcs_carry_out = add_output<Buffer<>>(a::dcs_carry_out, Float(32), 2);
     }
 
@@ -103,7 +109,7 @@ public:
                                        f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)), dh_total,
                                        in(cs_grad) + (*dcs_carry)(j, n), use_peephole);
         const CellGrads cell(r, j, n);
-        (*dgates)(j, g, n) = cell.gate_blocks(layout, j, g, n);
+        (*dgates)(j, g, n) = cast(gate_grads_type(), cell.gate_blocks(layout, j, g, n));
         (*dcs_carry_out)(j, n) = cell.cs_prev_grad(j, n);
     }
 };

@@ -6,9 +6,12 @@
 #                                    (bench/gpu_bench.py); logs and tables go to $OUT
 #                                    if set, else gpu-carry/results
 #   scripts/gpu_check.sh tests         there: the GPU tests alone (run's first half)
+#   scripts/gpu_check.sh bench [ARGS]  there: the cuDNN benchmark alone (run's second half; ARGS
+#                                    go to bench/gpu_bench.py)
 #   scripts/gpu_check.sh cpu           there: the CPU test suites on the GPU machine's host CPU, once
 #                                    per CPU target it can run (its AVX-512, where ours has none)
-#   scripts/gpu_check.sh sanitize      there: the CUDA variant tests under compute-sanitizer
+#   scripts/gpu_check.sh sanitize [FILTER]  there: the CUDA variant tests under compute-sanitizer
+#                                    (FILTER: those cases only, memcheck and initcheck)
 #   scripts/gpu_check.sh profile [T,B,H]  there: each kernel's GPU time in one call (ncu) against
 #                                    the call's wall time
 #   scripts/gpu_check.sh cpu-peers [ARGS]  there: ours against oneDNN on the host CPU
@@ -62,6 +65,17 @@ gpu_tests() {
     # call (the tests also synchronise after every use and stop at the first lost context).
     CUDA_LAUNCH_BLOCKING=1 run_logged "$out/gpu_tests.log" "^\[  |SKIP|Failure|exception" \
         "$carry/bin/variants_test" --gtest_filter='*cuda*:VariantTable.*' || status=1
+    # Again with the time loops as CUDA graphs (the cases share shapes, so most loops are captured
+    # and updated rather than run directly; CudaGraphs.* checks the bits of each way).
+    echo "variants_test, CUDA cases, BLOCKLSTM_CUDA_GRAPHS=1:" | tee -a "$out/gpu_tests.log"
+    BLOCKLSTM_CUDA_GRAPHS=1 run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
+        "$carry/bin/variants_test" --gtest_filter='*cuda*' || status=1
+    # Threads on streams of their own, fused steps and split steps as graphs: the bits of each call alone.
+    run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure" \
+        "$carry/bin/thread_safety_test" --gtest_filter='*cuda*' || status=1
+    # TF's golden cases on the GPU, fused and split steps, within TF's own rounding budget.
+    BLOCKLSTM_TF_GOLDEN_DIR=$root/tests/data/tf run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure" \
+        "$carry/bin/tf_golden_test" --gtest_filter='*cuda*' || status=1
     CUDA_LAUNCH_BLOCKING=1 run_logged "$out/gpu_tests.log" "^\[  |SKIP|Failure" \
         "$carry/bin/blocklstm_cli_test" --gtest_filter='*Cuda*:*cuda*' || status=1
     # seq_lengths on CUDA tensors, with the switch that keeps them off until this run shows them right
@@ -98,9 +112,10 @@ pack)
     fi
     for t in variants finite_diff tf_cases bad_input thread_safety ops seq_lengths; do cp "$build/tests/${t}_test" "$carry/bin/"; done
     cp "$build/tests/cli/blocklstm_cli_test" "$carry/bin/"
+    cp "$build/tests/golden/tf_golden_test" "$carry/bin/"
     du -sh "$carry"
     ;;
-run | tests)
+run | tests | bench)
     out=${OUT:-$carry/results}
     mkdir -p "$out"
     export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
@@ -114,10 +129,12 @@ run | tests)
         pip_cublas=$(python3 -c 'import glob, os, nvidia; print(next(iter(sorted(p for r in nvidia.__path__ for p in glob.glob(os.path.join(r, "**", "libcublas.so.13"), recursive=True))), ""))' 2>/dev/null)
         [ -f "${pip_cublas:-}" ] && export BLOCKLSTM_CUBLAS=$pip_cublas
     fi
-    "$carry/bin/blocklstm" list | sed -n '/^CUDA:/,/^CUDA batched products/p'
+    "$carry/bin/blocklstm" list | sed -n '/^CUDA:/,/^CUDA graphs/p'
     status=0
-    gpu_tests "$out" || status=1
-    [ "$1" = tests ] && { echo "gpu_check: GPU tests $([ $status -eq 0 ] && echo passed || echo FAILED)"; exit $status; }
+    if [ "$1" != bench ]; then
+        gpu_tests "$out" || status=1
+        [ "$1" = tests ] && { echo "gpu_check: GPU tests $([ $status -eq 0 ] && echo passed || echo FAILED)"; exit $status; }
+    fi
     shift
     python3 bench/gpu_bench.py --blocklstm "$carry/bin/blocklstm" --out "$out" "$@" || status=1
     exit $status
@@ -158,10 +175,13 @@ sanitize)
     out=${OUT:-$carry/results}
     mkdir -p "$out"
     export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
-    declare -A cases=([memcheck]='*cuda*TF_defaults_odd_sizes*:*cuda*multi_block_GEMMs*:*cuda*B_1_L_T*'
+    declare -A cases=([memcheck]='*cuda*TF_defaults_odd_sizes*:*cuda*multi_block_GEMMs*:*cuda*B_1_L_T*:CudaGraphs.*'
                       [racecheck]='transpose__cuda*' [initcheck]='*cuda*TF_defaults_odd_sizes*')
+    tools=(memcheck racecheck initcheck)
+    # A filter given (e.g. the kernels a change touched): memcheck and initcheck on those cases.
+    [ -n "${2:-}" ] && cases[memcheck]=$2 && cases[initcheck]=$2 && tools=(memcheck initcheck)
     status=0
-    for tool in memcheck racecheck initcheck; do
+    for tool in "${tools[@]}"; do
         extra=()
         [ $tool = memcheck ] && extra=(--leak-check full)
         compute-sanitizer --tool $tool "${extra[@]}" --error-exitcode 3 \
@@ -263,7 +283,7 @@ tune)
     exit "${PIPESTATUS[0]}"
     ;;
 *)
-    echo "usage: scripts/gpu_check.sh pack | run [--quick] | tests | sanitize | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
+    echo "usage: scripts/gpu_check.sh pack | run [--quick] | tests | bench [ARGS] | sanitize [FILTER] | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
     exit 2
     ;;
 esac

@@ -429,7 +429,7 @@ TEST_P(OpenClTwins, MatchesReference) {
         else if (tw.family == "seq_bwd_step") check_seq_bwd_step(tw, s, rng);
         else if (tw.family == "seq_fwd_gates") check_seq_fwd_gates(tw, s, rng);
         else if (tw.family == "seq_bwd_gates") check_seq_bwd_gates(tw, s, rng);
-        else if (tw.family == "seq_bwd_reduce") check_seq_bwd_reduce(tw, s, rng);
+        else if (tw.family == "seq_bwd_reduce" || tw.family == "seq_bwd_reduce_split") check_seq_bwd_reduce(tw, s, rng);
         else if (tw.family == "cell_bwd") check_cell_bwd(tw, s, seed);
         else FAIL() << "no check for GPU kernel family " << tw.family;
         if (::testing::Test::HasFatalFailure()) break;
@@ -445,7 +445,7 @@ TEST(OpenClTwinTable, EveryGpuFamilyIsChecked) {
     for (const Twin &t : twins()) families.insert(t.family);
     EXPECT_EQ(families, (std::set<std::string>{"cell_bwd", "seq_fwd_step", "seq_bwd_step", "seq_bwd_reduce",
                                                "gemm_nn_bias", "gemm_nn", "gemm_tn", "transpose", "seq_fwd_gates",
-                                               "seq_bwd_gates", "gather_rows"}));
+                                               "seq_bwd_gates", "seq_bwd_reduce_split", "gather_rows"}));
 }
 
 }  // namespace

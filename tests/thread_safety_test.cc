@@ -1,6 +1,8 @@
 // Thread safety: several threads run BlockLSTM + BlockLSTMGrad concurrently on different data;
 // every result must equal (bitwise) the single-threaded result of the same call. The host memory
 // cache (workspaces reused across calls and threads) must not change any result either.
+#include <dlfcn.h>
+
 #include <atomic>
 #include <filesystem>
 #include <functional>
@@ -88,6 +90,93 @@ TEST(ThreadSafety, ConcurrentForwardAndBackward) {
     }
     const auto errors = run_concurrently(kThreads, kIterations, [&](int t) -> const Job & { return jobs[t]; });
     for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(errors[t].empty()) << "thread " << t << ": " << errors[t];
+}
+
+// CUDA: four threads, each on a stream of its own (set_cuda_stream), run the forward and backward
+// of their problems at once (float32 and float16, both layouts, peepholes or not), with the fused
+// steps and with the split steps as CUDA graphs; every result has the bits of the same calls run
+// alone on the default stream.
+TEST(ThreadSafety, cuda_ThreadsWithOwnStreams) {
+    if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device: " << blocklstm::cuda_unavailable_reason();
+    // The driver's stream functions, from the library the runtime opens (no link-time dependency).
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    ASSERT_NE(lib, nullptr);
+    using Retain = int (*)(void **, int);
+    using SetCurrent = int (*)(void *);
+    using Create = int (*)(void **, unsigned);
+    using Destroy = int (*)(void *);
+    const auto retain = reinterpret_cast<Retain>(dlsym(lib, "cuDevicePrimaryCtxRetain"));
+    const auto set_current = reinterpret_cast<SetCurrent>(dlsym(lib, "cuCtxSetCurrent"));
+    const auto create = reinterpret_cast<Create>(dlsym(lib, "cuStreamCreate"));
+    const auto destroy = reinterpret_cast<Destroy>(dlsym(lib, "cuStreamDestroy_v2"));
+    ASSERT_TRUE(retain && set_current && create && destroy);
+    struct Restore {
+        ~Restore() {
+            blocklstm::set_cuda_step(blocklstm::CudaStep::fused);
+            blocklstm::set_cuda_graphs(false);
+        }
+    } restore;
+    constexpr int kThreads = 4, kIterations = 10;
+    const Shape shapes[kThreads] = {{8, 16, 48, 64, 8, 1, 0.0, 1.0, "t0"},
+                                    {4, 3, 7, 17, 3, 2, 1.0, 0.5, "t1"},
+                                    {6, 9, 31, 16, 6, 1, 3.0, 1.0, "t2"},
+                                    {3, 17, 5, 33, 2, 1, 0.0, 1.0, "t3"}};
+    auto host_fwd = [](const blocklstm::LSTMOutputs<Tensor> &o) {
+        return blocklstm::LSTMOutputs<Tensor>{on_host(o.i),  on_host(o.cs), on_host(o.f), on_host(o.o),
+                                              on_host(o.ci), on_host(o.co), on_host(o.h)};
+    };
+    auto host_grad = [](const blocklstm::BlockLSTMGradOutputs<Tensor> &g) {
+        return blocklstm::BlockLSTMGradOutputs<Tensor>{on_host(g.x_grad),   on_host(g.cs_prev_grad),
+                                                       on_host(g.h_prev_grad), on_host(g.w_grad),
+                                                       on_host(g.wci_grad), on_host(g.wcf_grad),
+                                                       on_host(g.wco_grad), on_host(g.b_grad)};
+    };
+    for (const blocklstm::CudaStep steps : {blocklstm::CudaStep::fused, blocklstm::CudaStep::split}) {
+        const bool split = steps == blocklstm::CudaStep::split;
+        SCOPED_TRACE(split ? "split steps, CUDA graphs" : "fused steps");
+        blocklstm::set_cuda_step(steps);
+        blocklstm::set_cuda_graphs(split);
+        std::vector<Job> jobs(kThreads);
+        for (int t = 0; t < kThreads; ++t) {
+            BLT_SEED(seed, "ThreadSafety/cuda/" + std::to_string(t));
+            jobs[t].p = make_problem(seed, shapes[t], t == 2 ? DType::f16 : DType::f32, false, t % 2 == 1,
+                                     t == 3 ? Layout::ifco : Layout::icfo);
+            jobs[t].in = std::make_unique<Inputs>(jobs[t].p, blocklstm::Device::cuda);
+            blocklstm::LSTMOutputs<Tensor> fwd;
+            blocklstm::BlockLSTMGradOutputs<Tensor> grad;
+            run_job(jobs[t], fwd, grad);  // alone, on the default stream
+            jobs[t].fwd = host_fwd(fwd);
+            jobs[t].grad = host_grad(grad);
+        }
+        std::vector<std::string> first_error(kThreads);
+        std::vector<std::thread> running;
+        for (int t = 0; t < kThreads; ++t) {
+            running.emplace_back([&, t] {
+                void *ctx = nullptr, *stream = nullptr;
+                if (retain(&ctx, 0) != 0 || set_current(ctx) != 0 || create(&stream, /*NON_BLOCKING=*/1) != 0) {
+                    first_error[t] = "could not make a stream";
+                    return;
+                }
+                blocklstm::set_cuda_stream(reinterpret_cast<blocklstm::CudaStream>(stream));
+                try {
+                    for (int it = 0; it < kIterations && first_error[t].empty(); ++it) {
+                        blocklstm::LSTMOutputs<Tensor> fwd;
+                        blocklstm::BlockLSTMGradOutputs<Tensor> grad;
+                        run_job(jobs[t], fwd, grad);
+                        blocklstm::cuda_synchronize();
+                        auto a = same(host_fwd(fwd), jobs[t].fwd), b = same(host_grad(grad), jobs[t].grad);
+                        if (!a || !b) first_error[t] = "iteration " + std::to_string(it) + ": " + (a ? b : a).message();
+                    }
+                } catch (const std::exception &e) {
+                    first_error[t] = std::string("exception: ") + e.what();
+                }
+                blocklstm::set_cuda_stream(nullptr);
+                destroy(stream);
+            });
+        }
+        for (auto &th : running) th.join();
+        for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(first_error[t].empty()) << "thread " << t << ": " << first_error[t];
+    }
 }
 
 // Threads that share their input tensors, read-only, as a training loop's threads share weights:

@@ -190,7 +190,9 @@ public:
     }
 
     static bool gemm_family(const Variant &v) { return v.family.rfind("gemm_", 0) == 0; }
-    static bool split_family(const Variant &v) { return v.family == "seq_fwd_gates" || v.family == "seq_bwd_gates"; }
+    static bool split_family(const Variant &v) {
+        return v.family == "seq_fwd_gates" || v.family == "seq_bwd_gates" || v.family == "seq_bwd_reduce_split";
+    }
     static std::string case_name(const Use &u, const ShapeCase &c, blocklstm::CudaGemm gemm) {
         return std::string(op_name(u)) + (u.peephole ? "_peephole__" : "_plain__") + c.name +
                (gemm == blocklstm::CudaGemm::halide ? "__halide_gemms" : "");
@@ -702,6 +704,96 @@ TEST(CudaMemory, cuda_ReleaseThenRunAgain) {
     blocklstm::cuda_release_memory();
     (void)w_grad();
     EXPECT_GT(blocklstm::cublas_product_count(), products) << "cuBLAS not used again after its handle was destroyed";
+}
+
+// The split steps' time loops as CUDA graphs (set_cuda_graphs): a shape's first call runs direct
+// launches, the second captures the loop and launches the graph, the third launches it again
+// (same pointers), a call into other outputs captures again and updates the graph; every call's
+// outputs (NaN before it) have the bits of the call with graphs off. float32: the forward and the
+// gradient have split steps; float16: the forward (its gradient runs the fused steps, no graph).
+TEST(CudaGraphs, cuda_GraphLaunchesEqualDirectLaunches) {
+    if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device: " << blocklstm::cuda_unavailable_reason();
+    struct Restore {
+        ~Restore() {
+            blocklstm::set_cuda_graphs(false);
+            blocklstm::set_cuda_step(blocklstm::CudaStep::fused);
+        }
+    } restore;
+    const Shape s = *std::find_if(variant_shapes().begin(), variant_shapes().end(),
+                                  [](const Shape &v) { return std::string(v.note) == "multi-block GEMMs"; });
+    auto nan_filled = [](const TensorView &like) {  // a device tensor of NaN (all bits set)
+        Tensor host(like.dtype, like.shape);
+        std::memset(host.data(), 0xff, host.num_bytes());
+        return on_device(host, Device::cuda);
+    };
+    auto same_bits = [](const char *name, const TensorView &ours, const Tensor &want) {
+        const Tensor h = on_host(ours);
+        return std::memcmp(h.data(), want.data(), want.num_bytes()) == 0
+                   ? ::testing::AssertionSuccess()
+                   : ::testing::AssertionFailure() << name << " differs from the direct launches' bits";
+    };
+    for (DType dtype : {DType::f32, DType::f16})
+        for (bool peephole : {false, true}) {
+            SCOPED_TRACE(std::string(blocklstm::to_string(dtype)) + (peephole ? " peephole" : " plain"));
+            BLT_SEED(seed, "CudaGraphs");
+            const Problem p = make_problem(seed, s, dtype, false, peephole, Layout::icfo);
+            const Inputs in(p, Device::cuda);
+            blocklstm::set_cuda_step(blocklstm::CudaStep::split);
+            blocklstm::set_cuda_graphs(false);
+            const auto fwd = run_fwd(p, in);
+            const Tensor h_want = on_host(fwd.h), cs_want = on_host(fwd.cs);
+            const auto grad = run_seq_grad(p, in);
+            const Tensor x_grad_want = on_host(grad.x_grad), w_grad_want = on_host(grad.w_grad);
+            blocklstm::set_cuda_graphs(true);
+            const bool grad_split = dtype == DType::f32;
+            // Two sets of outputs: calls 1-3 into the first, 4 into the second, 5 into the first.
+            std::vector<blocklstm::LSTMOutputs<Tensor>> fwd_outs;
+            std::vector<blocklstm::BlockLSTMGradOutputs<Tensor>> grad_outs;
+            for (int k = 0; k < 2; ++k) {
+                fwd_outs.push_back({nan_filled(fwd.i), nan_filled(fwd.cs), nan_filled(fwd.f), nan_filled(fwd.o),
+                                    nan_filled(fwd.ci), nan_filled(fwd.co), nan_filled(fwd.h)});
+                grad_outs.push_back({nan_filled(grad.x_grad), nan_filled(grad.cs_prev_grad),
+                                     nan_filled(grad.h_prev_grad), nan_filled(grad.w_grad), nan_filled(grad.wci_grad),
+                                     nan_filled(grad.wcf_grad), nan_filled(grad.wco_grad), nan_filled(grad.b_grad)});
+            }
+            const blocklstm::CudaGraphStats before = blocklstm::cuda_graph_stats();
+            const auto attrs = blocklstm::BlockLSTMAttrs{static_cast<float>(p.s.forget_bias),
+                                                         static_cast<float>(p.s.cell_clip), peephole};
+            for (int call = 1; call <= 5; ++call) {
+                SCOPED_TRACE("call " + std::to_string(call));
+                auto &fo = fwd_outs[call == 4 ? 1 : 0];
+                auto &go = grad_outs[call == 4 ? 1 : 0];
+                for (Tensor *t : {&fo.h, &fo.cs, &go.x_grad, &go.w_grad}) *t = nan_filled(*t);
+                const blocklstm::LSTMOutputs<blocklstm::TV> fv{fo.i, fo.cs, fo.f, fo.o, fo.ci, fo.co, fo.h};
+                blocklstm::BlockLSTM(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, fv, attrs);
+                const blocklstm::BlockLSTMGradOutputs<blocklstm::TV> gv{go.x_grad,  go.cs_prev_grad, go.h_prev_grad,
+                                                             go.w_grad,  go.wci_grad,     go.wcf_grad,
+                                                             go.wco_grad, go.b_grad};
+                blocklstm::BlockLSTMGrad(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, in.i,
+                                         in.cs, in.f, in.o, in.ci, in.co, in.h, in.cs_grad, in.h_grad, gv,
+                                         blocklstm::GradAttrs{peephole});
+                blocklstm::cuda_synchronize();
+                EXPECT_TRUE(same_bits("h", fo.h, h_want));
+                EXPECT_TRUE(same_bits("cs", fo.cs, cs_want));
+                EXPECT_TRUE(same_bits("x_grad", go.x_grad, x_grad_want));
+                EXPECT_TRUE(same_bits("w_grad", go.w_grad, w_grad_want));
+            }
+            const blocklstm::CudaGraphStats after = blocklstm::cuda_graph_stats();
+            const uint64_t loops = grad_split ? 2 : 1;  // time loops with split steps per call pair
+            std::printf("[  GRAPHS  ] %s: direct %llu, captures %llu (updates %llu), launches %llu, failures %llu\n",
+                        ::testing::UnitTest::GetInstance()->current_test_info()->name(),
+                        static_cast<unsigned long long>(after.direct - before.direct),
+                        static_cast<unsigned long long>(after.captures - before.captures),
+                        static_cast<unsigned long long>(after.updates - before.updates),
+                        static_cast<unsigned long long>(after.launches - before.launches),
+                        static_cast<unsigned long long>(after.failures - before.failures));
+            EXPECT_EQ(after.failures, before.failures) << "a capture failed (stderr says why)";
+            // The first dtype and variant makes the shape's first call; every later call launches a graph.
+            EXPECT_GE(after.launches - before.launches, 4 * loops);
+            EXPECT_GE(after.updates - before.updates, loops) << "the call into other outputs updated no graph";
+            EXPECT_LT(after.captures - before.captures, after.launches - before.launches)
+                << "every graph launch followed a capture: no call found its graph (its workspaces moved)";
+        }
 }
 
 }  // namespace

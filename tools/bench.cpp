@@ -260,9 +260,10 @@ int bench(const BenchOptions &o) {
                     o.lengths == "full" ? "full (every row T)" : "spread uniformly over [ceil(T/4), T]", row_steps(o),
                     static_cast<long long>(o.time * o.batch));
     if (dev == Device::cuda)
-        std::printf("  device cuda (%s; GEMMs: %s), each call timed to the end of its GPU work\n",
+        std::printf("  device cuda (%s; GEMMs: %s; steps: %s; graphs: %s), each call timed to the end of its GPU work\n",
                     cuda_device_name().c_str(),
-                    cuda_gemm() == CudaGemm::cublas && cublas_available() ? "cuBLAS" : "Halide");
+                    cuda_gemm() == CudaGemm::cublas && cublas_available() ? "cuBLAS" : "Halide",
+                    cuda_step() == CudaStep::split ? "split" : "fused", cuda_graphs() ? "on" : "off");
     else
         std::printf("  device %s (CPU target %s%s), threads %s\n", o.device.c_str(),
                     cpu_target_in_use().c_str(), cpu_target_pinned() ? ", pinned" : "", threads.c_str());
@@ -329,6 +330,13 @@ int bench(const BenchOptions &o) {
         std::printf("\n");
     }
     std::printf("  median %12.6f ms\n  min    %12.6f ms\n  max    %12.6f ms\n", med, lo, hi);
+    if (dev == Device::cuda && cuda_graphs()) {  // evidence of the path the time loops took
+        const CudaGraphStats g = cuda_graph_stats();
+        std::printf("  time loops: %llu direct, %llu captured (%llu updates), %llu graph launches, %llu failed captures\n",
+                    static_cast<unsigned long long>(g.direct), static_cast<unsigned long long>(g.captures),
+                    static_cast<unsigned long long>(g.updates), static_cast<unsigned long long>(g.launches),
+                    static_cast<unsigned long long>(g.failures));
+    }
     std::printf("  FLOPs per call %.6g (docs/performance.md: %s)\n", flops, flop_formula(o.op).c_str());
     std::printf("median_ms=%.6f gflops=%.3f\n", med, gflops);
     return 0;

@@ -377,6 +377,9 @@ void list_kernels(bool kernel_rows) {
         std::printf("CUDA steps: %s\n", cuda_step() == CudaStep::split
                                              ? "split (the recurrent products on cuBLAS; BLOCKLSTM_CUDA_STEP=split)"
                                              : "fused (the default; BLOCKLSTM_CUDA_STEP=split splits them)");
+        std::printf("CUDA split steps' products: %s\n", cuda_step_product_backend().c_str());
+        std::printf("CUDA graphs of the split time loops: %s\n",
+                    cuda_graphs() ? "on (BLOCKLSTM_CUDA_GRAPHS=1)" : "off (BLOCKLSTM_CUDA_GRAPHS=1 turns them on)");
     }
 
     const std::vector<KernelInfo> ks = kernels();
@@ -436,6 +439,9 @@ void print_version() {
     fmt::print("blocklstm {} (kernels generated with Halide {})\nCPU targets: {}\nCUDA: {}\n",
                blocklstm::version(), blocklstm::halide_version(), fmt::join(targets, ", "),
                blocklstm::cuda_built() ? "built" : "not built");
+    if (blocklstm::cuda_built() && blocklstm::cuda_device_count() > 0)
+        fmt::print("CUDA products: {}; split steps' products: {}\n", blocklstm::cuda_gemm_backend(),
+                   blocklstm::cuda_step_product_backend());
 }
 
 // The options that take no value (the others' next argument is their value).

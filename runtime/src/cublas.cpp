@@ -1,15 +1,21 @@
 // cuBLAS, opened at run time, for the CUDA calls' batched products (runtime/src/products.h);
-// the Halide GEMM kernels run them where cuBLAS is missing, fails or is switched off.
+// the Halide GEMM kernels run them where cuBLAS is missing, fails or is switched off. cuBLASLt,
+// opened beside it, for the split steps' recurrent products (StepProducts), with cublasGemmEx
+// where it is missing.
 #include <dlfcn.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <type_traits>
 #include <vector>
 
+#include <algorithm>
+#include <cublasLt.h>
 #include <cublas_api.h>
 
 #include "runtime/src/exec.h"
@@ -174,6 +180,16 @@ bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, 
     const Cublas &cb = cublas();
     cublasHandle_t h = cublas_handle(exec.cuda_call().context);
     if (!h) return false;  // cublasCreate failed: the Halide kernels run it
+    if (std::vector<uint64_t> *fp = cuda::fingerprint()) {  // a time loop being fingerprinted (cuda::run_loop)
+        uint32_t beta_bits;
+        std::memcpy(&beta_bits, &beta, 4);
+        for (uint64_t v : {uint64_t{4}, reinterpret_cast<uint64_t>(h), uint64_t(M), uint64_t(N), uint64_t(K),
+                           reinterpret_cast<uint64_t>(a.data), uint64_t(a.dtype), uint64_t(a.ld), uint64_t(a.transposed),
+                           reinterpret_cast<uint64_t>(b.data), uint64_t(b.dtype), uint64_t(b.ld), uint64_t(b.transposed),
+                           reinterpret_cast<uint64_t>(c), uint64_t(c_dtype), uint64_t(ldc), uint64_t(beta_bits)})
+            fp->push_back(v);
+        return true;
+    }
     if (cb.set_stream(h, static_cast<cudaStream_t>(exec.cuda_call().stream)) != CUBLAS_STATUS_SUCCESS) {
         throw Error("blocklstm: CUDA: cublasSetStream failed");
     }
@@ -195,6 +211,263 @@ bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, 
     return true;
 }
 
+// ---- cuBLASLt: the split steps' recurrent products ------------------------------------------------
+
+namespace {
+
+struct CublasLt {
+    decltype(&::cublasLtCreate) create = nullptr;
+    decltype(&::cublasLtDestroy) destroy = nullptr;
+    decltype(&::cublasLtMatmulDescCreate) desc_create = nullptr;
+    decltype(&::cublasLtMatmulDescDestroy) desc_destroy = nullptr;
+    decltype(&::cublasLtMatmulDescSetAttribute) desc_set = nullptr;
+    decltype(&::cublasLtMatrixLayoutCreate) layout_create = nullptr;
+    decltype(&::cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+    decltype(&::cublasLtMatmulPreferenceCreate) pref_create = nullptr;
+    decltype(&::cublasLtMatmulPreferenceDestroy) pref_destroy = nullptr;
+    decltype(&::cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
+    decltype(&::cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+    decltype(&::cublasLtMatmul) matmul = nullptr;
+    bool ok = false;
+    std::string path, why_not;
+};
+
+// cuBLASLt: $BLOCKLSTM_CUBLASLT, else the one cuBLAS loaded (its dependency, found by soname),
+// else the soname, the toolkit's folder, CUDA 12's. BLOCKLSTM_CUDA_LT=0: not loaded (cublasGemmEx).
+const CublasLt &cublaslt() {
+    static const CublasLt c = [] {
+        CublasLt c;
+        if (const char *env = std::getenv("BLOCKLSTM_CUDA_LT"); env && std::string(env) == "0") {
+            c.why_not = "switched off (BLOCKLSTM_CUDA_LT=0)";
+            return c;
+        }
+        (void)cublas();  // a cuBLAS loaded from a path brings its cuBLASLt
+        std::vector<std::string> names;
+        if (const char *env = std::getenv("BLOCKLSTM_CUBLASLT")) names.push_back(env);
+        const std::string soname = "libcublasLt.so." BLOCKLSTM_XSTR(CUBLAS_VER_MAJOR);
+        names.push_back(soname);
+        if (!cublas().path.empty()) names.push_back(cublas().path.substr(0, cublas().path.rfind('/') + 1) + soname);
+        names.push_back(BLOCKLSTM_CUDA_LIBRARY_DIR "/" + soname);
+        if (CUBLAS_VER_MAJOR == 13) names.push_back("libcublasLt.so.12");
+        void *lib = nullptr;
+        for (const std::string &n : names)
+            if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+        if (!lib) {
+            c.why_not = soname + " not found (BLOCKLSTM_CUBLASLT names another path)";
+            return c;
+        }
+        auto load = [&](auto &fn, const char *name) {
+            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+            if (!fn && c.why_not.empty()) c.why_not = std::string("the cuBLASLt library lacks ") + name;
+            return fn != nullptr;
+        };
+        c.ok = load(c.create, "cublasLtCreate") && load(c.destroy, "cublasLtDestroy") &&
+               load(c.desc_create, "cublasLtMatmulDescCreate") && load(c.desc_destroy, "cublasLtMatmulDescDestroy") &&
+               load(c.desc_set, "cublasLtMatmulDescSetAttribute") &&
+               load(c.layout_create, "cublasLtMatrixLayoutCreate") &&
+               load(c.layout_destroy, "cublasLtMatrixLayoutDestroy") &&
+               load(c.pref_create, "cublasLtMatmulPreferenceCreate") &&
+               load(c.pref_destroy, "cublasLtMatmulPreferenceDestroy") &&
+               load(c.pref_set, "cublasLtMatmulPreferenceSetAttribute") &&
+               load(c.heuristic, "cublasLtMatmulAlgoGetHeuristic") && load(c.matmul, "cublasLtMatmul");
+        Dl_info info{};
+        c.path = c.ok && dladdr(reinterpret_cast<void *>(c.create), &info) && info.dli_fname ? info.dli_fname : "";
+        return c;
+    }();
+    return c;
+}
+
+std::mutex lt_failure_mutex;
+std::string lt_failure;  // why cuBLASLt was given up at run time ("" while it works)
+std::atomic<bool> lt_failed{false};
+
+void give_up_cublaslt(const std::string &why) {
+    std::lock_guard<std::mutex> lock(lt_failure_mutex);
+    if (lt_failed) return;
+    lt_failure = why;
+    lt_failed = true;
+    std::fprintf(stderr, "blocklstm: warning: cuBLASLt unusable (%s); the split steps' recurrent products run on "
+                         "cublasGemmEx\n", why.c_str());
+}
+
+thread_local std::map<void *, cublasLtHandle_t> lt_handles;  // by context, as the cuBLAS handles
+
+cublasLtHandle_t lt_handle(void *ctx) {
+    if (!cublaslt().ok || lt_failed) return nullptr;
+    auto it = lt_handles.find(ctx);
+    if (it != lt_handles.end()) return it->second;
+    cublasLtHandle_t h = nullptr;
+    if (const cublasStatus_t st = cublaslt().create(&h); st != CUBLAS_STATUS_SUCCESS) {
+        give_up_cublaslt("cublasLtCreate failed with status " + std::to_string(st));
+        return nullptr;
+    }
+    return lt_handles[ctx] = h;
+}
+
+// The algorithm of each product shape, chosen once per process (every thread's calls of a shape
+// run the same one, so their results are the same bits): the fastest of the heuristic's first
+// kLtCandidates by GPU time. found false: cuBLASLt offered none (cublasGemmEx runs it).
+struct LtAlgo {
+    bool found = false;
+    cublasLtMatmulAlgo_t algo{};
+    std::size_t workspace = 0;
+};
+constexpr int kLtCandidates = 8;
+constexpr std::size_t kLtMaxWorkspace = std::size_t{32} << 20;  // split-K partials of 128 x 8192 floats x 8
+std::mutex lt_algos_mutex;
+std::map<std::vector<int64_t>, LtAlgo> lt_algos;
+
+}  // namespace
+
+void release_cublaslt_handles() {
+    for (const auto &[ctx, h] : lt_handles) cuda::in_context(ctx, [h = h] { cublaslt().destroy(h); });
+    lt_handles.clear();
+}
+
+// One M's cuBLASLt product: its descriptors (Lt's A is our b, Lt's B our a: column-major c^T =
+// b^T . a^T, as cublas_gemm) and its algorithm. Empty (desc null) where cublasGemmEx runs it.
+struct StepProducts::Plan {
+    int64_t M = 0;
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // Lt's A, B, C (= D)
+    LtAlgo algo;
+};
+
+// The heuristic's first kLtCandidates for the plan's shape, each timed on the call's stream (one
+// run to warm up, then kReps) into a scratch copy of c: the fastest. Once per shape and process.
+namespace {
+LtAlgo choose_algo(Exec &exec_, const StepProducts::Plan &p, const Operand &a_, const Operand &b_, DType c_dtype_,
+                   int64_t ldc_, float beta_, int alignment) {
+    const CublasLt &lt = cublaslt();
+    cublasLtHandle_t h = lt_handle(exec_.cuda_call().context);
+    cublasLtMatmulPreference_t pref = nullptr;
+    if (lt.pref_create(&pref) != CUBLAS_STATUS_SUCCESS) return {};
+    const uint64_t max_workspace = kLtMaxWorkspace;
+    const uint32_t align = static_cast<uint32_t>(alignment);
+    lt.pref_set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace, sizeof(max_workspace));
+    for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        lt.pref_set(pref, attr, &align, sizeof(align));
+    cublasLtMatmulHeuristicResult_t results[kLtCandidates] = {};
+    int count = 0;
+    const cublasStatus_t st = lt.heuristic(h, p.desc, p.a, p.b, p.c, p.c, pref, kLtCandidates, results, &count);
+    lt.pref_destroy(pref);
+    if (st != CUBLAS_STATUS_SUCCESS || count == 0) return {};
+    std::size_t workspace = 0;
+    for (int k = 0; k < count; ++k) workspace = std::max(workspace, results[k].workspaceSize);
+    const std::size_t c_bytes = static_cast<std::size_t>(p.M * ldc_) * size_of(c_dtype_);
+    void *c = cuda::allocate(exec_.cuda_call(), c_bytes);
+    void *ws = workspace > 0 ? cuda::allocate(exec_.cuda_call(), workspace) : nullptr;
+    const float alpha = 1.0f;
+    constexpr int kReps = 5;
+    LtAlgo best;
+    double best_ms = std::numeric_limits<double>::infinity();
+    for (int k = 0; k < count; ++k) {
+        if (results[k].state != CUBLAS_STATUS_SUCCESS) continue;
+        auto once = [&] {
+            return lt.matmul(h, p.desc, &alpha, b_.data, p.a, a_.data, p.b, &beta_, c, p.c, c, p.c, &results[k].algo,
+                             ws, results[k].workspaceSize, static_cast<cudaStream_t>(exec_.cuda_call().stream));
+        };
+        if (once() != CUBLAS_STATUS_SUCCESS) continue;
+        bool ran = true;
+        const double ms = cuda::elapsed_ms(exec_.cuda_call(), [&] {
+            for (int r = 0; r < kReps; ++r) ran = ran && once() == CUBLAS_STATUS_SUCCESS;
+        });
+        if (ran && ms < best_ms) {
+            best_ms = ms;
+            best = {true, results[k].algo, results[k].workspaceSize};
+        }
+    }
+    cuda::free(exec_.cuda_call(), c);
+    if (ws) cuda::free(exec_.cuda_call(), ws);
+    return best;
+}
+}  // namespace
+
+StepProducts::StepProducts(Exec &exec, const std::vector<int64_t> &rows, int64_t N, int64_t K, const Operand &a,
+                           const Operand &b, DType c_dtype, int64_t ldc, float beta, int alignment)
+    : exec_(exec), N_(N), K_(K), a_(a), b_(b), c_dtype_(c_dtype), ldc_(ldc), beta_(beta) {
+    cublasLtHandle_t h = cublas_in_use(exec) ? lt_handle(exec.cuda_call().context) : nullptr;
+    std::vector<int64_t> ms;
+    for (int64_t m : rows)
+        if (m > 0 && std::find(ms.begin(), ms.end(), m) == ms.end()) ms.push_back(m);
+    std::size_t workspace = 0;
+    for (int64_t M : ms) {
+        Plan &p = plans_.emplace_back();
+        p.M = M;
+        if (!h) continue;
+        const CublasLt &lt = cublaslt();
+        bool ok = true;
+        auto st = [&](cublasStatus_t s) { ok = ok && s == CUBLAS_STATUS_SUCCESS; };
+        const bool f32 = a.dtype == DType::f32;
+        st(lt.desc_create(&p.desc, f32 ? CUBLAS_COMPUTE_32F_PEDANTIC : CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        const cublasOperation_t ta = b.transposed ? CUBLAS_OP_T : CUBLAS_OP_N, tb = a.transposed ? CUBLAS_OP_T : CUBLAS_OP_N;
+        if (ok) st(lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+        if (ok) st(lt.desc_set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+        if (ok) st(lt.layout_create(&p.a, cuda_type(b.dtype), b.transposed ? K : N, b.transposed ? N : K, b.ld));
+        if (ok) st(lt.layout_create(&p.b, cuda_type(a.dtype), a.transposed ? M : K, a.transposed ? K : M, a.ld));
+        if (ok) st(lt.layout_create(&p.c, cuda_type(c_dtype), N, M, ldc));
+        if (!ok) {
+            give_up_cublaslt("creating a matmul descriptor failed");
+            continue;
+        }
+        const std::vector<int64_t> key{reinterpret_cast<int64_t>(exec.cuda_call().context), M, N, K,
+                                       static_cast<int64_t>(a.dtype), static_cast<int64_t>(b.dtype),
+                                       static_cast<int64_t>(c_dtype), a.transposed, b.transposed, a.ld, b.ld, ldc,
+                                       beta != 0.0f, alignment};
+        std::lock_guard<std::mutex> lock(lt_algos_mutex);
+        auto found = lt_algos.find(key);
+        if (found == lt_algos.end())
+            found = lt_algos.emplace(key, choose_algo(exec, p, a, b, c_dtype, ldc, beta, alignment)).first;
+        p.algo = found->second;
+        workspace = std::max(workspace, p.algo.workspace);
+    }
+    if (workspace > 0) workspace_.emplace(exec, static_cast<int64_t>(workspace), Scratch::Fill::none);
+}
+
+StepProducts::~StepProducts() {
+    const CublasLt &lt = cublaslt();
+    for (Plan &p : plans_) {
+        if (p.a) lt.layout_destroy(p.a);
+        if (p.b) lt.layout_destroy(p.b);
+        if (p.c) lt.layout_destroy(p.c);
+        if (p.desc) lt.desc_destroy(p.desc);
+    }
+}
+
+
+void StepProducts::run(int64_t M, const void *a, void *c) {
+    const Plan *p = nullptr;
+    for (const Plan &q : plans_)
+        if (q.M == M) p = &q;
+    if (p && p->algo.found) {
+        cublasLtHandle_t h = lt_handle(exec_.cuda_call().context);
+        if (std::vector<uint64_t> *fp = cuda::fingerprint()) {  // a time loop being fingerprinted
+            uint32_t beta_bits;
+            std::memcpy(&beta_bits, &beta_, 4);
+            for (uint64_t v : {uint64_t{5}, reinterpret_cast<uint64_t>(h), reinterpret_cast<uint64_t>(p),
+                               reinterpret_cast<uint64_t>(a), reinterpret_cast<uint64_t>(b_.data),
+                               reinterpret_cast<uint64_t>(c), reinterpret_cast<uint64_t>(workspace_data()),
+                               uint64_t(beta_bits)})
+                fp->push_back(v);
+            return;
+        }
+        const float alpha = 1.0f;
+        const cublasStatus_t st =
+            cublaslt().matmul(h, p->desc, &alpha, b_.data, p->a, a, p->b, &beta_, c, p->c, c, p->c, &p->algo.algo,
+                              workspace_data(), p->algo.workspace, static_cast<cudaStream_t>(exec_.cuda_call().stream));
+        if (st != CUBLAS_STATUS_SUCCESS)
+            throw Error("blocklstm: CUDA: cublasLtMatmul failed (status " + std::to_string(st) + ")");
+        ++cublas_products;
+        return;
+    }
+    Operand a_step = a_;
+    a_step.data = a;
+    if (!cublas_gemm(exec_, M, N_, K_, a_step, b_, c, c_dtype_, ldc_, beta_))
+        throw Error("blocklstm: CUDA: cuBLAS became unusable during a call with split steps (set_cuda_gemm on "
+                    "another thread); the outputs may be partly written");
+}
+
 }  // namespace detail
 
 // ---- Public cuBLAS functions (blocklstm.h) -------------------------------------------------------
@@ -210,6 +483,17 @@ CudaGemm cuda_gemm() { return detail::gemm_choice().load(); }
 bool cublas_available() { return detail::cublas().ok && !detail::cublas_failed; }
 
 uint64_t cublas_product_count() { return detail::cublas_products; }
+
+std::string cuda_step_product_backend() {
+    using namespace detail;
+    if (!cublaslt().ok) return "cublasGemmEx (cuBLASLt: " + cublaslt().why_not + ")";
+    if (lt_failed) {
+        std::lock_guard<std::mutex> lock(lt_failure_mutex);
+        return "cublasGemmEx (cuBLASLt: " + lt_failure + ")";
+    }
+    return "cuBLASLt (" + cublaslt().path + "), the fastest of its heuristic's first " +
+           std::to_string(kLtCandidates) + " algorithms per shape";
+}
 
 std::string cuda_gemm_backend() {
     using namespace detail;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "HalideRuntime.h"
 
@@ -40,9 +41,27 @@ void fill_ones(const Call &call, void *data, DType dtype, std::size_t count);
 void *allocate(const Call &call, std::size_t bytes);
 void free(const Call &call, void *data);
 void synchronize(const Call &call);
+// The GPU time of the work `work` enqueues on the call's stream (CUDA events), waiting for it.
+double elapsed_ms(const Call &call, const std::function<void()> &work);
 
 // Runs fn with `context` (a CUcontext) current on this thread.
 void in_context(void *context, const std::function<void()> &fn);
+
+// ---- CUDA graphs of the time loops (docs/cuda.md) ----------------------------------------------
+
+// Runs `loop`, which enqueues a call's time loop on call.stream, as a CUDA graph where
+// set_cuda_graphs has them on: the first call of a shape (`shape`: what the loop's topology
+// depends on) runs directly (it loads the kernels, makes the cuBLAS handle); a later one whose
+// fingerprint (every argument of every operation the loop enqueues, recorded by running `loop`
+// with the operations off) equals the cached graph's launches that graph on call.stream; any other
+// captures `loop` on a private stream and updates the cached graph (cuGraphExecUpdate) or
+// instantiates a new one. Anything that fails in capture runs `loop` directly instead, and that
+// shape stays direct. Elsewhere (graphs off): `loop` directly.
+void run_loop(Call &call, const std::vector<int64_t> &shape, const std::function<void()> &loop);
+// While run_loop fingerprints a loop: the list its operations append their arguments to instead
+// of running (kernels: kernel_table.cpp; cuBLAS products: cublas.cpp; memsets and copies here).
+// nullptr when operations run.
+std::vector<uint64_t> *fingerprint();
 
 // Halide's CUDA device interface.
 const halide_device_interface_t *halide_interface();
@@ -55,4 +74,5 @@ namespace blocklstm::detail {
 // cublasDestroy of the calling thread's cuBLAS handles (runtime/src/cublas.cpp), each in its
 // context: cuda_release_memory.
 void release_cublas_handles();
+void release_cublaslt_handles();
 }  // namespace blocklstm::detail

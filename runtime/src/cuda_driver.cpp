@@ -2,7 +2,10 @@
 // runtime/src/cuda_device.h on it. The library has no load-time dependency on a driver.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -29,7 +32,10 @@ struct Driver {
     X(cuMemAlloc) X(cuMemFree) X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemsetD8Async)             \
     X(cuMemsetD16Async) X(cuMemsetD32Async) X(cuMemcpyAsync) X(cuStreamSynchronize)                \
     X(cuStreamGetCtx) X(cuCtxGetCurrent) X(cuCtxGetDevice) X(cuDeviceGetDefaultMemPool)            \
-    X(cuMemPoolSetAttribute) X(cuMemPoolTrimTo)
+    X(cuMemPoolSetAttribute) X(cuMemPoolTrimTo) X(cuStreamCreate) X(cuStreamDestroy)                \
+    X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuGraphInstantiateWithFlags) X(cuGraphExecUpdate) \
+    X(cuGraphLaunch) X(cuGraphExecDestroy) X(cuGraphDestroy) X(cuEventCreate) X(cuEventRecord)       \
+    X(cuEventSynchronize) X(cuEventElapsedTime) X(cuEventDestroy)
 #define BLOCKLSTM_CU_FIELD(fn) decltype(&::fn) fn = nullptr;
     BLOCKLSTM_CU_FUNCTIONS(BLOCKLSTM_CU_FIELD)
 #undef BLOCKLSTM_CU_FIELD
@@ -133,6 +139,12 @@ void install_halide_hooks() {
         // float32 accumulators) are device allocations Halide makes in every call; its allocation
         // cache keeps them for the next call instead of cuMemFree, which synchronises the device.
         halide_reuse_device_allocations(nullptr, true);
+        // The register budget of every kernel, which Halide's runtime passes to the JIT as
+        // CU_JIT_MAX_REGISTERS when it loads a module (its default, 64, spilled 72-96 bytes a
+        // thread of the batched GEMM tiles, which use 72-80 registers: `ptxas -arch=sm_90 -v`;
+        // the step and gate kernels use at most 48). Set before the first module loads; a
+        // value already in the environment wins.
+        setenv("HL_CUDA_JIT_MAX_REGISTERS", "128", /*overwrite=*/0);
         return true;
     }();
     (void)installed;
@@ -222,17 +234,34 @@ CUdeviceptr device_ptr(const void *p) { return reinterpret_cast<CUdeviceptr>(p);
 CUstream stream_of(const Call &call) { return static_cast<CUstream>(call.stream); }
 }  // namespace
 
+namespace {
+thread_local std::vector<uint64_t> *recording = nullptr;  // run_loop's fingerprint in progress
+
+// Appends an operation to the fingerprint in progress; false when operations run.
+template <typename... Args>
+bool recorded(uint64_t op, Args... args) {
+    if (!recording) return false;
+    for (uint64_t v : {op, static_cast<uint64_t>(args)...}) recording->push_back(v);
+    return true;
+}
+}  // namespace
+
+std::vector<uint64_t> *fingerprint() { return recording; }
+
 void zero(const Call &call, void *data, std::size_t bytes) {
+    if (recorded(1, device_ptr(data), bytes)) return;
     check(driver().cuMemsetD8Async(device_ptr(data), 0, bytes, stream_of(call)), "cuMemsetD8Async");
 }
 
 void copy(const Call &call, void *dst, const void *src, std::size_t bytes) {
     // With unified addressing either side may be host or device memory.
+    if (recorded(2, device_ptr(dst), device_ptr(src), bytes)) return;
     check(driver().cuMemcpyAsync(device_ptr(dst), device_ptr(src), bytes, stream_of(call)),
           "cuMemcpyAsync");
 }
 
 void fill_ones(const Call &call, void *data, DType dtype, std::size_t count) {
+    if (recorded(3, device_ptr(data), static_cast<int>(dtype), count)) return;
     if (size_of(dtype) == 2) {
         const uint16_t one = dtype == DType::bf16 ? float_to_bfloat16(1.0f) : float_to_half(1.0f);
         check(driver().cuMemsetD16Async(device_ptr(data), one, count, stream_of(call)), "cuMemsetD16Async");
@@ -254,6 +283,164 @@ void *allocate(const Call &call, std::size_t bytes) {
 void free(const Call &call, void *data) { driver().cuMemFreeAsync(device_ptr(data), stream_of(call)); }
 
 void synchronize(const Call &call) { check(driver().cuStreamSynchronize(stream_of(call)), "cuStreamSynchronize"); }
+
+double elapsed_ms(const Call &call, const std::function<void()> &work) {
+    const Driver &d = driver();
+    CUevent start = nullptr, stop = nullptr;
+    check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+    struct Destroy {
+        CUevent &a, &b;
+        ~Destroy() {
+            if (a) driver().cuEventDestroy(a);
+            if (b) driver().cuEventDestroy(b);
+        }
+    } destroy{start, stop};
+    check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+    check(d.cuEventRecord(start, stream_of(call)), "cuEventRecord");
+    work();
+    check(d.cuEventRecord(stop, stream_of(call)), "cuEventRecord");
+    check(d.cuEventSynchronize(stop), "cuEventSynchronize");
+    float ms = 0;
+    check(d.cuEventElapsedTime(&ms, start, stop), "cuEventElapsedTime");
+    return ms;
+}
+
+// ---- CUDA graphs of the time loops ------------------------------------------------------------
+
+namespace {
+
+// BLOCKLSTM_CUDA_GRAPHS=1 in the environment starts with the graphs on. A function's static, so
+// that a set_cuda_graphs from another library's static initialiser is not overwritten.
+std::atomic<bool> &graphs_choice() {
+    static std::atomic<bool> on{[] {
+        const char *env = std::getenv("BLOCKLSTM_CUDA_GRAPHS");
+        return env && std::string(env) == "1";
+    }()};
+    return on;
+}
+
+std::atomic<uint64_t> graph_direct{0}, graph_captures{0}, graph_updates{0}, graph_launches{0}, graph_failures{0};
+
+// One cached graph per (thread, context, shape): the graph and the fingerprint it was captured
+// with. Per thread, as the cuBLAS handles whose workspaces the captured products use.
+struct LoopGraph {
+    CUgraphExec exec = nullptr;
+    std::vector<uint64_t> fingerprint;
+    bool direct_only = false;  // its capture failed once: this shape runs direct launches
+};
+struct ThreadGraphs {
+    std::map<std::vector<int64_t>, LoopGraph> graphs;  // by shape, the context first
+    std::map<void *, CUstream> capture_streams;        // by context
+};
+// Not destroyed at the thread's exit, when the driver may be going away (as the cuBLAS handles):
+// cuda_release_memory gives them back.
+thread_local ThreadGraphs *thread_graphs = nullptr;
+constexpr std::size_t kGraphsPerThread = 32;  // shapes; beyond, the cache starts again
+
+ThreadGraphs &graphs() {
+    if (!thread_graphs) thread_graphs = new ThreadGraphs;
+    return *thread_graphs;
+}
+
+void destroy_graphs(ThreadGraphs &g) {
+    const Driver &d = driver();
+    for (auto &[shape, graph] : g.graphs)
+        if (graph.exec) d.cuGraphExecDestroy(graph.exec);
+    g.graphs.clear();
+}
+
+void capture_failed(LoopGraph &graph, const std::string &why) {
+    graph.direct_only = true;
+    ++graph_failures;
+    static std::once_flag once;
+    std::call_once(once, [&] {
+        std::fprintf(stderr, "blocklstm: warning: a CUDA graph of a time loop could not be made (%s); that loop "
+                             "runs direct launches\n", why.c_str());
+    });
+}
+
+std::string error_name(CUresult r) {
+    const char *name = nullptr;
+    if (driver().cuGetErrorString) driver().cuGetErrorString(r, &name);
+    return (name ? std::string(name) : "") + " (CUresult " + std::to_string(r) + ")";
+}
+
+}  // namespace
+
+void run_loop(Call &call, const std::vector<int64_t> &shape, const std::function<void()> &loop) {
+    if (!graphs_choice().load()) return loop();
+    const Driver &d = driver();
+    std::vector<uint64_t> fp;
+    {
+        recording = &fp;
+        struct Stop {
+            ~Stop() { recording = nullptr; }
+        } stop;
+        loop();  // records every operation's arguments, runs none
+    }
+    ThreadGraphs &tg = graphs();
+    std::vector<int64_t> key{reinterpret_cast<int64_t>(call.context)};
+    key.insert(key.end(), shape.begin(), shape.end());
+    auto found = tg.graphs.find(key);
+    if (found == tg.graphs.end()) {  // the shape's first call: direct (loads kernels, makes handles)
+        if (tg.graphs.size() >= kGraphsPerThread) destroy_graphs(tg);
+        tg.graphs[key];
+        ++graph_direct;
+        return loop();
+    }
+    LoopGraph &graph = found->second;
+    if (graph.direct_only) {
+        ++graph_direct;
+        return loop();
+    }
+    if (!graph.exec || graph.fingerprint != fp) {
+        // Capture on a private stream (the caller's may be the legacy default stream, which
+        // cannot be captured); the graph then runs on the caller's, in its order.
+        CUstream &capture = tg.capture_streams[call.context];
+        if (!capture) check(d.cuStreamCreate(&capture, CU_STREAM_NON_BLOCKING), "cuStreamCreate (graph capture)");
+        void *callers = call.stream;
+        CUgraph captured = nullptr;
+        check(d.cuStreamBeginCapture(capture, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+        call.stream = capture;
+        std::string failure;
+        try {
+            loop();
+        } catch (const std::exception &e) {
+            failure = e.what();
+        }
+        call.stream = callers;
+        const CUresult ended = d.cuStreamEndCapture(capture, &captured);
+        if (failure.empty() && ended != CUDA_SUCCESS) failure = "cuStreamEndCapture: " + error_name(ended);
+        if (!failure.empty()) {
+            if (captured) d.cuGraphDestroy(captured);
+            capture_failed(graph, failure);
+            ++graph_direct;
+            return loop();  // nothing captured ran: the loop runs now
+        }
+        ++graph_captures;
+        bool updated = false;
+        if (graph.exec) {
+            CUgraphExecUpdateResultInfo info{};
+            updated = d.cuGraphExecUpdate(graph.exec, captured, &info) == CUDA_SUCCESS;
+            if (updated) ++graph_updates;
+            else d.cuGraphExecDestroy(graph.exec), graph.exec = nullptr;  // another topology: instantiate
+        }
+        if (!updated) {
+            const CUresult r = d.cuGraphInstantiateWithFlags(&graph.exec, captured, 0);
+            if (r != CUDA_SUCCESS) {
+                graph.exec = nullptr;
+                d.cuGraphDestroy(captured);
+                capture_failed(graph, "cuGraphInstantiate: " + error_name(r));
+                ++graph_direct;
+                return loop();
+            }
+        }
+        d.cuGraphDestroy(captured);
+        graph.fingerprint = std::move(fp);
+    }
+    check(d.cuGraphLaunch(graph.exec, stream_of(call)), "cuGraphLaunch");
+    ++graph_launches;
+}
 
 }  // namespace detail::cuda
 
@@ -296,6 +483,13 @@ void cuda_release_memory() {
     using namespace detail::cuda;
     if (driver().device_count == 0) return;  // no device: nothing was allocated
     detail::release_cublas_handles();
+    detail::release_cublaslt_handles();
+    if (thread_graphs) {  // this thread's graphs (their products used the handles' workspaces)
+        destroy_graphs(*thread_graphs);
+        for (auto &[ctx, stream] : thread_graphs->capture_streams)
+            in_context(ctx, [s = stream] { driver().cuStreamDestroy(s); });
+        thread_graphs->capture_streams.clear();
+    }
     in_context(current_context(), [] {
         // Halide's allocation cache (install_halide_hooks) holds blocks of every device; cuMemFree,
         // which synchronises the device, takes any context under unified addressing.
@@ -309,6 +503,16 @@ void cuda_release_memory() {
         if (d.cuDeviceGet(&dev, ordinal) == CUDA_SUCCESS && d.cuDeviceGetDefaultMemPool(&pool, dev) == CUDA_SUCCESS)
             d.cuMemPoolTrimTo(pool, 0);
     }
+}
+
+void set_cuda_graphs(bool on) { detail::cuda::graphs_choice() = on; }
+
+bool cuda_graphs() { return detail::cuda::graphs_choice().load(); }
+
+CudaGraphStats cuda_graph_stats() {
+    using namespace detail::cuda;
+    return {graph_direct.load(), graph_captures.load(), graph_updates.load(), graph_launches.load(),
+            graph_failures.load()};
 }
 
 void set_cuda_stream(CudaStream stream) {

@@ -30,6 +30,11 @@ void Exec::copy_bytes(void *dst, const void *src, int64_t bytes) const {
     else cuda::copy(cuda_, dst, src, static_cast<std::size_t>(bytes));
 }
 
+void Exec::time_loop(const std::vector<int64_t> &shape, const std::function<void()> &loop) {
+    if (device_ == Device::cuda) cuda::run_loop(cuda_, shape, loop);
+    else loop();
+}
+
 void Exec::fill_ones(void *data, DType dtype, int64_t count) const {
     if (count <= 0) return;
     if (device_ == Device::cuda) return cuda::fill_ones(cuda_, data, dtype, static_cast<std::size_t>(count));

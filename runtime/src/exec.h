@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "runtime/src/cuda_device.h"
 
@@ -34,6 +36,9 @@ public:
     void zero_bytes(void *data, int64_t bytes) const;
     void copy_bytes(void *dst, const void *src, int64_t bytes) const;
     void fill_ones(void *data, DType dtype, int64_t count) const;  // count elements of 1.0
+    // Runs `loop`, a time loop's steps enqueued on this call's stream: on CUDA as a graph where
+    // set_cuda_graphs has them on (cuda::run_loop; `shape`: what the loop's launches depend on).
+    void time_loop(const std::vector<int64_t> &shape, const std::function<void()> &loop);
 
 private:
     Device device_;

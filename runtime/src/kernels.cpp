@@ -250,6 +250,28 @@ void KernelCall::run() {
                         "' of kernel " + kernel_.name + " is not bound");
         }
     }
+    if (std::vector<uint64_t> *fp = cpu_target_ < 0 ? cuda::fingerprint() : nullptr) {
+        // A time loop being fingerprinted (cuda::run_loop): the kernel and every argument it
+        // would be launched with (buffers: device address, type and dimensions; scalars: bits).
+        const halide_filter_metadata_t *md = code_.metadata();
+        fp->push_back(reinterpret_cast<uint64_t>(&code_));
+        for (std::size_t i = 0; i < args_.size(); ++i) {
+            if (names_[i] == "__user_context") continue;
+            if (md->arguments[i].kind == halide_argument_kind_input_scalar) {
+                uint32_t bits;
+                std::memcpy(&bits, args_[i], 4);  // every scalar argument is a float
+                fp->push_back(bits);
+                continue;
+            }
+            const auto *b = static_cast<const halide_buffer_t *>(args_[i]);
+            fp->push_back(b->device);
+            fp->push_back(b->type.as_u32());
+            for (int k = 0; k < b->dimensions; ++k)
+                for (int32_t v : {b->dim[k].min, b->dim[k].extent, b->dim[k].stride})
+                    fp->push_back(static_cast<uint32_t>(v));
+        }
+        return;
+    }
     (void)error_handler_installed;
     if (int code = code_.argv(args_.data())) {
         std::lock_guard<std::mutex> lock(halide_error_mutex);

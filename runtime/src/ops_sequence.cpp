@@ -112,16 +112,6 @@ std::pair<std::unique_ptr<Exec>, PlanKernels> exec_and_kernels(plan::Kind kind, 
     return {std::move(exec), kernels};
 }
 
-// c (float32, row stride N) = a . b + beta * c on cuBLAS, for the split steps, which chose cuBLAS
-// once per call (steps_for): it can fail here only if another thread gave cuBLAS up since
-// (set_cuda_gemm), and then the call fails rather than leave a step undone.
-void product_on_cublas(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, const Operand &b, float *c,
-                       float beta) {
-    if (!cublas_gemm(exec, M, N, K, a, b, c, DType::f32, N, beta))
-        throw Error("blocklstm: CUDA: cuBLAS became unusable during a call with split steps (set_cuda_gemm on "
-                    "another thread); the outputs may be partly written");
-}
-
 std::vector<std::vector<int64_t>> forward_shapes(const SeqDims &d) {
     return std::vector<std::vector<int64_t>>(7, {d.T, d.B, d.H});
 }
@@ -245,14 +235,21 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
         bind(gates, SeqFwdGatesArgs{.pre_activations = xw_t, .cs_prev = cs_prev, .wci = wci, .wcf = wcf,
                                     .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm});
         const Operand w_h{offset_bytes(in.w.data, I * 4 * H, dt), dt, 4 * H};
+        const auto es = static_cast<uint64_t>(size_of(dt)), cells = static_cast<uint64_t>(H);
+        const int alignment = pointer_alignment({address(in.h_prev.data), address(out.h.data), B * cells * es,
+                                                 cells * es, address(w_h.data), 4 * cells * es, address(xw.data()),
+                                                 16 * cells});
+        StepProducts products(exec, rows.n, 4 * H, H, {in.h_prev.data, dt, H}, w_h, DType::f32, 4 * H, 1.0f, alignment);
         zero_idle();  // the first write to an output
-        for (int64_t t = 0; t < S; ++t) {
-            float *xw_row = xw.floats() + rows.packed[t] * 4 * H;
-            const void *h = t == 0 ? in.h_prev.data : offset_bytes(out.h.data, (t - 1) * slice, dt);
-            product_on_cublas(exec, rows.n[t], 4 * H, H, {h, dt, H}, w_h, xw_row, 1.0f);
-            step_at(t, xw_t);
-            gates.run();
-        }
+        exec.time_loop({0, S, N, B, I, H, static_cast<int64_t>(dt)}, [&] {
+            for (int64_t t = 0; t < S; ++t) {
+                float *xw_row = xw.floats() + rows.packed[t] * 4 * H;
+                const void *h = t == 0 ? in.h_prev.data : offset_bytes(out.h.data, (t - 1) * slice, dt);
+                products.run(rows.n[t], h, xw_row);
+                step_at(t, xw_t);
+                gates.run();
+            }
+        });
         return;
     }
 
@@ -323,13 +320,18 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
 
 // c[M,N] = a . b with the Halide GEMM kernel `product` (gemm_nn: a float32, b dtype; gemm_tn:
 // a = the transpose of `a_t`, dtype, b float32), or with cuBLAS where it takes the operands.
+// The gate gradients' operand (gemm_nn's a, gemm_tn's b) is in `gate_grads`: float32, or the
+// dtype (the split steps'), which only cuBLAS takes.
 // sums_row (tn, Halide only): c has one more row, M, holding the column sums of b.
 void batched_product(Exec &exec, const KernelEntry &product, DType dt, int64_t M, int64_t N, int64_t K,
                      const void *a, int64_t lda, const void *b, int64_t ldb, void *c,
-                     bool sums_row = false) {
+                     bool sums_row = false, DType gate_grads = DType::f32) {
     const bool tn = product.family == Family::gemm_tn;
-    const Operand a_op{a, tn ? dt : DType::f32, lda, tn}, b_op{b, tn ? DType::f32 : dt, ldb};
+    const Operand a_op{a, tn ? dt : gate_grads, lda, tn}, b_op{b, tn ? gate_grads : dt, ldb};
     if (!sums_row && cublas_gemm(exec, M, N, K, a_op, b_op, c, dt, N, 0.0f)) return;
+    if (gate_grads != DType::f32)
+        throw Error("blocklstm: CUDA: cuBLAS became unusable during a call with split steps (set_cuda_gemm on "
+                    "another thread); the outputs may be partly written");
     const Device dev = exec.device();
     Buf a_buf = tn ? Buf::matrix(dev, const_cast<void *>(a), dt, K, M, lda)
                    : Buf::matrix(dev, const_cast<void *>(a), DType::f32, M, K, lda);
@@ -390,7 +392,8 @@ public:
              const SeqInputs &in, const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole)
         : exec_(exec), kernels_(kernels), d_(c.dims), rows_(rows), dt_(c.dtype), dev_(c.device),
           es_(static_cast<int64_t>(size_of(c.dtype))), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
-          b_grad_from_w_grad_(plan::b_grad_with_w_grad(c.device, c.dims.I)) {}
+          b_grad_from_w_grad_(plan::b_grad_with_w_grad(c.device, c.dims.I)), split_(kernels.has(Family::seq_bwd_gates)),
+          gate_grads_(split_ ? c.dtype : DType::f32) {}
 
     // With no step to run (L = 0, B = 0 or every length 0) every gradient is zero. False: nothing to run.
     bool anything_to_run() {
@@ -424,7 +427,7 @@ public:
     // t+1) starts with a zero carry and a zero gradient from step t+1.
     void reverse_recurrence() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, S = rows_.steps;
-        dgates_.emplace(exec_, rows_.total() * 4 * H * 4, Scratch::Fill::none);
+        dgates_.emplace(exec_, rows_.total() * 4 * H * static_cast<int64_t>(size_of(gate_grads_)), Scratch::Fill::none);
         Scratch carry0(exec_, B * H * 4);
         carry1_.emplace(exec_, B * H * 4);
         float *carry[2] = {carry0.floats(), carry1_->floats()};
@@ -434,7 +437,7 @@ public:
         Buf cs_prev(dev_, in_.cs_prev.data, dt_, {B, H});
         Buf wci(dev_, in_.wci.data, dt_, {H}), wcf(dev_, in_.wcf.data, dt_, {H}), wco(dev_, in_.wco.data, dt_, {H});
         Buf carry_in(dev_, carry[0], DType::f32, {B, H}), carry_out(dev_, carry[1], DType::f32, {B, H});
-        Buf dgates_t = Buf::gate_blocks(dev_, dgates_->data(), DType::f32, B, H);
+        Buf dgates_t = Buf::gate_blocks(dev_, dgates_->data(), gate_grads_, B, H);
         Scratch dh(exec_, B * H * 4, Scratch::Fill::none);  // one step's gradient of h, reused
         Buf dh_buf = Buf::matrix(dev_, dh.data(), DType::f32, B, H, H);
         const int64_t slice = B * H;
@@ -445,7 +448,7 @@ public:
             cs_prev.set_data(offset_bytes(t == 0 ? in_.cs_prev.data : act_.cs.data, (t == 0 ? 0 : (t - 1) * slice) + r0 * H, dt_));
             carry_in.set_data(carry[t % 2] + r0 * H);
             carry_out.set_data(carry[(t + 1) % 2] + r0 * H);
-            dgates_t.set_data(dgates_->floats() + (rows_.packed[t] + r0) * 4 * H);
+            dgates_t.set_data(offset_bytes(dgates_->data(), (rows_.packed[t] + r0) * 4 * H, gate_grads_));
             dh_buf.set_data(dh.floats() + r0 * H);
             for (Buf &b : per_step) b.set_rows(count);
             for (Buf *b : {&cs_prev, &carry_in, &carry_out, &dgates_t, &dh_buf}) b->set_rows(count);
@@ -463,18 +466,27 @@ public:
                                         .wci = wci, .wcf = wcf, .wco = wco, .dgates = dgates_t,
                                         .dcs_carry_out = carry_out});
             const Operand w_h_t{offset_bytes(in_.w.data, I * 4 * H, dt_), dt_, 4 * H, /*transposed=*/true};
-            for (int64_t t = S - 1; t >= 0; --t) {
-                const auto [n, m] = running(t);
-                if (m > 0)
-                    product_on_cublas(exec_, m, H, 4 * H, {dgates_->floats() + rows_.packed[t + 1] * 4 * H, DType::f32, 4 * H},
-                                      w_h_t, dh.floats(), 0.0f);
-                if (m < n) {
-                    exec_.zero_bytes(dh.floats() + m * H, (n - m) * H * 4);
-                    exec_.zero_bytes(carry[t % 2] + m * H, (n - m) * H * 4);
+            const auto gs = static_cast<uint64_t>(size_of(gate_grads_)), cells = static_cast<uint64_t>(H);
+            const int alignment =
+                pointer_alignment({address(dgates_->data()), 4 * cells * gs, address(w_h_t.data),
+                                   4 * cells * static_cast<uint64_t>(es_), address(dh.data()), 4 * cells});
+            std::vector<int64_t> next_rows(rows_.n.begin() + 1, rows_.n.end());  // the product's rows: step t+1's
+            StepProducts products(exec_, next_rows, H, 4 * H, {dgates_->data(), gate_grads_, 4 * H}, w_h_t, DType::f32,
+                                  H, 0.0f, alignment);
+            exec_.time_loop({1, S, rows_.total(), B, I, H, static_cast<int64_t>(dt_)}, [&] {
+                for (int64_t t = S - 1; t >= 0; --t) {
+                    const auto [n, m] = running(t);
+                    if (m > 0)
+                        products.run(m, offset_bytes(dgates_->data(), rows_.packed[t + 1] * 4 * H, gate_grads_),
+                                     dh.floats());
+                    if (m < n) {
+                        exec_.zero_bytes(dh.floats() + m * H, (n - m) * H * 4);
+                        exec_.zero_bytes(carry[t % 2] + m * H, (n - m) * H * 4);
+                    }
+                    rows_at(t, 0, n);
+                    gates.run();
                 }
-                rows_at(t, 0, n);
-                gates.run();
-            }
+            });
             return;
         }
 
@@ -521,11 +533,12 @@ public:
             std::optional<Scratch> packed;
             if (rows_.ragged()) packed.emplace(exec_, N * I * es_, Scratch::Fill::none);
             void *x_grad = packed ? packed->data() : out_.x_grad.data;
-            batched_product(exec_, product, dt_, N, I, 4 * H, dgates_->data(), 4 * H, w_t_->data(), I + H, x_grad);
+            batched_product(exec_, product, dt_, N, I, 4 * H, dgates_->data(), 4 * H, w_t_->data(), I + H, x_grad,
+                            false, gate_grads_);
             if (packed) unpack_steps(exec_, rows_, x_grad, out_.x_grad.data, I, dt_);
         }
         batched_product(exec_, product, dt_, rows_.n[0], H, 4 * H, dgates_->data(), 4 * H, w_t_bytes() + I * es_,
-                        I + H, out_.h_prev_grad.data);
+                        I + H, out_.h_prev_grad.data, false, gate_grads_);
     }
 
     // w_grad = [x | h_prev_seq]^T . dgates, and b_grad with it where the plan says
@@ -560,7 +573,7 @@ public:
         const KernelEntry &product = kernels_[Family::gemm_tn];
         if (I > 0) {
             batched_product(exec_, product, dt_, I, 4 * H, N, x_rows, I, dgates_->data(), 4 * H, out_.w_grad.data,
-                            b_grad_from_w_grad_);
+                            b_grad_from_w_grad_, gate_grads_);
             if (b_grad_from_w_grad_) {
                 exec_.copy_bytes(out_.b_grad.data, offset_bytes(out_.w_grad.data, I * 4 * H, dt_),
                                  4 * H * es_);
@@ -569,7 +582,7 @@ public:
         Scratch h_seq(exec_, N * H * es_, Scratch::Fill::none);
         pack_prev_steps(in_.h_prev, act_.h, h_seq.data());
         batched_product(exec_, product, dt_, H, 4 * H, N, h_seq.data(), H, dgates_->data(),
-                        4 * H, offset_bytes(out_.w_grad.data, I * 4 * H, dt_));
+                        4 * H, offset_bytes(out_.w_grad.data, I * 4 * H, dt_), false, gate_grads_);
     }
 
     // b_grad (unless weight_grads made it), the peephole grads and cs_prev_grad. The reductions
@@ -577,7 +590,7 @@ public:
     // rows stop early, packed as one step of all the packed rows.
     void reductions() {
         const int64_t B = d_.B, H = d_.H, S = rows_.steps, N = rows_.total();
-        Buf dgates_all = Buf::matrix(dev_, dgates_->data(), DType::f32, N, 4 * H, 4 * H);
+        Buf dgates_all = Buf::matrix(dev_, dgates_->data(), gate_grads_, N, 4 * H, 4 * H);
         std::optional<Scratch> cs_packed, cs_prev_packed;
         Buf cs_seq(dev_, act_.cs.data, dt_, {S, B, H});
         Buf cs_prev_all(dev_, in_.cs_prev.data, dt_, {B, H});
@@ -597,7 +610,7 @@ public:
         SeqBwdReduceArgs args{.dgates = dgates_all, .cs = cs_seq, .cs_prev = cs_prev_all, .dcs_carry = carry_final,
                               .b_grad = b_grad, .cs_prev_grad = cs_prev_grad};
         if (use_peephole_) args.peephole_grads = {&wci_grad, &wcf_grad, &wco_grad};
-        run(kernels_[Family::seq_bwd_reduce], exec_, args);
+        run(kernels_[split_ ? Family::seq_bwd_reduce_split : Family::seq_bwd_reduce], exec_, args);
     }
 
 private:
@@ -626,6 +639,8 @@ private:
     const bool use_peephole_;
     std::optional<Scratch> w_t_, dgates_, carry1_;  // w^T; dgates [packed rows, 4H]; the final carry
     const bool b_grad_from_w_grad_;  // plan::b_grad_with_w_grad
+    const bool split_;                // the split steps (plans.h), which store dgates in the dtype
+    const DType gate_grads_;          // what dgates is stored in (generators/interface.h: GateGrads)
 };
 
 void grad_steps(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &c, const StepRows &rows,

@@ -24,13 +24,14 @@ enum class Kind { forward, cell_grad, sequence_grad };
 
 // How a CUDA call's recurrence runs its steps (blocklstm::CudaStep): fused, one Halide kernel per
 // step with its recurrent product inside; or split, the product on cuBLAS in place, then a Halide
-// kernel with the gate math alone. The split steps exist on CUDA for the forward ops and for the
-// float32 sequence gradient (in float16 its product would mix float32 gate gradients with float16
-// weights, which cuBLAS cannot take); elsewhere a call runs its fused plan.
+// kernel with the gate math alone. The split steps exist on CUDA for the forward ops and the
+// sequence gradients; their backward stores the gate gradients in the dtype (float16: every
+// product that reads them runs float16 x float16 on cuBLAS's tensor cores); the cell ops run their
+// fused plan.
 enum class Steps { fused, split };
 
-constexpr bool has_split_steps(Kind kind, Device device, DType dtype) {
-    return device == Device::cuda && (kind == Kind::forward || (kind == Kind::sequence_grad && dtype == DType::f32));
+constexpr bool has_split_steps(Kind kind, Device device, DType) {
+    return device == Device::cuda && (kind == Kind::forward || kind == Kind::sequence_grad);
 }
 
 // How often a step runs in one call: once; once per time step (L; the cell op: 1); once per chunk
@@ -75,7 +76,8 @@ inline constexpr Step w_grad_h{Site::w_grad_h, Family::gemm_tn, Times::once, "w_
 inline constexpr Step reductions{Site::reductions, Family::seq_bwd_reduce, Times::once, "the peephole grads, cs_prev_grad, b_grad where w_grad's product has not"};
 inline constexpr Step forward_gates{Site::forward_step, Family::seq_fwd_gates, Times::per_step, "the gate math on xw[t] += h . W_h (cuBLAS, in place)"};
 inline constexpr Step length_order{Site::length_order, Family::gather_rows, Times::once, "with seq_lengths: rows put in length order and back, packed by step"};
-inline constexpr Step backward_gates{Site::backward_step, Family::seq_bwd_gates, Times::per_step, "dgates[t]: the cell's backward math after cuBLAS's dgates[t+1] . W_h^T"};
+inline constexpr Step backward_gates{Site::backward_step, Family::seq_bwd_gates, Times::per_step, "dgates[t] (in the dtype): the cell's backward math after cuBLAS's dgates[t+1] . W_h^T"};
+inline constexpr Step split_reductions{Site::reductions, Family::seq_bwd_reduce_split, Times::once, "the peephole grads, cs_prev_grad and b_grad from dgates in the dtype"};
 // clang-format on
 }  // namespace steps
 
@@ -95,7 +97,7 @@ inline constexpr Step kSequenceGradCuda[] = {steps::w_transpose, steps::backward
 inline constexpr Step kForwardCudaSplit[] = {steps::input_projection, steps::forward_gates, steps::length_order};
 inline constexpr Step kSequenceGradCudaSplit[] = {steps::w_transpose, steps::backward_gates, steps::x_grad,
                                                   steps::h_prev_grad, steps::w_grad_x,       steps::w_grad_h,
-                                                  steps::reductions,  steps::length_order};
+                                                  steps::split_reductions, steps::length_order};
 
 constexpr std::span<const Step> plan_of(Kind kind, Device device, DType dtype, Steps steps = Steps::fused) {
     if (steps == Steps::split && has_split_steps(kind, device, dtype))

@@ -4,6 +4,9 @@
 #include <blocklstm/blocklstm.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <vector>
 
 #include "runtime/src/exec.h"
 #include "runtime/src/kernel_table.h"
@@ -54,5 +57,42 @@ bool cublas_in_use(const Exec &exec);
 // the Halide GEMM kernel.
 bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, const Operand &b,
                  void *c, DType c_dtype, int64_t ldc, float beta);
+
+// The recurrent product of a split time loop, c[M,N] (row stride ldc) = a[M,K] . b + beta * c for
+// each step's a and c (b fixed), on cuBLASLt where it loads: for each row count M a step runs, the
+// fastest of the heuristic's first candidates (split-K included; its reductions are
+// deterministic), chosen by timing them once per shape and process at a call's start (which
+// then waits for the stream), and a workspace of the call. Where cuBLASLt is missing, off
+// (BLOCKLSTM_CUDA_LT=0) or offers no algorithm: cublasGemmEx. `alignment`: bytes every a, b and
+// c pointer the loop passes is a multiple of (pointer_alignment).
+class StepProducts {
+public:
+    struct Plan;  // one row count's descriptors and algorithm (runtime/src/cublas.cpp)
+    StepProducts(Exec &exec, const std::vector<int64_t> &rows, int64_t N, int64_t K, const Operand &a, const Operand &b,
+                 DType c_dtype, int64_t ldc, float beta, int alignment);
+    ~StepProducts();
+    StepProducts(const StepProducts &) = delete;
+    StepProducts &operator=(const StepProducts &) = delete;
+    // One step: M rows (one of `rows`), its a and c.
+    void run(int64_t M, const void *a, void *c);
+
+private:
+    void *workspace_data() const { return workspace_ ? workspace_->data() : nullptr; }
+    Exec &exec_;
+    int64_t N_, K_;
+    Operand a_, b_;
+    DType c_dtype_;
+    int64_t ldc_;
+    float beta_;
+    std::vector<Plan> plans_;
+    std::optional<Scratch> workspace_;
+};
+inline uint64_t address(const void *p) { return reinterpret_cast<uint64_t>(p); }
+// The largest power of two (at most 256) dividing every value: pointers and byte strides.
+inline int pointer_alignment(std::initializer_list<uint64_t> values) {
+    uint64_t all = 256;
+    for (uint64_t v : values) all |= v;
+    return static_cast<int>(all & (~all + 1));  // the lowest set bit
+}
 
 }  // namespace blocklstm::detail

@@ -44,7 +44,10 @@ namespace {
 namespace fs = std::filesystem;
 using namespace blocklstm;
 
-const fs::path kGoldenDir = BLOCKLSTM_TF_GOLDEN_DIR;
+// The cases' folder: the build's, or $BLOCKLSTM_TF_GOLDEN_DIR (a packed test binary run from
+// another checkout, scripts/gpu_check.sh).
+const fs::path kGoldenDir = std::getenv("BLOCKLSTM_TF_GOLDEN_DIR") ? std::getenv("BLOCKLSTM_TF_GOLDEN_DIR")
+                                                                   : BLOCKLSTM_TF_GOLDEN_DIR;
 
 // ---- Manifests ----------------------------------------------------------------------------------
 
@@ -173,19 +176,33 @@ using Outputs = std::map<std::string, Tensor>;
 
 // The case through the library, by op name (blocklstm/ops.h, which runs the typed functions). Its
 // inputs are the ones TF's op took when the case was written, in TF's order: the registry's.
-Outputs run_library(const Case &c) {
+Outputs run_library(const Case &c, Device device = Device::cpu) {
     const OpInfo &op = op_info(c.op);
     std::vector<std::string> names = c.sequence ? std::vector<std::string>{"seq_len_max"} : std::vector<std::string>{};
     for (const OpArg &a : op.inputs) names.push_back(a.name);
     EXPECT_EQ(c.m.list("inputs"), names) << "TF's inputs of " << c.op << " differ from blocklstm's op registry";
     std::map<std::string, Tensor> in;
-    for (const OpArg &a : op.inputs) in[a.name] = load_tensor(c.dir / (a.name + ".npy"));
+    for (const OpArg &a : op.inputs) {
+        in[a.name] = load_tensor(c.dir / (a.name + ".npy"));
+        if (device != Device::cpu) {
+            Tensor on(in[a.name].dtype(), in[a.name].shape(), device);
+            blocklstm::copy(in[a.name], on);
+            in[a.name] = on;
+        }
+    }
     OpAttrs attrs;  // TF's defaults unless the case passed the attr to TF explicitly
     if (c.m.has("attr.forget_bias")) attrs.forget_bias = static_cast<float>(c.m.f64("attr.forget_bias"));
     if (c.m.has("attr.cell_clip")) attrs.cell_clip = static_cast<float>(c.m.f64("attr.cell_clip"));
     attrs.use_peephole = c.peephole;
-    return invoke(c.op, c.sequence ? load_seq_len_max(c.dir) : 0,
-                  std::map<std::string, TensorView>(in.begin(), in.end()), attrs);
+    Outputs out = invoke(c.op, c.sequence ? load_seq_len_max(c.dir) : 0,
+                         std::map<std::string, TensorView>(in.begin(), in.end()), attrs);
+    for (auto &[name, t] : out) {  // host copies to compare
+        if (t.device() == Device::cpu) continue;
+        Tensor host(t.dtype(), t.shape());
+        blocklstm::copy(t, host);
+        t = host;
+    }
+    return out;
 }
 
 #ifdef BLOCKLSTM_CLI
@@ -340,6 +357,22 @@ TEST_P(Golden, Library) {
     const Case c = load_case(GetParam());
     SCOPED_TRACE("case " + c.dir.string() + " (" + c.m.at("note") + ")");
     compare_all(c, run_library(c), "library");
+}
+
+// The case on a CUDA device, fused steps and split steps (float16: the gate gradients stored in
+// half, as TF's GPU kernel stores them, so that every product reading them runs on the tensor
+// cores): within the same tolerances of TF's outputs as on the CPU.
+TEST_P(Golden, cuda_FusedAndSplitSteps) {
+    if (blt::skip_without_cuda()) GTEST_SKIP() << "no CUDA device: " << cuda_unavailable_reason();
+    const Case c = load_case(GetParam());
+    SCOPED_TRACE("case " + c.dir.string() + " (" + c.m.at("note") + ")");
+    struct Restore {
+        ~Restore() { set_cuda_step(CudaStep::fused); }
+    } restore;
+    for (CudaStep steps : {CudaStep::fused, CudaStep::split}) {
+        set_cuda_step(steps);
+        compare_all(c, run_library(c, Device::cuda), steps == CudaStep::split ? "cuda split steps" : "cuda fused steps");
+    }
 }
 
 TEST_P(Golden, Cli) {

@@ -290,6 +290,21 @@ BLOCKLSTM_API bool cublas_available();
 enum class CudaStep : int { fused, split };
 BLOCKLSTM_API void set_cuda_step(CudaStep step);
 BLOCKLSTM_API CudaStep cuda_step();
+// CUDA graphs of the split steps' time loops: with them on, a call's recurrence (two launches a
+// step) runs as one graph launch where a cached graph of the same shape was captured with the
+// same arguments (pointers included), and is captured again (cuGraphExecUpdate) where they
+// differ; a shape's first call, and any loop whose capture fails, run direct launches. Graphs
+// are per thread (as the cuBLAS handles) and cuda_release_memory gives this thread's back. Off
+// until a GPU run has shown them correct and faster (docs/cuda.md); BLOCKLSTM_CUDA_GRAPHS=1 in
+// the environment starts with them on.
+BLOCKLSTM_API void set_cuda_graphs(bool on);
+BLOCKLSTM_API bool cuda_graphs();
+// What the time loops did in this process: direct runs (graphs off excluded), captures, of them
+// updates of a cached graph, graph launches, and failed captures.
+struct CudaGraphStats {
+    uint64_t direct = 0, captures = 0, updates = 0, launches = 0, failures = 0;
+};
+BLOCKLSTM_API CudaGraphStats cuda_graph_stats();
 // Whether the sequence ops take seq_lengths with CUDA tensors. Off until a GPU run has shown them
 // correct (docs/cuda.md): a CUDA call with seq_lengths is then refused, naming the argument.
 // BLOCKLSTM_CUDA_SEQ_LENGTHS=1 in the environment turns them on (read at every call).
@@ -297,7 +312,11 @@ BLOCKLSTM_API bool cuda_seq_lengths();
 // What runs the products now and why, e.g. "cuBLAS (/usr/local/cuda/lib64/libcublas.so.13)" or
 // "Halide GEMM kernels (cuBLAS: cublasCreate failed with status 1)".
 BLOCKLSTM_API std::string cuda_gemm_backend();
-// The products cuBLAS has run in this process: evidence that the cuBLAS path was taken.
+// What runs the split steps' recurrent products, e.g. "cuBLASLt (/usr/local/cuda/lib64/libcublasLt.so.13),
+// the fastest of its heuristic's first 8 algorithms per shape" or "cublasGemmEx (cuBLASLt: ...)".
+// BLOCKLSTM_CUDA_LT=0 in the environment runs them on cublasGemmEx.
+BLOCKLSTM_API std::string cuda_step_product_backend();
+// The products cuBLAS (and cuBLASLt) has run in this process: evidence that the cuBLAS path was taken.
 BLOCKLSTM_API uint64_t cublas_product_count();
 
 // Copies src into dst (same dtype and element count; host or CUDA memory on either side) on this
