@@ -87,6 +87,18 @@ gpu_tests() {
     return $status
 }
 
+# cuBLAS: the build's libcublas.so.13 (CUDA 13, driver >= 580) is too large to carry; a machine
+# without the toolkit's copy has the one of the nvidia-cublas Python package (and its cuBLASLt
+# beside it, which the library finds there).
+find_cublas() {
+    if [ -z "${BLOCKLSTM_CUBLAS:-}" ] && ! ldconfig -p | grep -q 'libcublas\.so\.13 '; then
+        # nvidia-cublas 13 installs under nvidia/cu13/lib, earlier ones under nvidia/cublas/lib.
+        pip_cublas=$(python3 -c 'import glob, os, nvidia; print(next(iter(sorted(p for r in nvidia.__path__ for p in glob.glob(os.path.join(r, "**", "libcublas.so.13"), recursive=True))), ""))' 2>/dev/null)
+        [ -f "${pip_cublas:-}" ] && export BLOCKLSTM_CUBLAS=$pip_cublas
+    fi
+    return 0
+}
+
 # unpack_libs DIR: the carried libraries, decompressed into a fresh folder; prints the folder.
 unpack_libs() {
     local lib f
@@ -122,13 +134,7 @@ run | tests | bench)
     export BLOCKLSTM_CLI=$carry/bin/blocklstm
     nvidia-smi -L
     nvidia-smi --query-gpu=driver_version --format=csv,noheader | sed 's/^/driver /'  # CUDA 13 needs >= 580
-    # cuBLAS: the build's libcublas.so.13 (CUDA 13, driver >= 580) is too large to carry; a machine
-    # without the toolkit's copy has the one of the nvidia-cublas Python package.
-    if [ -z "${BLOCKLSTM_CUBLAS:-}" ] && ! ldconfig -p | grep -q 'libcublas\.so\.13 '; then
-        # nvidia-cublas 13 installs under nvidia/cu13/lib, earlier ones under nvidia/cublas/lib.
-        pip_cublas=$(python3 -c 'import glob, os, nvidia; print(next(iter(sorted(p for r in nvidia.__path__ for p in glob.glob(os.path.join(r, "**", "libcublas.so.13"), recursive=True))), ""))' 2>/dev/null)
-        [ -f "${pip_cublas:-}" ] && export BLOCKLSTM_CUBLAS=$pip_cublas
-    fi
+    find_cublas
     "$carry/bin/blocklstm" list | sed -n '/^CUDA:/,/^CUDA graphs/p'
     status=0
     if [ "$1" != bench ]; then
@@ -175,6 +181,7 @@ sanitize)
     out=${OUT:-$carry/results}
     mkdir -p "$out"
     export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
+    find_cublas
     declare -A cases=([memcheck]='*cuda*TF_defaults_odd_sizes*:*cuda*multi_block_GEMMs*:*cuda*B_1_L_T*:CudaGraphs.*'
                       [racecheck]='transpose__cuda*' [initcheck]='*cuda*TF_defaults_odd_sizes*')
     tools=(memcheck racecheck initcheck)
