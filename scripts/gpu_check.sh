@@ -65,11 +65,15 @@ gpu_tests() {
     # call (the tests also synchronise after every use and stop at the first lost context).
     CUDA_LAUNCH_BLOCKING=1 run_logged "$out/gpu_tests.log" "^\[  |SKIP|Failure|exception" \
         "$carry/bin/variants_test" --gtest_filter='*cuda*:VariantTable.*' || status=1
-    # Again with the time loops as CUDA graphs (the cases share shapes, so most loops are captured
-    # and updated rather than run directly; CudaGraphs.* checks the bits of each way).
-    echo "variants_test, CUDA cases, BLOCKLSTM_CUDA_GRAPHS=1:" | tee -a "$out/gpu_tests.log"
-    BLOCKLSTM_CUDA_GRAPHS=1 run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
+    # Again with each switch of the default CUDA path off: the time loops without CUDA graphs (by
+    # default the cases, which share shapes, capture and update graphs rather than run directly),
+    # and the split steps' products on cublasGemmEx instead of cuBLASLt.
+    echo "variants_test, CUDA cases, BLOCKLSTM_CUDA_GRAPHS=0:" | tee -a "$out/gpu_tests.log"
+    BLOCKLSTM_CUDA_GRAPHS=0 run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
         "$carry/bin/variants_test" --gtest_filter='*cuda*' || status=1
+    echo "variants_test, split steps' cases, BLOCKLSTM_CUDA_LT=0:" | tee -a "$out/gpu_tests.log"
+    BLOCKLSTM_CUDA_LT=0 run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
+        "$carry/bin/variants_test" --gtest_filter='*gates__cuda*:seq_bwd_reduce_split__cuda*:CudaGraphs.*' || status=1
     # Threads on streams of their own, fused steps and split steps as graphs: the bits of each call alone.
     run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure" \
         "$carry/bin/thread_safety_test" --gtest_filter='*cuda*' || status=1

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -110,6 +111,24 @@ inline Tensor on_host(const TensorView &t) {
     Tensor h(t.dtype, t.shape);
     blocklstm::copy(t, h);
     return h;
+}
+// Whether this build has CUDA kernels in `dtype` (runtime/kernels.inc; none in bfloat16, which
+// Halide 21 cannot compile for CUDA). A CUDA call in a dtype without them is refused, naming the
+// kernel it lacks, before anything is written.
+inline bool cuda_kernels_in(DType dtype) {
+    for (const blocklstm::KernelInfo &k : blocklstm::kernels())
+        if (k.backend == blocklstm::Device::cuda && k.dtype == dtype) return true;
+    return false;
+}
+// `call` is refused so.
+inline ::testing::AssertionResult refused_for_lack_of_cuda_kernels(const std::function<void()> &call) {
+    try {
+        call();
+    } catch (const std::exception &e) {
+        if (std::string(e.what()).find("no compiled kernel") != std::string::npos) return ::testing::AssertionSuccess();
+        return ::testing::AssertionFailure() << "refused for another reason: " << e.what();
+    }
+    return ::testing::AssertionFailure() << "ran although this build has no CUDA kernel in its dtype";
 }
 inline Tensor on_device(const TensorView &t, blocklstm::Device device) {
     Tensor d(t.dtype, t.shape, device);

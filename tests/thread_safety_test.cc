@@ -111,9 +111,11 @@ TEST(ThreadSafety, cuda_ThreadsWithOwnStreams) {
     const auto destroy = reinterpret_cast<Destroy>(dlsym(lib, "cuStreamDestroy_v2"));
     ASSERT_TRUE(retain && set_current && create && destroy);
     struct Restore {
+        const blocklstm::CudaStep steps = blocklstm::cuda_step();
+        const bool graphs = blocklstm::cuda_graphs();
         ~Restore() {
-            blocklstm::set_cuda_step(blocklstm::CudaStep::fused);
-            blocklstm::set_cuda_graphs(false);
+            blocklstm::set_cuda_step(steps);
+            blocklstm::set_cuda_graphs(graphs);
         }
     } restore;
     constexpr int kThreads = 4, kIterations = 10;

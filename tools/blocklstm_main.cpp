@@ -375,11 +375,12 @@ void list_kernels(bool kernel_rows) {
                                         : "no device (" + cuda_unavailable_reason() + ")";
         std::printf("\nCUDA: %s\nCUDA batched products: %s\n", devices.c_str(), cuda_gemm_backend().c_str());
         std::printf("CUDA steps: %s\n", cuda_step() == CudaStep::split
-                                             ? "split (the recurrent products on cuBLAS; BLOCKLSTM_CUDA_STEP=split)"
-                                             : "fused (the default; BLOCKLSTM_CUDA_STEP=split splits them)");
+                                             ? "split (the default: the recurrent products on cuBLASLt; "
+                                               "BLOCKLSTM_CUDA_STEP=fused fuses them)"
+                                             : "fused (BLOCKLSTM_CUDA_STEP=fused)");
         std::printf("CUDA split steps' products: %s\n", cuda_step_product_backend().c_str());
         std::printf("CUDA graphs of the split time loops: %s\n",
-                    cuda_graphs() ? "on (BLOCKLSTM_CUDA_GRAPHS=1)" : "off (BLOCKLSTM_CUDA_GRAPHS=1 turns them on)");
+                    cuda_graphs() ? "on (the default; BLOCKLSTM_CUDA_GRAPHS=0 turns them off)" : "off (BLOCKLSTM_CUDA_GRAPHS=0)");
     }
 
     const std::vector<KernelInfo> ks = kernels();

@@ -89,11 +89,11 @@ std::atomic<CudaGemm> &gemm_choice() {
     return choice;
 }
 
-// BLOCKLSTM_CUDA_STEP=split in the environment starts with the split steps.
+// The split steps unless BLOCKLSTM_CUDA_STEP=fused in the environment.
 std::atomic<CudaStep> &step_choice() {
     static std::atomic<CudaStep> choice{[] {
         const char *env = std::getenv("BLOCKLSTM_CUDA_STEP");
-        return env && std::string(env) == "split" ? CudaStep::split : CudaStep::fused;
+        return env && std::string(env) == "fused" ? CudaStep::fused : CudaStep::split;
     }()};
     return choice;
 }
@@ -357,6 +357,7 @@ LtAlgo choose_algo(Exec &exec_, const StepProducts::Plan &p, const Operand &a_, 
     for (int k = 0; k < count; ++k) workspace = std::max(workspace, results[k].workspaceSize);
     const std::size_t c_bytes = static_cast<std::size_t>(p.M * ldc_) * size_of(c_dtype_);
     void *c = cuda::allocate(exec_.cuda_call(), c_bytes);
+    cuda::zero(exec_.cuda_call(), c, c_bytes);  // beta = 1 reads it
     void *ws = workspace > 0 ? cuda::allocate(exec_.cuda_call(), workspace) : nullptr;
     const float alpha = 1.0f;
     constexpr int kReps = 5;

@@ -65,7 +65,7 @@ void set_cuda_step(CudaStep) {}
 void set_cuda_graphs(bool) {}
 bool cuda_graphs() { return false; }
 CudaGraphStats cuda_graph_stats() { return {}; }
-CudaStep cuda_step() { return CudaStep::fused; }
+CudaStep cuda_step() { return CudaStep::split; }
 CudaGemm cuda_gemm() { return CudaGemm::halide; }
 bool cublas_available() { return false; }
 uint64_t cublas_product_count() { return 0; }

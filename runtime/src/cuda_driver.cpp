@@ -140,11 +140,12 @@ void install_halide_hooks() {
         // cache keeps them for the next call instead of cuMemFree, which synchronises the device.
         halide_reuse_device_allocations(nullptr, true);
         // The register budget of every kernel, which Halide's runtime passes to the JIT as
-        // CU_JIT_MAX_REGISTERS when it loads a module (its default, 64, spilled 72-96 bytes a
-        // thread of the batched GEMM tiles, which use 72-80 registers: `ptxas -arch=sm_90 -v`;
-        // the step and gate kernels use at most 48). Set before the first module loads; a
-        // value already in the environment wins.
-        setenv("HL_CUDA_JIT_MAX_REGISTERS", "128", /*overwrite=*/0);
+        // CU_JIT_MAX_REGISTERS when it loads a module: 64. Only the Halide GEMM tiles want more
+        // (72-80 registers, spilling 72-96 bytes a thread at 64: `ptxas -arch=sm_90 -v`; the
+        // step and gate kernels use at most 48), and 128 made no call faster on an H200
+        // (docs/cuda.md: Registers). Set before the first module loads; a value already in the
+        // environment wins.
+        setenv("HL_CUDA_JIT_MAX_REGISTERS", "64", /*overwrite=*/0);
         return true;
     }();
     (void)installed;
@@ -309,12 +310,12 @@ double elapsed_ms(const Call &call, const std::function<void()> &work) {
 
 namespace {
 
-// BLOCKLSTM_CUDA_GRAPHS=1 in the environment starts with the graphs on. A function's static, so
-// that a set_cuda_graphs from another library's static initialiser is not overwritten.
+// On unless BLOCKLSTM_CUDA_GRAPHS=0 in the environment. A function's static, so that a
+// set_cuda_graphs from another library's static initialiser is not overwritten.
 std::atomic<bool> &graphs_choice() {
     static std::atomic<bool> on{[] {
         const char *env = std::getenv("BLOCKLSTM_CUDA_GRAPHS");
-        return env && std::string(env) == "1";
+        return !(env && std::string(env) == "0");
     }()};
     return on;
 }

@@ -216,12 +216,12 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
                             dt, std::initializer_list<int64_t>{B, H});
     const std::array<Buf *, 7> lstm{&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5], &slices[6]};
     const int64_t slice = B * H;
+    // Every argument of step t, set whatever an earlier pass over the steps left (run_loop's
+    // fingerprint pass runs them all before the steps that launch).
     auto step_at = [&](int64_t t, Buf &gates_rows) {
         const int64_t n = rows.n[t];
-        if (t > 0) {
-            h_prev.set_data(offset_bytes(out.h.data, (t - 1) * slice, dt));
-            cs_prev.set_data(offset_bytes(out.cs.data, (t - 1) * slice, dt));
-        }
+        h_prev.set_data(t == 0 ? in.h_prev.data : offset_bytes(out.h.data, (t - 1) * slice, dt));
+        cs_prev.set_data(t == 0 ? in.cs_prev.data : offset_bytes(out.cs.data, (t - 1) * slice, dt));
         for (int k = 0; k < 7; ++k)
             if (!left_out(*outs[k])) slices[k].set_data(offset_bytes(outs[k]->data, t * slice, dt));
         xw_t.set_data(xw.floats() + rows.packed[t] * 4 * H);

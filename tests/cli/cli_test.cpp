@@ -469,6 +469,15 @@ TEST_P(RunOp, CudaMatchesCpu) {
     if (c.attrs.forget_bias) args.insert(args.end(), {"--forget-bias", fmt_float(*c.attrs.forget_bias)});
     if (c.attrs.cell_clip) args.push_back("--cell-clip=" + fmt_float(*c.attrs.cell_clip));
     const Result r = run_cli(args);
+    bool cuda_kernels = false;  // in this dtype (runtime/kernels.inc; none in bfloat16)
+    for (const blocklstm::KernelInfo &k : blocklstm::kernels())
+        cuda_kernels = cuda_kernels || (k.backend == blocklstm::Device::cuda && k.dtype == c.dtype);
+    if (!cuda_kernels) {  // refused (exit 2), naming the kernel, and nothing written
+        EXPECT_EQ(r.code, 2) << describe(r);
+        EXPECT_NE(r.err.find("no compiled kernel"), std::string::npos) << describe(r);
+        EXPECT_FALSE(std::filesystem::exists(out) && !std::filesystem::is_empty(out)) << "outputs written";
+        return;
+    }
     ASSERT_EQ(r.code, 0) << describe(r);
     const double tol = c.dtype == DType::f32 ? 1e-5 : 1e-2;
     auto values = [&](const void *data, std::size_t count) {

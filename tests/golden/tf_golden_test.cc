@@ -367,7 +367,8 @@ TEST_P(Golden, cuda_FusedAndSplitSteps) {
     const Case c = load_case(GetParam());
     SCOPED_TRACE("case " + c.dir.string() + " (" + c.m.at("note") + ")");
     struct Restore {
-        ~Restore() { set_cuda_step(CudaStep::fused); }
+        const CudaStep steps = cuda_step();
+        ~Restore() { set_cuda_step(steps); }
     } restore;
     for (CudaStep steps : {CudaStep::fused, CudaStep::split}) {
         set_cuda_step(steps);

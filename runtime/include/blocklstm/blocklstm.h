@@ -280,13 +280,13 @@ enum class CudaGemm : int { cublas, halide };
 BLOCKLSTM_API void set_cuda_gemm(CudaGemm gemm);
 BLOCKLSTM_API CudaGemm cuda_gemm();
 BLOCKLSTM_API bool cublas_available();
-// How the CUDA time loops run a step: fused (the default), one Halide kernel per step with its
-// recurrent product inside; or split, the recurrent product on cuBLAS (in place: xw[t] += h .
-// W_h, and dgates[t+1] . W_h^T with a transposed operand) and a Halide kernel with the gate math
-// alone. Split is not the default until a GPU run has shown it correct and faster (docs/cuda.md);
-// it runs where cuBLAS is in use, for the forward ops and the float32 sequence gradients (the
-// float16 one's product would mix float32 and float16 operands), and the fused steps elsewhere.
-// BLOCKLSTM_CUDA_STEP=split in the environment starts with split.
+// How the CUDA time loops run a step: split (the default), the recurrent product on cuBLASLt (in
+// place: xw[t] += h . W_h, and dgates[t+1] . W_h^T with a transposed operand) and one Halide
+// kernel with the gate math; or fused, one Halide kernel per step with its recurrent product
+// inside (the portable path). Split runs where cuBLAS is in use, for the forward ops and the
+// sequence gradients (whose float16 gate gradients are then stored in half, as TF's GPU kernel
+// stores them, so that every product reading them runs on the tensor cores; docs/semantics.md),
+// and the fused steps elsewhere. BLOCKLSTM_CUDA_STEP=fused in the environment starts with fused.
 enum class CudaStep : int { fused, split };
 BLOCKLSTM_API void set_cuda_step(CudaStep step);
 BLOCKLSTM_API CudaStep cuda_step();
@@ -294,9 +294,8 @@ BLOCKLSTM_API CudaStep cuda_step();
 // step) runs as one graph launch where a cached graph of the same shape was captured with the
 // same arguments (pointers included), and is captured again (cuGraphExecUpdate) where they
 // differ; a shape's first call, and any loop whose capture fails, run direct launches. Graphs
-// are per thread (as the cuBLAS handles) and cuda_release_memory gives this thread's back. Off
-// until a GPU run has shown them correct and faster (docs/cuda.md); BLOCKLSTM_CUDA_GRAPHS=1 in
-// the environment starts with them on.
+// are per thread (as the cuBLAS handles) and cuda_release_memory gives this thread's back. On by
+// default; BLOCKLSTM_CUDA_GRAPHS=0 in the environment starts with them off.
 BLOCKLSTM_API void set_cuda_graphs(bool on);
 BLOCKLSTM_API bool cuda_graphs();
 // What the time loops did in this process: direct runs (graphs off excluded), captures, of them
