@@ -794,8 +794,12 @@ TEST(CudaGraphs, cuda_GraphLaunchesEqualDirectLaunches) {
             // The first dtype and variant makes the shape's first call; every later call launches a graph.
             EXPECT_GE(after.launches - before.launches, 4 * loops);
             EXPECT_GE(after.updates - before.updates, loops) << "the call into other outputs updated no graph";
-            EXPECT_LT(after.captures - before.captures, after.launches - before.launches)
-                << "every graph launch followed a capture: no call found its graph (its workspaces moved)";
+            // A call with the pointers of the cached graph launches it without a capture: the
+            // workspaces come back at the same addresses from the stream's pool, except under
+            // compute-sanitizer, which moves every allocation (scripts/gpu_check.sh sanitize says so).
+            if (!std::getenv("BLOCKLSTM_TEST_ALLOCATIONS_MOVE"))
+                EXPECT_LT(after.captures - before.captures, after.launches - before.launches)
+                    << "every graph launch followed a capture: no call found its graph (its workspaces moved)";
         }
 }
 

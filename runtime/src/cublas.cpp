@@ -327,14 +327,15 @@ void release_cublaslt_handles() {
 // One M's cuBLASLt product: its descriptors (Lt's A is our b, Lt's B our a: column-major c^T =
 // b^T . a^T, as cublas_gemm) and its algorithm. Empty (desc null) where cublasGemmEx runs it.
 struct StepProducts::Plan {
-    int64_t M = 0;
+    int64_t M = 0, K = 0;
     cublasLtMatmulDesc_t desc = nullptr;
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;  // Lt's A, B, C (= D)
     LtAlgo algo;
 };
 
 // The heuristic's first kLtCandidates for the plan's shape, each timed on the call's stream (one
-// run to warm up, then kReps) into a scratch copy of c: the fastest. Once per shape and process.
+// run to warm up, then kReps) on zeroed scratch copies of a and c (a's steps may not be written
+// yet: the backward's dgates[t+1]): the fastest. Once per shape and process.
 namespace {
 LtAlgo choose_algo(Exec &exec_, const StepProducts::Plan &p, const Operand &a_, const Operand &b_, DType c_dtype_,
                    int64_t ldc_, float beta_, int alignment) {
@@ -356,8 +357,10 @@ LtAlgo choose_algo(Exec &exec_, const StepProducts::Plan &p, const Operand &a_, 
     std::size_t workspace = 0;
     for (int k = 0; k < count; ++k) workspace = std::max(workspace, results[k].workspaceSize);
     const std::size_t c_bytes = static_cast<std::size_t>(p.M * ldc_) * size_of(c_dtype_);
-    void *c = cuda::allocate(exec_.cuda_call(), c_bytes);
+    const std::size_t a_bytes = static_cast<std::size_t>((a_.transposed ? p.K : p.M) * a_.ld) * size_of(a_.dtype);
+    void *c = cuda::allocate(exec_.cuda_call(), c_bytes), *a = cuda::allocate(exec_.cuda_call(), a_bytes);
     cuda::zero(exec_.cuda_call(), c, c_bytes);  // beta = 1 reads it
+    cuda::zero(exec_.cuda_call(), a, a_bytes);
     void *ws = workspace > 0 ? cuda::allocate(exec_.cuda_call(), workspace) : nullptr;
     const float alpha = 1.0f;
     constexpr int kReps = 5;
@@ -366,7 +369,7 @@ LtAlgo choose_algo(Exec &exec_, const StepProducts::Plan &p, const Operand &a_, 
     for (int k = 0; k < count; ++k) {
         if (results[k].state != CUBLAS_STATUS_SUCCESS) continue;
         auto once = [&] {
-            return lt.matmul(h, p.desc, &alpha, b_.data, p.a, a_.data, p.b, &beta_, c, p.c, c, p.c, &results[k].algo,
+            return lt.matmul(h, p.desc, &alpha, b_.data, p.a, a, p.b, &beta_, c, p.c, c, p.c, &results[k].algo,
                              ws, results[k].workspaceSize, static_cast<cudaStream_t>(exec_.cuda_call().stream));
         };
         if (once() != CUBLAS_STATUS_SUCCESS) continue;
@@ -380,6 +383,7 @@ LtAlgo choose_algo(Exec &exec_, const StepProducts::Plan &p, const Operand &a_, 
         }
     }
     cuda::free(exec_.cuda_call(), c);
+    cuda::free(exec_.cuda_call(), a);
     if (ws) cuda::free(exec_.cuda_call(), ws);
     return best;
 }
@@ -396,6 +400,7 @@ StepProducts::StepProducts(Exec &exec, const std::vector<int64_t> &rows, int64_t
     for (int64_t M : ms) {
         Plan &p = plans_.emplace_back();
         p.M = M;
+        p.K = K;
         if (!h) continue;
         const CublasLt &lt = cublaslt();
         bool ok = true;
