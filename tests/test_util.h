@@ -112,6 +112,17 @@ inline Tensor on_host(const TensorView &t) {
     blocklstm::copy(t, h);
     return h;
 }
+// Puts back, when it goes out of scope, the CUDA time loops' switches (set_cuda_step,
+// set_cuda_graphs) that a test changes.
+struct CudaSwitchesRestored {
+    const blocklstm::CudaStep steps = blocklstm::cuda_step();
+    const bool graphs = blocklstm::cuda_graphs();
+    ~CudaSwitchesRestored() {
+        blocklstm::set_cuda_step(steps);
+        blocklstm::set_cuda_graphs(graphs);
+    }
+};
+
 // Whether this build has CUDA kernels in `dtype` (runtime/kernels.inc; none in bfloat16, which
 // Halide 21 cannot compile for CUDA). A CUDA call in a dtype without them is refused, naming the
 // kernel it lacks, before anything is written.

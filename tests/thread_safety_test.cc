@@ -110,14 +110,7 @@ TEST(ThreadSafety, cuda_ThreadsWithOwnStreams) {
     const auto create = reinterpret_cast<Create>(dlsym(lib, "cuStreamCreate"));
     const auto destroy = reinterpret_cast<Destroy>(dlsym(lib, "cuStreamDestroy_v2"));
     ASSERT_TRUE(retain && set_current && create && destroy);
-    struct Restore {
-        const blocklstm::CudaStep steps = blocklstm::cuda_step();
-        const bool graphs = blocklstm::cuda_graphs();
-        ~Restore() {
-            blocklstm::set_cuda_step(steps);
-            blocklstm::set_cuda_graphs(graphs);
-        }
-    } restore;
+    const CudaSwitchesRestored restore;
     constexpr int kThreads = 4, kIterations = 10;
     const Shape shapes[kThreads] = {{8, 16, 48, 64, 8, 1, 0.0, 1.0, "t0"},
                                     {4, 3, 7, 17, 3, 2, 1.0, 0.5, "t1"},

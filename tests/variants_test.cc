@@ -714,14 +714,7 @@ TEST(CudaMemory, cuda_ReleaseThenRunAgain) {
 // gradient have split steps; float16: the forward (its gradient runs the fused steps, no graph).
 TEST(CudaGraphs, cuda_GraphLaunchesEqualDirectLaunches) {
     if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device: " << blocklstm::cuda_unavailable_reason();
-    struct Restore {
-        const blocklstm::CudaStep steps = blocklstm::cuda_step();
-        const bool graphs = blocklstm::cuda_graphs();
-        ~Restore() {
-            blocklstm::set_cuda_step(steps);
-            blocklstm::set_cuda_graphs(graphs);
-        }
-    } restore;
+    const CudaSwitchesRestored restore;
     const Shape s = *std::find_if(variant_shapes().begin(), variant_shapes().end(),
                                   [](const Shape &v) { return std::string(v.note) == "multi-block GEMMs"; });
     auto nan_filled = [](const TensorView &like) {  // a device tensor of NaN (all bits set)

@@ -11,7 +11,9 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include <algorithm>
@@ -28,7 +30,40 @@ namespace blocklstm {
 namespace detail {
 namespace {
 
-struct Cublas {
+// A library opened at run time: the first of `names` dlopen finds, then `symbols` each
+// resolving one function pointer; `why_not` says what failed, `path` what was loaded.
+struct RuntimeLibrary {
+    bool ok = false;
+    std::string path, why_not;
+
+    template <typename... Fns>
+    void open(const std::vector<std::string> &names, const std::string &missing, const char *what,
+              std::pair<Fns &, const char *>... symbols) {
+        void *lib = nullptr;
+        for (const std::string &n : names)
+            if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+        if (!lib) {
+            why_not = missing;
+            return;
+        }
+        auto load = [&](auto &fn, const char *name) {
+            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+            if (!fn && why_not.empty()) why_not = std::string("the ") + what + " library lacks " + name;
+            return fn != nullptr;
+        };
+        ok = (load(symbols.first, symbols.second) && ...);
+        Dl_info info{};
+        const void *first = reinterpret_cast<const void *>(std::get<0>(std::tie(symbols.first...)));
+        path = ok && dladdr(first, &info) && info.dli_fname ? info.dli_fname : "";
+    }
+};
+
+template <typename Fn>
+std::pair<Fn &, const char *> sym(Fn &fn, const char *name) {
+    return {fn, name};
+}
+
+struct Cublas : RuntimeLibrary {
     decltype(&::cublasCreate_v2) create = nullptr;
     decltype(&::cublasDestroy_v2) destroy = nullptr;
     decltype(&::cublasSetStream_v2) set_stream = nullptr;
@@ -37,9 +72,6 @@ struct Cublas {
                               const void *, const void *, cudaDataType, int, const void *,
                               cudaDataType, int, const void *, void *, cudaDataType, int,
                               cublasComputeType_t, cublasGemmAlgo_t) = nullptr;
-    bool ok = false;
-    std::string path;     // the library loaded
-    std::string why_not;  // when not ok: why
 };
 
 const Cublas &cublas() {
@@ -53,27 +85,14 @@ const Cublas &cublas() {
         names.push_back(BLOCKLSTM_CUDA_LIBRARY_DIR "/libcublas.so." BLOCKLSTM_XSTR(CUBLAS_VER_MAJOR));
         // CUDA 12's cuBLAS (drivers before 580): the four functions used keep their ABI.
         if (CUBLAS_VER_MAJOR == 13) names.push_back("libcublas.so.12");
-        void *lib = nullptr;
-        for (const std::string &n : names) {
-            if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
-        }
-        if (!lib) {
-            c.why_not = "libcublas.so." BLOCKLSTM_XSTR(CUBLAS_VER_MAJOR) " not found (nor " + names.back() +
-                        "; BLOCKLSTM_CUBLAS names another path)";
-            return c;
-        }
-        auto load = [&](auto &fn, const char *name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-            if (!fn && c.why_not.empty()) c.why_not = std::string("the cuBLAS library lacks ") + name;
-            return fn != nullptr;
-        };
-        c.ok = load(c.create, "cublasCreate_v2") && load(c.destroy, "cublasDestroy_v2") &&
-               load(c.set_stream, "cublasSetStream_v2") &&
-               load(c.set_math_mode, "cublasSetMathMode") && load(c.gemm_ex, "cublasGemmEx");
-        Dl_info info{};
-        c.path = c.ok && dladdr(reinterpret_cast<void *>(c.create), &info) && info.dli_fname
-                     ? info.dli_fname
-                     : "";
+        c.open(names,
+               "libcublas.so." BLOCKLSTM_XSTR(CUBLAS_VER_MAJOR) " not found (nor " + names.back() +
+                   "; BLOCKLSTM_CUBLAS names another path)",
+               "cuBLAS", sym(c.create, "cublasCreate_v2"),
+               sym(c.destroy, "cublasDestroy_v2"),
+               sym(c.set_stream, "cublasSetStream_v2"),
+               sym(c.set_math_mode, "cublasSetMathMode"),
+               sym(c.gemm_ex, "cublasGemmEx"));
         return c;
     }();
     return c;
@@ -215,7 +234,7 @@ bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, 
 
 namespace {
 
-struct CublasLt {
+struct CublasLt : RuntimeLibrary {
     decltype(&::cublasLtCreate) create = nullptr;
     decltype(&::cublasLtDestroy) destroy = nullptr;
     decltype(&::cublasLtMatmulDescCreate) desc_create = nullptr;
@@ -228,8 +247,6 @@ struct CublasLt {
     decltype(&::cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
     decltype(&::cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
     decltype(&::cublasLtMatmul) matmul = nullptr;
-    bool ok = false;
-    std::string path, why_not;
 };
 
 // cuBLASLt: $BLOCKLSTM_CUBLASLT, else the one cuBLAS loaded (its dependency, found by soname),
@@ -249,29 +266,15 @@ const CublasLt &cublaslt() {
         if (!cublas().path.empty()) names.push_back(cublas().path.substr(0, cublas().path.rfind('/') + 1) + soname);
         names.push_back(BLOCKLSTM_CUDA_LIBRARY_DIR "/" + soname);
         if (CUBLAS_VER_MAJOR == 13) names.push_back("libcublasLt.so.12");
-        void *lib = nullptr;
-        for (const std::string &n : names)
-            if ((lib = dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
-        if (!lib) {
-            c.why_not = soname + " not found (BLOCKLSTM_CUBLASLT names another path)";
-            return c;
-        }
-        auto load = [&](auto &fn, const char *name) {
-            fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
-            if (!fn && c.why_not.empty()) c.why_not = std::string("the cuBLASLt library lacks ") + name;
-            return fn != nullptr;
-        };
-        c.ok = load(c.create, "cublasLtCreate") && load(c.destroy, "cublasLtDestroy") &&
-               load(c.desc_create, "cublasLtMatmulDescCreate") && load(c.desc_destroy, "cublasLtMatmulDescDestroy") &&
-               load(c.desc_set, "cublasLtMatmulDescSetAttribute") &&
-               load(c.layout_create, "cublasLtMatrixLayoutCreate") &&
-               load(c.layout_destroy, "cublasLtMatrixLayoutDestroy") &&
-               load(c.pref_create, "cublasLtMatmulPreferenceCreate") &&
-               load(c.pref_destroy, "cublasLtMatmulPreferenceDestroy") &&
-               load(c.pref_set, "cublasLtMatmulPreferenceSetAttribute") &&
-               load(c.heuristic, "cublasLtMatmulAlgoGetHeuristic") && load(c.matmul, "cublasLtMatmul");
-        Dl_info info{};
-        c.path = c.ok && dladdr(reinterpret_cast<void *>(c.create), &info) && info.dli_fname ? info.dli_fname : "";
+        c.open(names, soname + " not found (BLOCKLSTM_CUBLASLT names another path)", "cuBLASLt",
+               sym(c.create, "cublasLtCreate"), sym(c.destroy, "cublasLtDestroy"),
+               sym(c.desc_create, "cublasLtMatmulDescCreate"), sym(c.desc_destroy, "cublasLtMatmulDescDestroy"),
+               sym(c.desc_set, "cublasLtMatmulDescSetAttribute"), sym(c.layout_create, "cublasLtMatrixLayoutCreate"),
+               sym(c.layout_destroy, "cublasLtMatrixLayoutDestroy"),
+               sym(c.pref_create, "cublasLtMatmulPreferenceCreate"),
+               sym(c.pref_destroy, "cublasLtMatmulPreferenceDestroy"),
+               sym(c.pref_set, "cublasLtMatmulPreferenceSetAttribute"),
+               sym(c.heuristic, "cublasLtMatmulAlgoGetHeuristic"), sym(c.matmul, "cublasLtMatmul"));
         return c;
     }();
     return c;
