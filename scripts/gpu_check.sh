@@ -10,6 +10,10 @@
 #                                    go to bench/gpu_bench.py)
 #   scripts/gpu_check.sh cpu           there: the CPU test suites on the GPU machine's host CPU, once
 #                                    per CPU target it can run (its AVX-512, where ours has none)
+#   scripts/gpu_check.sh python [ARGS]  there: the Python package built against the packed library
+#                                    (python/ on its own: nanobind, CMake and Ninja of the machine's
+#                                    python3), then python/tests with pytest ARGS, torch's CUDA cases
+#                                    included, with BLOCKLSTM_CUDA_SEQ_LENGTHS=1
 #   scripts/gpu_check.sh sanitize [FILTER]  there: the CUDA variant tests under compute-sanitizer
 #                                    (FILTER: those cases only, memcheck and initcheck)
 #   scripts/gpu_check.sh profile [T,B,H]  there: each kernel's GPU time in one call (ncu) against
@@ -177,6 +181,22 @@ cpu)
     rm -f "$logs"/*.rc && tar -C "$logs" -czf "$out/cpu_logs.tgz" .
     exit $status
     ;;
+python)
+    out=${OUT:-$carry/results}
+    mkdir -p "$out"
+    lib=$(unpack_libs "$carry")
+    export LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-}
+    find_cublas
+    pyb=$(mktemp -d)
+    { cmake -S "$root/python" -B "$pyb" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" \
+          -DBLOCKLSTM_LIBRARY="$(ls "$lib"/libblocklstm.so.* | head -1)" && cmake --build "$pyb"; } >"$out/python_build.log" 2>&1 ||
+        { tail -30 "$out/python_build.log"; echo "gpu_check: the Python package did not build"; exit 1; }
+    shift
+    # The module's CUDA path with lengths, behind that switch until this run shows it right.
+    PYTHONPATH=$pyb BLOCKLSTM_CUDA_SEQ_LENGTHS=1 python3 -m pytest -q -ra -p no:cacheprovider "$root/python/tests" "$@" \
+        2>&1 | tee "$out/python_tests.log"
+    exit "${PIPESTATUS[0]}"
+    ;;
 sanitize)
     # compute-sanitizer over the CUDA variant tests (some ten times slower): memcheck (out-of-bounds
     # and misaligned device accesses, leaks) on three shapes per kernel, racecheck on the kernel
@@ -295,7 +315,7 @@ tune)
     exit "${PIPESTATUS[0]}"
     ;;
 *)
-    echo "usage: scripts/gpu_check.sh pack | run [--quick] | tests | bench [ARGS] | sanitize [FILTER] | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
+    echo "usage: scripts/gpu_check.sh pack | run [--quick] | tests | bench [ARGS] | python [ARGS] | sanitize [FILTER] | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
     exit 2
     ;;
 esac
