@@ -103,6 +103,14 @@ inline void schedule_gate_blocks_cuda(Func f, Var j, Var gate, Var n, const Cuda
     schedule_elementwise_cuda(f, j, n, tuning);
 }
 
+// The gate blocks and a 2-D output of the same units: a kernel each, or (gate_outputs_one_kernel)
+// one kernel, the same tiles, each thread computing `other` after its gate blocks.
+inline void schedule_gate_blocks_and_cuda(Func gates, Func other, Var j, Var gate, Var n, const CudaTuning &tuning) {
+    schedule_gate_blocks_cuda(gates, j, gate, n, tuning);
+    schedule_elementwise_cuda(other, j, n, tuning);
+    if (tuning.gate_outputs_one_kernel) other.compute_with(gates, Var("ji"));  // the thread loop of both
+}
+
 // A sum over rows (one or two row variables) into a vector indexed by x. The rows are split into chunks
 // summed in parallel (rfactor), then the chunk sums are added in order: the result does not
 // depend on the launch, and a long sequence still fills the GPU.

@@ -122,8 +122,7 @@ inline void schedule_gate_blocks_and(Halide::Func gates, Halide::Func other, Hal
                                      Halide::Var gate, Halide::Var n, const Machine &m) {
     if (m.autoschedule) return;
     if (!m.gpu()) return schedule_gate_blocks_and_cpu(gates, other, j, gate, n, m.cpu);
-    schedule_gate_blocks_cuda(gates, j, gate, n, m.cuda);
-    schedule_elementwise_cuda(other, j, n, m.cuda);
+    schedule_gate_blocks_and_cuda(gates, other, j, gate, n, m.cuda);
 }
 
 // `sum` over `rows` into a vector indexed by x, and `out`(x), the output that rounds it: on the
