@@ -34,6 +34,12 @@ int check_cpu_target_pin() {
     return 0;
 }
 
+bool cuda_kernels_in(blocklstm::DType dtype) {
+    for (const blocklstm::KernelInfo &k : blocklstm::kernels())
+        if (k.backend == blocklstm::Device::cuda && k.dtype == dtype) return true;
+    return false;
+}
+
 bool skip_without_cuda() {
     if (blocklstm::cuda_device_count() > 0) return false;
     static const bool gpu_here =

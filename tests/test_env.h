@@ -4,7 +4,10 @@
 
 #include <string>
 
-namespace blocklstm { struct TensorView; }
+namespace blocklstm {
+struct TensorView;
+enum class DType : int;
+}
 namespace testing { class UnitTest; }
 
 namespace blt {
@@ -17,6 +20,11 @@ int check_cpu_target_pin();
 // GPU (/dev/nvidia0, or nvidia-smi on the PATH) where blocklstm finds no CUDA device, it also
 // records a test failure naming why: a GPU test that skips on a GPU machine tested nothing.
 bool skip_without_cuda();
+
+// Whether this build has CUDA kernels in `dtype` (runtime/kernels.inc; none in bfloat16, which
+// Halide 21 cannot compile for CUDA). A CUDA call in a dtype without them is refused, naming the
+// kernel it lacks, before anything is written.
+bool cuda_kernels_in(blocklstm::DType dtype);
 
 // With BLOCKLSTM_TEST_OUTPUT_DIGESTS=FILE, appends a line to FILE for a library output that a
 // test checks: the test's name, the pinned CPU target, the output's name and an FNV-1a hash of its

@@ -123,15 +123,7 @@ struct CudaSwitchesRestored {
     }
 };
 
-// Whether this build has CUDA kernels in `dtype` (runtime/kernels.inc; none in bfloat16, which
-// Halide 21 cannot compile for CUDA). A CUDA call in a dtype without them is refused, naming the
-// kernel it lacks, before anything is written.
-inline bool cuda_kernels_in(DType dtype) {
-    for (const blocklstm::KernelInfo &k : blocklstm::kernels())
-        if (k.backend == blocklstm::Device::cuda && k.dtype == dtype) return true;
-    return false;
-}
-// `call` is refused so.
+// `call` is refused for lack of CUDA kernels in its dtype (test_env.h: cuda_kernels_in).
 inline ::testing::AssertionResult refused_for_lack_of_cuda_kernels(const std::function<void()> &call) {
     try {
         call();

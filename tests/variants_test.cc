@@ -161,7 +161,7 @@ public:
         const DType dtype = blocklstm::dtype_named(v_.dtype);
         blocklstm::set_cuda_gemm(gemm_);
         // A split step's kernel runs with the split steps, every other kernel with the fused ones.
-        const blocklstm::CudaStep steps = blocklstm::cuda_step();
+        const CudaSwitchesRestored restore;
         blocklstm::set_cuda_step(split_family(v_) ? blocklstm::CudaStep::split : blocklstm::CudaStep::fused);
         if (device == Device::cuda) {  // the plan in effect runs this kernel's family
             const auto plan = blocklstm::op_info(op_name(u_)).plan(device, dtype);
@@ -174,7 +174,6 @@ public:
         BLT_SEED(seed, what);
         run_and_isolate(u_, dtype, c_.shape, seed, device, what);
         blocklstm::set_cuda_gemm(blocklstm::CudaGemm::cublas);
-        blocklstm::set_cuda_step(steps);
         if (device == Device::cuda && gemm_family(v_) && gemm_ == blocklstm::CudaGemm::cublas && cublas_expected(dtype))
             EXPECT_GT(blocklstm::cublas_product_count(), cublas_before)
                 << "the cuBLAS pass ran no cuBLAS product: " << blocklstm::cuda_gemm_backend();

@@ -191,6 +191,11 @@ plan::Steps steps_for(plan::Kind kind, Exec &exec, DType dtype) {
     return cublas_handle(exec.cuda_call().context) ? plan::Steps::split : plan::Steps::fused;
 }
 
+void cublas_lost_during_call() {
+    throw Error("blocklstm: CUDA: cuBLAS became unusable during a call with split steps (set_cuda_gemm on "
+                    "another thread); the outputs may be partly written");
+}
+
 bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, const Operand &b,
                  void *c, DType c_dtype, int64_t ldc, float beta) {
     if (!cublas_in_use(exec)) return false;
@@ -199,16 +204,11 @@ bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, 
     const Cublas &cb = cublas();
     cublasHandle_t h = cublas_handle(exec.cuda_call().context);
     if (!h) return false;  // cublasCreate failed: the Halide kernels run it
-    if (std::vector<uint64_t> *fp = cuda::fingerprint()) {  // a time loop being fingerprinted (cuda::run_loop)
-        uint32_t beta_bits;
-        std::memcpy(&beta_bits, &beta, 4);
-        for (uint64_t v : {uint64_t{4}, reinterpret_cast<uint64_t>(h), uint64_t(M), uint64_t(N), uint64_t(K),
-                           reinterpret_cast<uint64_t>(a.data), uint64_t(a.dtype), uint64_t(a.ld), uint64_t(a.transposed),
-                           reinterpret_cast<uint64_t>(b.data), uint64_t(b.dtype), uint64_t(b.ld), uint64_t(b.transposed),
-                           reinterpret_cast<uint64_t>(c), uint64_t(c_dtype), uint64_t(ldc), uint64_t(beta_bits)})
-            fp->push_back(v);
+    // A time loop being fingerprinted (cuda::run_loop): the product's arguments, not the product.
+    if (cuda::record({4, address(h), uint64_t(M), uint64_t(N), uint64_t(K), address(a.data), uint64_t(a.dtype),
+                      uint64_t(a.ld), a.transposed, address(b.data), uint64_t(b.dtype), uint64_t(b.ld), b.transposed,
+                      address(c), uint64_t(c_dtype), uint64_t(ldc), cuda::float_bits(beta)}))
         return true;
-    }
     if (cb.set_stream(h, static_cast<cudaStream_t>(exec.cuda_call().stream)) != CUBLAS_STATUS_SUCCESS) {
         throw Error("blocklstm: CUDA: cublasSetStream failed");
     }
@@ -451,16 +451,9 @@ void StepProducts::run(int64_t M, const void *a, void *c) {
         if (q.M == M) p = &q;
     if (p && p->algo.found) {
         cublasLtHandle_t h = lt_handle(exec_.cuda_call().context);
-        if (std::vector<uint64_t> *fp = cuda::fingerprint()) {  // a time loop being fingerprinted
-            uint32_t beta_bits;
-            std::memcpy(&beta_bits, &beta_, 4);
-            for (uint64_t v : {uint64_t{5}, reinterpret_cast<uint64_t>(h), reinterpret_cast<uint64_t>(p),
-                               reinterpret_cast<uint64_t>(a), reinterpret_cast<uint64_t>(b_.data),
-                               reinterpret_cast<uint64_t>(c), reinterpret_cast<uint64_t>(workspace_data()),
-                               uint64_t(beta_bits)})
-                fp->push_back(v);
-            return;
-        }
+        if (cuda::record({5, address(h), address(p), address(a), address(b_.data), address(c),
+                          address(workspace_data()), cuda::float_bits(beta_)}))
+            return;  // a time loop being fingerprinted
         const float alpha = 1.0f;
         const cublasStatus_t st =
             cublaslt().matmul(h, p->desc, &alpha, b_.data, p->a, a, p->b, &beta_, c, p->c, c, p->c, &p->algo.algo,
@@ -472,9 +465,7 @@ void StepProducts::run(int64_t M, const void *a, void *c) {
     }
     Operand a_step = a_;
     a_step.data = a;
-    if (!cublas_gemm(exec_, M, N_, K_, a_step, b_, c, c_dtype_, ldc_, beta_))
-        throw Error("blocklstm: CUDA: cuBLAS became unusable during a call with split steps (set_cuda_gemm on "
-                    "another thread); the outputs may be partly written");
+    if (!cublas_gemm(exec_, M, N_, K_, a_step, b_, c, c_dtype_, ldc_, beta_)) cublas_lost_during_call();
 }
 
 }  // namespace detail

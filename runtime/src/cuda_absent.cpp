@@ -34,6 +34,7 @@ std::vector<uint64_t> *fingerprint() { return nullptr; }
 }  // namespace cuda
 
 bool cublas_in_use(const Exec &) { return false; }
+void cublas_lost_during_call() { cuda::no_cuda("blocklstm"); }
 struct StepProducts::Plan {};
 StepProducts::StepProducts(Exec &exec, const std::vector<int64_t> &, int64_t N, int64_t K, const Operand &a,
                            const Operand &b, DType c_dtype, int64_t ldc, float beta, int)

@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 #include <functional>
 #include <memory>
 #include <string>
@@ -62,6 +64,19 @@ void run_loop(Call &call, const std::vector<int64_t> &shape, const std::function
 // of running (kernels: kernel_table.cpp; cuBLAS products: cublas.cpp; memsets and copies here).
 // nullptr when operations run.
 std::vector<uint64_t> *fingerprint();
+// Appends an operation's `values` to the fingerprint in progress; false, appending nothing, when
+// operations run.
+inline bool record(std::initializer_list<uint64_t> values) {
+    std::vector<uint64_t> *fp = fingerprint();
+    if (fp) fp->insert(fp->end(), values);
+    return fp != nullptr;
+}
+inline uint64_t address(const void *p) { return reinterpret_cast<uint64_t>(p); }
+inline uint64_t float_bits(float v) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    return bits;
+}
 
 // Halide's CUDA device interface.
 const halide_device_interface_t *halide_interface();

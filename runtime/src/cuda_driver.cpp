@@ -237,32 +237,24 @@ CUstream stream_of(const Call &call) { return static_cast<CUstream>(call.stream)
 
 namespace {
 thread_local std::vector<uint64_t> *recording = nullptr;  // run_loop's fingerprint in progress
-
-// Appends an operation to the fingerprint in progress; false when operations run.
-template <typename... Args>
-bool recorded(uint64_t op, Args... args) {
-    if (!recording) return false;
-    for (uint64_t v : {op, static_cast<uint64_t>(args)...}) recording->push_back(v);
-    return true;
-}
 }  // namespace
 
 std::vector<uint64_t> *fingerprint() { return recording; }
 
 void zero(const Call &call, void *data, std::size_t bytes) {
-    if (recorded(1, device_ptr(data), bytes)) return;
+    if (record({1, address(data), bytes})) return;
     check(driver().cuMemsetD8Async(device_ptr(data), 0, bytes, stream_of(call)), "cuMemsetD8Async");
 }
 
 void copy(const Call &call, void *dst, const void *src, std::size_t bytes) {
     // With unified addressing either side may be host or device memory.
-    if (recorded(2, device_ptr(dst), device_ptr(src), bytes)) return;
+    if (record({2, address(dst), address(src), bytes})) return;
     check(driver().cuMemcpyAsync(device_ptr(dst), device_ptr(src), bytes, stream_of(call)),
           "cuMemcpyAsync");
 }
 
 void fill_ones(const Call &call, void *data, DType dtype, std::size_t count) {
-    if (recorded(3, device_ptr(data), static_cast<int>(dtype), count)) return;
+    if (record({3, address(data), static_cast<uint64_t>(dtype), count})) return;
     if (size_of(dtype) == 2) {
         const uint16_t one = dtype == DType::bf16 ? float_to_bfloat16(1.0f) : float_to_half(1.0f);
         check(driver().cuMemsetD16Async(device_ptr(data), one, count, stream_of(call)), "cuMemsetD16Async");
@@ -371,14 +363,6 @@ std::string error_name(CUresult r) {
 void run_loop(Call &call, const std::vector<int64_t> &shape, const std::function<void()> &loop) {
     if (!graphs_choice().load()) return loop();
     const Driver &d = driver();
-    std::vector<uint64_t> fp;
-    {
-        recording = &fp;
-        struct Stop {
-            ~Stop() { recording = nullptr; }
-        } stop;
-        loop();  // records every operation's arguments, runs none
-    }
     ThreadGraphs &tg = graphs();
     std::vector<int64_t> key{reinterpret_cast<int64_t>(call.context)};
     key.insert(key.end(), shape.begin(), shape.end());
@@ -393,6 +377,14 @@ void run_loop(Call &call, const std::vector<int64_t> &shape, const std::function
     if (graph.direct_only) {
         ++graph_direct;
         return loop();
+    }
+    std::vector<uint64_t> fp;
+    {
+        recording = &fp;
+        struct Stop {
+            ~Stop() { recording = nullptr; }
+        } stop;
+        loop();  // records every operation's arguments, runs none
     }
     if (!graph.exec || graph.fingerprint != fp) {
         // Capture on a private stream (the caller's may be the legacy default stream, which

@@ -329,9 +329,7 @@ void batched_product(Exec &exec, const KernelEntry &product, DType dt, int64_t M
     const bool tn = product.family == Family::gemm_tn;
     const Operand a_op{a, tn ? dt : gate_grads, lda, tn}, b_op{b, tn ? gate_grads : dt, ldb};
     if (!sums_row && cublas_gemm(exec, M, N, K, a_op, b_op, c, dt, N, 0.0f)) return;
-    if (gate_grads != DType::f32)
-        throw Error("blocklstm: CUDA: cuBLAS became unusable during a call with split steps (set_cuda_gemm on "
-                    "another thread); the outputs may be partly written");
+    if (gate_grads != DType::f32) cublas_lost_during_call();
     const Device dev = exec.device();
     Buf a_buf = tn ? Buf::matrix(dev, const_cast<void *>(a), dt, K, M, lda)
                    : Buf::matrix(dev, const_cast<void *>(a), DType::f32, M, K, lda);

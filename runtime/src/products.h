@@ -57,6 +57,9 @@ bool cublas_in_use(const Exec &exec);
 // the Halide GEMM kernel.
 bool cublas_gemm(Exec &exec, int64_t M, int64_t N, int64_t K, const Operand &a, const Operand &b,
                  void *c, DType c_dtype, int64_t ldc, float beta);
+// A split-step call, which chose cuBLAS once (steps_for), found it given up since (set_cuda_gemm
+// on another thread): the call fails rather than leave a product undone.
+[[noreturn]] void cublas_lost_during_call();
 
 // The recurrent product of a split time loop, c[M,N] (row stride ldc) = a[M,K] . b + beta * c for
 // each step's a and c (b fixed), on cuBLASLt where it loads: for each row count M a step runs, the
@@ -87,7 +90,7 @@ private:
     std::vector<Plan> plans_;
     std::optional<Scratch> workspace_;
 };
-inline uint64_t address(const void *p) { return reinterpret_cast<uint64_t>(p); }
+using cuda::address;
 // The largest power of two (at most 256) dividing every value: pointers and byte strides.
 inline int pointer_alignment(std::initializer_list<uint64_t> values) {
     uint64_t all = 256;

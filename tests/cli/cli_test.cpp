@@ -469,10 +469,7 @@ TEST_P(RunOp, CudaMatchesCpu) {
     if (c.attrs.forget_bias) args.insert(args.end(), {"--forget-bias", fmt_float(*c.attrs.forget_bias)});
     if (c.attrs.cell_clip) args.push_back("--cell-clip=" + fmt_float(*c.attrs.cell_clip));
     const Result r = run_cli(args);
-    bool cuda_kernels = false;  // in this dtype (runtime/kernels.inc; none in bfloat16)
-    for (const blocklstm::KernelInfo &k : blocklstm::kernels())
-        cuda_kernels = cuda_kernels || (k.backend == blocklstm::Device::cuda && k.dtype == c.dtype);
-    if (!cuda_kernels) {  // refused (exit 2), naming the kernel, and nothing written
+    if (!blt::cuda_kernels_in(c.dtype)) {  // refused (exit 2), naming the kernel, and nothing written
         EXPECT_EQ(r.code, 2) << describe(r);
         EXPECT_NE(r.err.find("no compiled kernel"), std::string::npos) << describe(r);
         EXPECT_FALSE(std::filesystem::exists(out) && !std::filesystem::is_empty(out)) << "outputs written";
