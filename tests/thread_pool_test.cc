@@ -2,7 +2,9 @@
 // runtime of its own and driven through halide_do_par_for as the kernels call it: every task of
 // every loop runs exactly once, for any loop size and thread count, from several callers at once,
 // from inside a task, after the workers went to sleep; a task's error comes back. Also run under
-// ThreadSanitizer (scripts/bootstrap.sh test), which sees the pool's atomics.
+// ThreadSanitizer (scripts/bootstrap.sh test), which sees the pool's atomics, and with
+// BLOCKLSTM_THREAD_POOL=openmp, where every loop runs on the OpenMP runtime this program links
+// (GNU libgomp), as in a process with PyTorch.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,7 +15,10 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <vector>
+
+#include <omp.h>
 
 #include "HalideRuntime.h"
 #include "runtime/src/thread_pool.h"
@@ -52,14 +57,18 @@ int par_for(Counts &c) {
     return halide_do_par_for(nullptr, Counts::task, c.min, int(c.runs.size()), reinterpret_cast<uint8_t *>(&c));
 }
 
-bool switched_off() {
+bool pool_is(const char *name) {
     const char *env = std::getenv("BLOCKLSTM_THREAD_POOL");
-    return env && std::strcmp(env, "halide") == 0;
+    return env && std::strcmp(env, name) == 0;
 }
+bool switched_off() { return pool_is("halide"); }
 
 TEST(ThreadPool, InstalledUnlessSwitchedOff) {
     EXPECT_EQ(installed, !switched_off());
     EXPECT_EQ(own_thread_pool(), !switched_off()) << "BLOCKLSTM_THREAD_POOL=" << (switched_off() ? "halide" : "(unset)");
+    // BLOCKLSTM_THREAD_POOL=openmp: the OpenMP runtime this program links, found when the pool was installed
+    EXPECT_EQ(blocklstm::detail::openmp_library_in_use().rfind("libgomp", 0) == 0, pool_is("openmp"))
+        << "OpenMP library in use: '" << blocklstm::detail::openmp_library_in_use() << "'";
 }
 
 TEST(ThreadPool, EveryTaskRunsOnceForAnySizeAndThreadCount) {
@@ -162,6 +171,47 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextLoop) {
         ASSERT_EQ(halide_do_par_for(nullptr, Meet::task, 0, 2, reinterpret_cast<uint8_t *>(&m)), 0);
         EXPECT_FALSE(m.timed_out.load()) << "round " << round << ": no second thread took a task within 20 s";
     }
+    set_pool_threads(0);
+}
+
+// Chosen, the OpenMP threads run the loops: every task inside an OpenMP parallel region, on a team
+// of set_pool_threads' size where one was set, else of OpenMP's (omp_set_num_threads), and every
+// task once; switched back, none in a parallel region.
+TEST(ThreadPool, RunsOnOpenMPThreadsWhenChosen) {
+    if (switched_off()) GTEST_SKIP() << "BLOCKLSTM_THREAD_POOL=halide: the loops run on Halide's pool";
+    ASSERT_EQ(blocklstm::detail::use_openmp_threads(true).rfind("libgomp", 0), 0u) << "the libgomp this program links";
+    struct Team {
+        std::mutex m;
+        std::set<std::thread::id> ids;
+        std::atomic<int> outside_openmp{0};
+        static int task(void *, int, uint8_t *closure) {
+            auto *t = reinterpret_cast<Team *>(closure);
+            if (!omp_in_parallel()) t->outside_openmp.fetch_add(1);
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));  // time for every member to take one
+            std::lock_guard<std::mutex> lock(t->m);
+            t->ids.insert(std::this_thread::get_id());
+            return 0;
+        }
+    };
+    for (auto [pool_threads, omp_threads, want] : {std::tuple{3, 2, 3}, {0, 3, 3}, {0, 2, 2}}) {
+        set_pool_threads(pool_threads);
+        omp_set_num_threads(omp_threads);
+        SCOPED_TRACE("set_pool_threads(" + std::to_string(pool_threads) + "), omp_set_num_threads(" +
+                     std::to_string(omp_threads) + ")");
+        Team team;
+        ASSERT_EQ(halide_do_par_for(nullptr, Team::task, 0, 24, reinterpret_cast<uint8_t *>(&team)), 0);
+        EXPECT_EQ(team.outside_openmp.load(), 0);
+        EXPECT_EQ(int(team.ids.size()), want);
+        Counts c(5, 1000);
+        ASSERT_EQ(par_for(c), 0);
+        EXPECT_TRUE(c.each_once());
+    }
+    blocklstm::detail::use_openmp_threads(false);
+    EXPECT_EQ(blocklstm::detail::openmp_library_in_use(), "");
+    Team team;
+    ASSERT_EQ(halide_do_par_for(nullptr, Team::task, 0, 8, reinterpret_cast<uint8_t *>(&team)), 0);
+    EXPECT_EQ(team.outside_openmp.load(), 8) << "switched back: the library's own pool";
+    if (pool_is("openmp")) blocklstm::detail::use_openmp_threads(true);
     set_pool_threads(0);
 }
 

@@ -16,7 +16,8 @@ is written on error. The functions are generated from the library's op registry
 row's own length, the padded steps not computed), and reverse_sequence is TF's ReverseSequence. PyTorch, with autograd: blocklstm.torch (an nn.LSTM-like module, custom ops).
 
 Threads and memory: set_num_threads (the CPU kernels' threads; default one per core, or the
-environment variable HL_NUM_THREADS), set_host_cache_limit / host_cache_bytes (CPU workspaces
+environment variable HL_NUM_THREADS), set_thread_pool / thread_pool_in_use (the library's own
+pool, or the OpenMP threads PyTorch runs on: blocklstm.torch chooses those), set_host_cache_limit / host_cache_bytes (CPU workspaces
 kept between calls), cuda_release_memory (the device memory kept between CUDA calls),
 cuda_available / cuda_built / cuda_unavailable_reason (whether a CUDA device runs the ops, and why
 not), set_cpu_target / cpu_target_in_use / cpu_targets (the x86 instruction set
@@ -33,7 +34,7 @@ from . import _core
 
 __version__ = _core.__version__
 __all__ = ["ops", "cuda_available", "cuda_built", "cuda_unavailable_reason", "cpu_target_in_use", "cpu_target_pinned", "set_cpu_target", "cpu_targets",
-           "set_num_threads", "set_host_cache_limit", "host_cache_bytes", "cuda_release_memory"]
+           "set_num_threads", "set_thread_pool", "thread_pool_in_use", "set_host_cache_limit", "host_cache_bytes", "cuda_release_memory"]
 
 
 def ops():
@@ -87,6 +88,23 @@ def set_num_threads(threads):
     environment variable HL_NUM_THREADS sets it. Set it before the first op call; in a process per
     rank or worker, give each its share of the cores."""
     _core.set_num_threads(_integer("set_num_threads", "threads", threads))
+
+
+def set_thread_pool(pool):
+    """Where the CPU kernels' parallel loops run: "own" (the library's thread pool, the default) or
+    "openmp" (the threads of an OpenMP runtime already loaded in the process, e.g. PyTorch's, whose
+    workers otherwise spin on the cores for milliseconds after each torch op; importing
+    blocklstm.torch chooses it when PyTorch runs on OpenMP). Threads there: set_num_threads' number
+    where one was set, else OpenMP's (torch.set_num_threads). ValueError for another name, or
+    when no OpenMP runtime is loaded."""
+    if not isinstance(pool, str):
+        raise ValueError(f"set_thread_pool: pool is {pool!r}: expected \"own\" or \"openmp\"")
+    _core.set_thread_pool(pool)
+
+
+def thread_pool_in_use():
+    """ "own", "openmp (<library file>)" or "halide" (environment BLOCKLSTM_THREAD_POOL=halide)."""
+    return _core.thread_pool_in_use()
 
 
 def set_host_cache_limit(max_bytes):

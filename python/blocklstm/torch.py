@@ -9,6 +9,7 @@ kernels (torch.compile, torch.export trace them) and the forward ops have autogr
 is TF's, through the grad op (of a forward op's outputs only cs and h carry gradients, as in TF).
 """
 import math
+import os
 import re
 import warnings
 
@@ -21,6 +22,15 @@ _OPS = {op["name"]: op for op in _core.ops()}
 # Whether seq_lengths run on CUDA tensors (BLOCKLSTM_CUDA_SEQ_LENGTHS=1; read once, at import):
 # elsewhere LSTM runs a CUDA batch of lengths padded, and masks.
 _CUDA_SEQ_LENGTHS = _core.cuda_seq_lengths()
+# The CPU kernels on PyTorch's OpenMP threads (blocklstm.set_thread_pool): torch's OpenMP workers
+# spin for milliseconds after each torch op, and where the cores are as many as the threads they
+# take the cores our own pool's workers need (on 2 vCPUs a 9 ms call took 14 ms after a torch op).
+# The environment variable BLOCKLSTM_THREAD_POOL (own, openmp, halide) overrides the choice.
+if torch.backends.openmp.is_available() and "BLOCKLSTM_THREAD_POOL" not in os.environ:
+    try:
+        _core.set_thread_pool("openmp")
+    except ValueError:  # torch's OpenMP runtime is not a loaded library of its own: keep ours
+        pass
 _NAMESPACE = "blocklstm"
 _lib = torch.library.Library(_NAMESPACE, "DEF")
 

@@ -321,6 +321,8 @@ NB_MODULE(_core, m) {
         return out;
     });
     m.def("set_num_threads", [](int threads) { set_num_threads(threads); }, nb::arg("threads"));
+    m.def("set_thread_pool", [](const std::string &pool) { set_thread_pool(pool); }, nb::arg("pool"));
+    m.def("thread_pool_in_use", [] { return thread_pool_in_use(); });
     m.def("set_host_cache_limit", [](int64_t max_bytes) {
         if (max_bytes < 0)
             throw ArgumentError("set_host_cache_limit: max_bytes is " + std::to_string(max_bytes) +

@@ -1,5 +1,7 @@
 """blocklstm.torch: the custom ops (opcheck, TF's gradients against finite differences), the LSTM
 module against nn.LSTM, torch.compile, and bad input."""
+import os
+
 import pytest
 from conftest import cuda_skip_reason, devices as all_devices, import_torch
 
@@ -17,6 +19,29 @@ devices = all_devices(torch)
 @needs_cuda
 def test_blocklstm_finds_the_cuda_device_torch_sees():
     assert blocklstm.cuda_available(), f"torch sees a CUDA device, blocklstm none: {blocklstm.cuda_unavailable_reason()}"
+
+
+def test_cpu_kernels_run_on_torchs_openmp_threads():
+    """Importing blocklstm.torch moved the kernels' loops onto torch's OpenMP workers (which would
+    otherwise spin on the cores after each torch op); the results are those of the own pool."""
+    if not torch.backends.openmp.is_available():
+        pytest.skip("this torch runs without OpenMP: the kernels keep the library's own pool")
+    if "BLOCKLSTM_THREAD_POOL" in os.environ:
+        pytest.skip(f"BLOCKLSTM_THREAD_POOL={os.environ['BLOCKLSTM_THREAD_POOL']} overrides the choice")
+    assert blocklstm.thread_pool_in_use().startswith("openmp (lib"), blocklstm.thread_pool_in_use()
+    args = inputs(20, 9, 7, 16)
+    on_openmp = torch.ops.blocklstm.block_lstm(20, *args)
+    try:
+        blocklstm.set_thread_pool("own")
+        assert blocklstm.thread_pool_in_use() == "own"
+        on_own = torch.ops.blocklstm.block_lstm(20, *args)
+    finally:
+        blocklstm.set_thread_pool("openmp")
+    for a, b in zip(on_openmp, on_own):
+        assert torch.equal(a, b)
+    for bad in ("OpenMP", "halide", 3):
+        with pytest.raises(ValueError, match="set_thread_pool: pool is .*expected \"own\" or \"openmp\""):
+            blocklstm.set_thread_pool(bad)
 
 
 def inputs(T, B, I, H, dtype=torch.float32, device="cpu", seed=0):

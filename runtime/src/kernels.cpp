@@ -307,4 +307,25 @@ void set_num_threads(int threads) {
     detail::set_pool_threads(threads);
 }
 
+void set_thread_pool(const std::string &pool) {
+    if (!detail::own_thread_pool())
+        throw Error("set_thread_pool: pool is \"" + pool + "\", but BLOCKLSTM_THREAD_POOL=halide is set: the kernels "
+                    "run on Halide's pool for the life of the process");
+    if (pool == "own") {
+        detail::use_openmp_threads(false);
+    } else if (pool == "openmp") {
+        if (detail::use_openmp_threads(true).empty())
+            throw Error("set_thread_pool: pool is \"openmp\", but no OpenMP runtime (libgomp, libomp or libiomp5) is "
+                        "loaded in this process");
+    } else {
+        throw Error("set_thread_pool: pool is \"" + pool + "\": expected \"own\" or \"openmp\"");
+    }
+}
+
+std::string thread_pool_in_use() {
+    if (!detail::own_thread_pool()) return "halide";
+    const std::string library = detail::openmp_library_in_use();
+    return library.empty() ? "own" : "openmp (" + library + ")";
+}
+
 }  // namespace blocklstm

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "HalideRuntime.h"
 
@@ -22,6 +23,14 @@ void set_pool_threads(int threads);
 
 // Whether install_thread_pool installed the pool (false: the kernels run on Halide's default one).
 bool own_thread_pool();
+
+// On: the loops run on the threads of an OpenMP runtime already loaded in the process (why: in
+// thread_pool.cpp); returns its file name, or "" (and nothing changes) when none is loaded.
+// Off: back to the pool. Only where install_thread_pool installed the pool.
+std::string use_openmp_threads(bool on);
+
+// The OpenMP library the loops run on, or "" when they run on the pool.
+std::string openmp_library_in_use();
 
 // Called by install_thread_pool with Halide's default do_par_for.
 void set_pool_fallback(halide_do_par_for_t halide_default);

@@ -381,6 +381,22 @@ BLOCKLSTM_API bool cpu_target_pinned();
 // environment variable HL_NUM_THREADS where set). Call before any op. Negative: blocklstm::Error.
 BLOCKLSTM_API void set_num_threads(int threads);
 
+// Where the CPU kernels' parallel loops run: "own", the library's thread pool (the default), or
+// "openmp", the threads of an OpenMP runtime the process has already loaded (GNU libgomp, LLVM's
+// libomp or Intel's libiomp5: PyTorch's, for one). A framework's OpenMP workers spin for
+// milliseconds after each of its own parallel loops; where there are no more cores than threads
+// they take the cores the library's own workers need (on 2 vCPUs a 9 ms BlockLSTMV2 call took
+// 14 ms right after a torch op), while on OpenMP's threads the kernels use those spinning workers.
+// blocklstm.torch chooses "openmp" when PyTorch runs on OpenMP. Threads there: set_num_threads'
+// number where one was set, else OpenMP's (omp_set_num_threads, OMP_NUM_THREADS,
+// torch.set_num_threads). BLOCKLSTM_THREAD_POOL=openmp chooses it when the library loads.
+// Throws blocklstm::Error for another name, for "openmp" when no OpenMP runtime is loaded, and
+// under BLOCKLSTM_THREAD_POOL=halide (Halide's own pool, for the life of the process).
+BLOCKLSTM_API void set_thread_pool(const std::string &pool);
+
+// "own", "openmp (<the OpenMP library's file name>)" or "halide" (BLOCKLSTM_THREAD_POOL=halide).
+BLOCKLSTM_API std::string thread_pool_in_use();
+
 // CPU workspaces (the gate gradients of a sequence, packed weights, GEMM panels) are kept for the
 // next call when freed, so that a training loop does not pay the page faults of fresh memory on
 // every call. At most `max_bytes` are kept (default 1 GiB, largest blocks released first); 0
