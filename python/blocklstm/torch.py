@@ -46,16 +46,22 @@ def _dims(op, t):
     return T, B, I, H
 
 
-def _output_shapes(op, dims):
-    """The outputs' shapes from the registry's (e.g. "[I+H,4H]") at dims (T, B, I, H): ints, or
-    torch's symbolic sizes while tracing, so that dynamic shapes stay symbolic."""
-    size = dict(zip("TBIH", dims))
-
+def _shape_terms(shape):
+    """A registry shape (e.g. "[I+H,4H]") as its dimensions' terms: [[(1, 'I'), (1, 'H')], [(4, 'H')]]."""
     def term(t):
         count, symbol = re.fullmatch(r"(\d*)([TBIH])", t).groups()
-        return int(count or 1) * size[symbol]
+        return int(count or 1), "TBIH".index(symbol)
 
-    return [[sum(term(t) for t in d.split("+")) for d in a["shape"][1:-1].split(",")] for a in op["outputs"]]
+    return [[term(t) for t in d.split("+")] for d in shape[1:-1].split(",")]
+
+
+_OUTPUT_TERMS = {name: [_shape_terms(a["shape"]) for a in op["outputs"]] for name, op in _OPS.items()}  # parsed once: 20 µs a call
+
+
+def _output_shapes(op, dims):
+    """The outputs' shapes from the registry's at dims (T, B, I, H): ints, or torch's symbolic sizes
+    while tracing, so that dynamic shapes stay symbolic."""
+    return [[sum(count * dims[symbol] for count, symbol in d) for d in shape] for shape in _OUTPUT_TERMS[op["name"]]]
 
 
 def _schema(op):
@@ -155,6 +161,7 @@ _ARGS = {name: _register(op) for name, op in _OPS.items()}
 # ---- Autograd: the forward ops' gradients are TF's, through the grad ops --------------------------
 
 def _setup_context(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # unused outputs' gradients as None, not zeros filled (below)
     ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)], *output)
     ctx.scalars = [t for t in inputs if not isinstance(t, torch.Tensor)]
 
@@ -167,6 +174,9 @@ def _sequence_setup_context(ctx, inputs, output):
     """As _setup_context, with seq_lengths (the last input, a tensor or None) saved last."""
     *inputs, seq_lengths = inputs
     ctx.has_lengths = seq_lengths is not None
+    # The outputs with no gradient (i, f, o, ci, co always; cs mostly) come as None, not as zeros
+    # that autograd fills: six [T, B, H] fills, 1.6 ms of a 29 ms step at 200,16,256.
+    ctx.set_materialize_grads(False)
     ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)], *output,
                           *([seq_lengths] if ctx.has_lengths else []))
     ctx.scalars = [t for t in inputs if not isinstance(t, torch.Tensor)]
