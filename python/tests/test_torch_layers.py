@@ -284,6 +284,29 @@ def test_cell_stepped_in_a_loop_matches_nn_lstm_cell(bias):
     assert h.shape == c.shape == (6,)
 
 
+def test_cell_training_steps_match_nn_lstm_cell_while_the_weights_change():
+    """LSTMCell keeps its converted weights (ICFO blocks) between calls: three SGD steps of a
+    stepped loop on both cells, each step's update seen by the next call, the gradient reaching
+    nn's weights in nn's gate order."""
+    torch.manual_seed(11)
+    ref, ours = nn.LSTMCell(4, 6), bt.LSTMCell(4, 6)
+    ours.load_state_dict(ref.state_dict())
+    opts = [torch.optim.SGD(m.parameters(), lr=0.5) for m in (ref, ours)]
+    for step in range(3):
+        xs = torch.randn(3, 2, 4)
+        for m, opt in zip((ref, ours), opts):
+            opt.zero_grad()
+            h = c = None
+            loss = 0
+            for t in range(3):
+                h, c = m(xs[t], None if h is None else (h, c))
+                loss = loss + h.square().sum() + c.sum()
+            loss.backward()
+            opt.step()
+        for name, p in ref.named_parameters():
+            torch.testing.assert_close(getattr(ours, name), p, atol=TOL, rtol=0, msg=f"{name} after step {step}")
+
+
 def test_cell_with_tf_options_matches_the_float64_reference():
     """Peepholes, forget_bias and an active cell_clip on one step: the outputs and the gradient of
     every input and parameter against the float64 reference of the equations."""
