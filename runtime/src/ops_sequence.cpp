@@ -227,8 +227,8 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     auto project = [&](int64_t t0) {  // the steps [t0, t0 + chunk)
         const int64_t t1 = std::min(S, t0 + chunk), end = t1 < S ? rows.packed[t1] : N;
         xw_first = rows.packed[t0];
-        input_projection(exec, kernels[Family::gemm_nn_bias], dt, offset_bytes(x_rows, xw_first * I, dt), end - xw_first,
-                         I, H, in.w.data, in.b.data, xw.floats());
+        input_projection(exec, kernels[Family::gemm_nn_bias], dt, offset_bytes(x_rows, xw_first * I, dt),
+                         end - xw_first, I, H, in.w.data, in.b.data, xw.floats());
     };
     if (chunk >= S) {
         project(0);
