@@ -188,15 +188,26 @@ def _sequence_setup_context(ctx, inputs, output):
     ctx.scalars = [t for t in inputs if not isinstance(t, torch.Tensor)]
 
 
+def _grad_op(ctx, name, *args, **kwargs):
+    """A grad op called from a backward: straight to the library in _Eager's backward (torch.library's
+    Python layers cost about 15 us a call), else, and wherever autograd records it (create_graph:
+    its rule then refuses a second derivative) or a trace holds it, the registered op (AOT autograd
+    runs the registered backward on fake tensors)."""
+    if not getattr(ctx, "eager", False) or torch.compiler.is_compiling() or torch.is_grad_enabled():
+        return getattr(torch.ops.blocklstm, _snake(name))(*args, **kwargs)
+    op = _OPS[name]
+    return _call(op, _bind(op, _ARGS[name], args, kwargs))
+
+
 def _sequence_backward(grad_op):
     def backward(ctx, *grads):
         saved = ctx.saved_tensors
         inputs, (i, cs, f, o, ci, co, h) = saved[:8], saved[8:15]
         seq_lengths = saved[15] if ctx.has_lengths else None
         seq_len_max, *_, use_peephole = ctx.scalars
-        g = getattr(torch.ops.blocklstm, grad_op)(
-            seq_len_max, *inputs, i, cs, f, o, ci, co, h, _grad_or_zeros(grads[1], cs).contiguous(),
-            _grad_or_zeros(grads[6], h).contiguous(), use_peephole, seq_lengths=seq_lengths)
+        g = _grad_op(ctx, grad_op, seq_len_max, *inputs, i, cs, f, o, ci, co, h,
+                     _grad_or_zeros(grads[1], cs).contiguous(), _grad_or_zeros(grads[6], h).contiguous(),
+                     use_peephole, seq_lengths=seq_lengths)
         # seq_len_max, the 8 inputs, the attrs and use_peephole, seq_lengths
         return (None, *g) + (None,) * (len(ctx.scalars) - 1) + (None,)
     return backward
@@ -206,8 +217,8 @@ def _cell_backward(ctx, *grads):
     saved = ctx.saved_tensors
     (x, cs_prev, h_prev, w, wci, wcf, wco, b), (i, cs, f, o, ci, co, h) = saved[:8], saved[8:]
     use_peephole = ctx.scalars[-1]
-    cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = torch.ops.blocklstm.lstm_block_cell_grad(
-        x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
+    cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = _grad_op(
+        ctx, "LSTMBlockCellGrad", x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
         _grad_or_zeros(grads[1], cs).contiguous(), _grad_or_zeros(grads[6], h).contiguous(), use_peephole)
     # TF's LSTMBlockCell gradient: the products of the gate gradients, here in float32.
     xh = torch.cat([x, h_prev], 1).float()
@@ -231,8 +242,8 @@ for _grad in ("block_lstm_grad", "block_lstm_grad_v2", "lstm_block_cell_grad"): 
 
 # The forward ops' autograd, one rule each: (backward, setup_context), registered with the ops and
 # run by _Eager alike.
-_AUTOGRAD = {"BlockLSTM": (_sequence_backward("block_lstm_grad"), _sequence_setup_context),
-             "BlockLSTMV2": (_sequence_backward("block_lstm_grad_v2"), _sequence_setup_context),
+_AUTOGRAD = {"BlockLSTM": (_sequence_backward("BlockLSTMGrad"), _sequence_setup_context),
+             "BlockLSTMV2": (_sequence_backward("BlockLSTMGradV2"), _sequence_setup_context),
              "LSTMBlockCell": (_cell_backward, _setup_context)}
 for _name, (_backward, _setup) in _AUTOGRAD.items():
     torch.library.register_autograd(f"blocklstm::{_snake(_name)}", _backward, setup_context=_setup, lib=_lib)
@@ -248,7 +259,7 @@ class _Eager(torch.autograd.Function):
         op = _OPS[name]
         outputs = _call(op, dict(zip(_ARGS[name], args)))
         _AUTOGRAD[name][1](ctx, args, outputs)
-        ctx.op_name = name
+        ctx.op_name, ctx.eager = name, True  # _grad_op: the backward's grad op straight to the library
         return outputs
 
     @staticmethod
