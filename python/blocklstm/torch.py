@@ -315,6 +315,13 @@ torch.library.register_autograd("blocklstm::reverse_sequence", _reverse_backward
 
 # ---- The modules --------------------------------------------------------------------------------
 
+def _swap_f_and_g(t):
+    """t's last dimension (4 gate blocks, nn's i, f, g, o) with the second and third blocks
+    swapped: nn's order to LSTMBlockCell's ICFO, and back (the swap is its own inverse)."""
+    H = t.shape[-1] // 4
+    return torch.cat([t[..., k * H:(k + 1) * H] for k in (0, 2, 1, 3)], -1)
+
+
 def _tf_weights(w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order):
     """TF's w [I+H, 4H] and b [4H] from nn.LSTM's weights (gate blocks i, f, g, o): in IFCO order
     (BlockLSTMV2's, the same blocks) or ICFO (LSTMBlockCell's: f and g swap places). forget_bias is
@@ -323,9 +330,7 @@ def _tf_weights(w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order):
     H = w_hh.shape[0] // 4  # w_hh [4H, H], or [4H, P] with a projection
     b = b_ih + b_hh if b_ih is not None else w.new_zeros(4 * H)
     if gate_order == "icfo":
-        blocks = [0, 2, 1, 3]
-        w = torch.cat([w[:, k * H:(k + 1) * H] for k in blocks], 1)
-        b = torch.cat([b[k * H:(k + 1) * H] for k in blocks])
+        w, b = _swap_f_and_g(w), _swap_f_and_g(b)
     elif forget_bias:
         b = torch.cat([b[:H], b[H:2 * H] + forget_bias, b[2 * H:]])
     return w.contiguous(), b
@@ -345,10 +350,8 @@ class _ThroughTfWeights(torch.autograd.Function):
     @staticmethod
     def backward(ctx, w_grad, b_grad):
         I = ctx.input_size
-        if ctx.gate_order == "icfo":  # f and g trade places back (the swap is its own inverse)
-            H = w_grad.shape[1] // 4
-            w_grad = torch.cat([w_grad[:, k * H:(k + 1) * H] for k in (0, 2, 1, 3)], 1)
-            b_grad = torch.cat([b_grad[k * H:(k + 1) * H] for k in (0, 2, 1, 3)])
+        if ctx.gate_order == "icfo":  # back to nn's gate order
+            w_grad, b_grad = _swap_f_and_g(w_grad), _swap_f_and_g(b_grad)
         grads = [None, None, None, w_grad[:I].t(), w_grad[I:].t()]
         return tuple(grads + [b_grad] * ctx.biases)
 

@@ -29,6 +29,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -244,15 +245,14 @@ const OpenMP *find_loaded_openmp() {
     for (const std::string &path : candidates) {
         void *handle = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);  // kept open: loops may run on it
         if (!handle) continue;
-        auto *omp = new OpenMP;
-        omp->parallel = reinterpret_cast<decltype(omp->parallel)>(dlsym(handle, "GOMP_parallel"));
-        omp->thread_num = reinterpret_cast<int (*)()>(dlsym(handle, "omp_get_thread_num"));
-        omp->max_threads = reinterpret_cast<int (*)()>(dlsym(handle, "omp_get_max_threads"));
-        if (omp->parallel && omp->thread_num && omp->max_threads) {
-            omp->library = path.substr(path.rfind('/') + 1);
-            return omp;
+        OpenMP omp;
+        omp.parallel = reinterpret_cast<decltype(omp.parallel)>(dlsym(handle, "GOMP_parallel"));
+        omp.thread_num = reinterpret_cast<int (*)()>(dlsym(handle, "omp_get_thread_num"));
+        omp.max_threads = reinterpret_cast<int (*)()>(dlsym(handle, "omp_get_max_threads"));
+        if (omp.parallel && omp.thread_num && omp.max_threads) {
+            omp.library = path.substr(path.rfind('/') + 1);
+            return new OpenMP(std::move(omp));  // kept for the process's life, as the handle
         }
-        delete omp;
     }
     return nullptr;
 }
