@@ -1,4 +1,5 @@
-"""blocklstm.torch.LSTM against torch.nn.LSTM on the CPU, in one process, interleaved.
+"""blocklstm.torch.LSTM against torch.nn.LSTM on the CPU (or a CUDA GPU, where nn.LSTM calls cuDNN),
+in one process, interleaved.
 
 For each shape (T, B, I = H) and configuration it times the forward (no autograd) and the
 forward + backward (loss = sum of the output) of both modules, holding the same weights, in one
@@ -9,7 +10,9 @@ per call. Configurations: `1` (one layer), `2bi` (two layers, bidirectional), `p
 bidirectional, a PackedSequence of lengths drawn uniformly from [T/4, T]).
 
   PYTHONPATH=build/python .venv/bin/python bench/torch_lstm_bench.py [--threads 2] [--rounds 5]
-      [--configs 1,2bi,packed] [--dtype float32|bfloat16|float16]
+      [--configs 1,2bi,packed] [--dtype float32|bfloat16|float16] [--device cpu|cuda]
+      [--shapes 'T,B,H;...']
+On a GPU both sides are synchronised before and after each call; TF32 is off.
 """
 import argparse
 import datetime
@@ -35,12 +38,14 @@ def cpu_model():
     return platform.processor()
 
 
-def timed(fn, min_s=0.3, max_reps=20):
-    fn()  # warm-up: caches, thread pool
+def timed(fn, sync, min_s=0.3, max_reps=20):
+    fn()  # warm-up: caches, thread pool, CUDA graphs
+    sync()
     times, start = [], time.perf_counter()
     while len(times) < max_reps and (time.perf_counter() - start < min_s or len(times) < 2):
         t = time.perf_counter()
         fn()
+        sync()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
@@ -51,23 +56,32 @@ def main():
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--configs", default="1,2bi,packed")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--shapes", help="T,B,H;T,B,H... instead of " + ";".join(",".join(map(str, s)) for s in SHAPES))
     a = p.parse_args()
-    dtype = getattr(torch, a.dtype)
+    dtype, device = getattr(torch, a.dtype), torch.device(a.device)
+    shapes = [tuple(map(int, s.split(","))) for s in a.shapes.split(";")] if a.shapes else SHAPES
     torch.set_num_threads(a.threads)
-    print(f"{datetime.date.today()}, {cpu_model()}, {a.threads} threads, torch {torch.__version__}, "
-          f"blocklstm CPU target {blocklstm.cpu_target_in_use()}, {a.dtype}, median of {a.rounds} rounds")
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+        sync = torch.cuda.synchronize
+        where = f"{torch.cuda.get_device_name(0)}, cuDNN {torch.backends.cudnn.version()}"
+    else:
+        sync = lambda: None  # noqa: E731
+        where = f"{cpu_model()}, {a.threads} threads, blocklstm CPU target {blocklstm.cpu_target_in_use()}"
+    print(f"{datetime.date.today()}, {where}, torch {torch.__version__}, {a.dtype}, median of {a.rounds} rounds")
     print("\n| config | T, B, I=H | nn.LSTM fwd ms | ours fwd ms | ratio | nn.LSTM fwd+bwd ms | ours fwd+bwd ms | ratio "
           "| conversion ms |")
     print("|---|---|---|---|---|---|---|---|---|")
     for config in a.configs.split(","):
         kwargs = {"1": {}, "2bi": {"num_layers": 2, "bidirectional": True},
                   "packed": {"num_layers": 2, "bidirectional": True}}[config]
-        for T, B, H in SHAPES:
+        for T, B, H in shapes:
             torch.manual_seed(0)
-            ref = torch.nn.LSTM(H, H, **kwargs).to(dtype)
-            ours = bt.LSTM(H, H, **kwargs).to(dtype)
+            ref = torch.nn.LSTM(H, H, **kwargs).to(device, dtype)
+            ours = bt.LSTM(H, H, **kwargs).to(device, dtype)
             ours.load_state_dict(ref.state_dict())
-            x = torch.randn(T, B, H).to(dtype)
+            x = torch.randn(T, B, H).to(device, dtype)
             lengths = torch.randint(T // 4, T + 1, (B,)) if config == "packed" else None
 
             def batch(requires_grad):
@@ -92,11 +106,11 @@ def main():
 
             r = {k: [] for k in ("rf", "of", "rb", "ob", "conv")}
             for _ in range(a.rounds):  # interleaved: a drift of the machine hits both alike
-                r["rf"].append(timed(lambda: fwd(ref)))
-                r["of"].append(timed(lambda: fwd(ours)))
-                r["rb"].append(timed(lambda: fwd_bwd(ref)))
-                r["ob"].append(timed(lambda: fwd_bwd(ours)))
-                r["conv"].append(timed(conversion))
+                r["rf"].append(timed(lambda: fwd(ref), sync))
+                r["of"].append(timed(lambda: fwd(ours), sync))
+                r["rb"].append(timed(lambda: fwd_bwd(ref), sync))
+                r["ob"].append(timed(lambda: fwd_bwd(ours), sync))
+                r["conv"].append(timed(conversion, sync))
             m = {k: 1e3 * statistics.median(v) for k, v in r.items()}
             print(f"| {config} | {T}, {B}, {H} | {m['rf']:.2f} | {m['of']:.2f} | {m['rf'] / m['of']:.2f} | "
                   f"{m['rb']:.2f} | {m['ob']:.2f} | {m['rb'] / m['ob']:.2f} | {m['conv']:.3f} |", flush=True)

@@ -14,6 +14,11 @@
 #                                    (python/ on its own: nanobind, CMake and Ninja of the machine's
 #                                    python3), then python/tests with pytest ARGS, torch's CUDA cases
 #                                    included, with BLOCKLSTM_CUDA_SEQ_LENGTHS=1
+#   scripts/gpu_check.sh module-bench [ARGS]  there: blocklstm.torch.LSTM against nn.LSTM (cuDNN)
+#                                    on the GPU (bench/torch_lstm_bench.py --device cuda ARGS), the
+#                                    package built as `python` builds it
+#   scripts/gpu_check.sh variants [FILTER]  there: the CUDA variant cases alone (FILTER, default
+#                                    all), e.g. of an A/B build (GPU_CARRY)
 #   scripts/gpu_check.sh sanitize [FILTER]  there: the CUDA variant tests under compute-sanitizer
 #                                    (FILTER: those cases only, memcheck and initcheck)
 #   scripts/gpu_check.sh profile [T,B,H]  there: each kernel's GPU time in one call (ncu) against
@@ -181,21 +186,35 @@ cpu)
     rm -f "$logs"/*.rc && tar -C "$logs" -czf "$out/cpu_logs.tgz" .
     exit $status
     ;;
-python)
+python | module-bench)
     out=${OUT:-$carry/results}
     mkdir -p "$out"
     lib=$(unpack_libs "$carry")
     export LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-}
     find_cublas
-    pyb=$(mktemp -d)
+    pyb=$carry/python-build  # built once for both commands (Ninja: again only what changed)
     { cmake -S "$root/python" -B "$pyb" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython_EXECUTABLE="$(command -v python3)" \
-          -DBLOCKLSTM_LIBRARY="$(ls "$lib"/libblocklstm.so.* | head -1)" && cmake --build "$pyb"; } >"$out/python_build.log" 2>&1 ||
+          -DBLOCKLSTM_LIBRARY="$(ls "$lib"/libblocklstm.so.* | head -1)" && cmake --build "$pyb"; } >>"$out/python_build.log" 2>&1 ||
         { tail -30 "$out/python_build.log"; echo "gpu_check: the Python package did not build"; exit 1; }
+    command=$1
     shift
     # The module's CUDA path with lengths, behind that switch until this run shows it right.
-    PYTHONPATH=$pyb BLOCKLSTM_CUDA_SEQ_LENGTHS=1 python3 -m pytest -q -ra -p no:cacheprovider "$root/python/tests" "$@" \
-        2>&1 | tee "$out/python_tests.log"
+    export BLOCKLSTM_CUDA_SEQ_LENGTHS=1
+    if [ "$command" = module-bench ]; then
+        PYTHONPATH=$pyb PYTHONUNBUFFERED=1 python3 bench/torch_lstm_bench.py --device cuda "$@" 2>&1 | tee "$out/module_bench.md"
+    else
+        PYTHONPATH=$pyb python3 -m pytest -q -ra -p no:cacheprovider "$root/python/tests" "$@" 2>&1 | tee "$out/python_tests.log"
+    fi
     exit "${PIPESTATUS[0]}"
+    ;;
+variants)
+    out=${OUT:-$carry/results}
+    mkdir -p "$out"
+    export LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-}
+    find_cublas
+    : >"$out/variants.log"
+    CUDA_LAUNCH_BLOCKING=1 run_logged "$out/variants.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception" \
+        "$carry/bin/variants_test" --gtest_filter="${2:-*cuda*}"
     ;;
 sanitize)
     # compute-sanitizer over the CUDA variant tests (some ten times slower): memcheck (out-of-bounds
