@@ -31,13 +31,15 @@ SHAPES = [(100, 64, 512), (100, 64, 1024), (50, 128, 2048), (200, 16, 256), (100
 
 # How our time loops run (bench --device cuda under these environment settings): the fused
 # steps; the split steps (the recurrent products on cuBLASLt, in place); the split steps with the
-# time loop as a CUDA graph. For A/B runs: the split steps' products on cublasGemmEx, and the
+# time loop as a CUDA graph. For A/B runs: the split steps' products on cublasGemmEx, the graphs
+# with cuBLASLt's candidates timed as CUDA graphs (BLOCKLSTM_CUDA_LT_TIMING=graph), and the
 # fused steps with Halide's register budget of 64 (the kernels' own is 128: docs/cuda.md).
 PATHS = {
     "fused": {"BLOCKLSTM_CUDA_STEP": "fused", "BLOCKLSTM_CUDA_GRAPHS": "0"},
     "split": {"BLOCKLSTM_CUDA_STEP": "split", "BLOCKLSTM_CUDA_GRAPHS": "0"},
     "graphs": {"BLOCKLSTM_CUDA_STEP": "split", "BLOCKLSTM_CUDA_GRAPHS": "1"},
     "split_gemmex": {"BLOCKLSTM_CUDA_STEP": "split", "BLOCKLSTM_CUDA_GRAPHS": "0", "BLOCKLSTM_CUDA_LT": "0"},
+    "graphs_lt_graph": {"BLOCKLSTM_CUDA_STEP": "split", "BLOCKLSTM_CUDA_GRAPHS": "1", "BLOCKLSTM_CUDA_LT_TIMING": "graph"},
     "fused_regs64": {"BLOCKLSTM_CUDA_STEP": "fused", "BLOCKLSTM_CUDA_GRAPHS": "0", "HL_CUDA_JIT_MAX_REGISTERS": "64"},
 }
 

@@ -83,6 +83,10 @@ gpu_tests() {
     echo "variants_test, split steps' cases, BLOCKLSTM_CUDA_LT=0:" | tee -a "$out/gpu_tests.log"
     BLOCKLSTM_CUDA_LT=0 run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
         "$carry/bin/variants_test" --gtest_filter='*gates__cuda*:seq_bwd_reduce_split__cuda*:CudaGraphs.*' || status=1
+    # cuBLASLt's candidates timed as CUDA graphs (off by default until a GPU run compares it).
+    echo "variants_test, split steps' cases, BLOCKLSTM_CUDA_LT_TIMING=graph:" | tee -a "$out/gpu_tests.log"
+    BLOCKLSTM_CUDA_LT_TIMING=graph run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
+        "$carry/bin/variants_test" --gtest_filter='*gates__cuda*:seq_bwd_reduce_split__cuda*:CudaGraphs.*' || status=1
     # Threads on streams of their own, fused steps and split steps as graphs: the bits of each call alone.
     run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure" \
         "$carry/bin/thread_safety_test" --gtest_filter='*cuda*' || status=1

@@ -27,6 +27,7 @@ void *allocate(const Call &, std::size_t) { no_cuda("blocklstm"); }
 void free(const Call &, void *) {}
 void synchronize(const Call &) { no_cuda("blocklstm"); }
 double elapsed_ms(const Call &, const std::function<void()> &) { no_cuda("blocklstm"); }
+double graph_elapsed_ms(const Call &, const std::function<void(void *)> &) { no_cuda("blocklstm"); }
 const halide_device_interface_t *halide_interface() { no_cuda("blocklstm"); }
 std::shared_ptr<std::byte[]> allocate_zeroed(std::size_t) { no_cuda("Tensor"); }
 void run_loop(Call &, const std::vector<int64_t> &, const std::function<void()> &loop) { loop(); }

@@ -45,6 +45,11 @@ void free(const Call &call, void *data);
 void synchronize(const Call &call);
 // The GPU time of the work `work` enqueues on the call's stream (CUDA events), waiting for it.
 double elapsed_ms(const Call &call, const std::function<void()> &work);
+// The GPU time of the operations `launch` enqueues on the stream it is given, run back to back:
+// captured into a CUDA graph on a private stream, the graph launched on the call's stream once
+// to warm up, then timed, so the host's time to launch them does not count. Negative when the
+// capture or the graph fails (nothing captured has run then).
+double graph_elapsed_ms(const Call &call, const std::function<void(void *stream)> &launch);
 
 // Runs fn with `context` (a CUcontext) current on this thread.
 void in_context(void *context, const std::function<void()> &fn);

@@ -358,7 +358,40 @@ std::string error_name(CUresult r) {
     return (name ? std::string(name) : "") + " (CUresult " + std::to_string(r) + ")";
 }
 
+// This thread's stream for capturing graphs in `context` (the caller's may be the legacy default
+// stream, which cannot be captured).
+CUstream capture_stream(void *context) {
+    CUstream &capture = graphs().capture_streams[context];
+    if (!capture) check(driver().cuStreamCreate(&capture, CU_STREAM_NON_BLOCKING), "cuStreamCreate (graph capture)");
+    return capture;
+}
+
 }  // namespace
+
+double graph_elapsed_ms(const Call &call, const std::function<void(void *stream)> &launch) {
+    const Driver &d = driver();
+    const CUstream capture = capture_stream(call.context);
+    if (d.cuStreamBeginCapture(capture, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) != CUDA_SUCCESS) return -1;
+    bool launched = true;
+    try {
+        launch(capture);
+    } catch (const std::exception &) {
+        launched = false;
+    }
+    CUgraph captured = nullptr;
+    const CUresult ended = d.cuStreamEndCapture(capture, &captured);
+    CUgraphExec exec = nullptr;
+    const bool made = launched && ended == CUDA_SUCCESS && captured &&
+                      d.cuGraphInstantiateWithFlags(&exec, captured, 0) == CUDA_SUCCESS;
+    if (captured) d.cuGraphDestroy(captured);
+    if (!made) return -1;
+    struct Destroy {
+        CUgraphExec exec;
+        ~Destroy() { driver().cuGraphExecDestroy(exec); }  // after elapsed_ms has waited for both launches
+    } destroy{exec};
+    check(d.cuGraphLaunch(exec, stream_of(call)), "cuGraphLaunch");
+    return elapsed_ms(call, [&] { check(d.cuGraphLaunch(exec, stream_of(call)), "cuGraphLaunch"); });
+}
 
 void run_loop(Call &call, const std::vector<int64_t> &shape, const std::function<void()> &loop) {
     if (!graphs_choice().load()) return loop();
@@ -387,10 +420,8 @@ void run_loop(Call &call, const std::vector<int64_t> &shape, const std::function
         loop();  // records every operation's arguments, runs none
     }
     if (!graph.exec || graph.fingerprint != fp) {
-        // Capture on a private stream (the caller's may be the legacy default stream, which
-        // cannot be captured); the graph then runs on the caller's, in its order.
-        CUstream &capture = tg.capture_streams[call.context];
-        if (!capture) check(d.cuStreamCreate(&capture, CU_STREAM_NON_BLOCKING), "cuStreamCreate (graph capture)");
+        // Captured on a private stream, the graph then runs on the caller's, in its order.
+        const CUstream capture = capture_stream(call.context);
         void *callers = call.stream;
         CUgraph captured = nullptr;
         check(d.cuStreamBeginCapture(capture, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
