@@ -7,7 +7,8 @@ dtype (--dtype: float32, the default, bfloat16 or float16),
 and prints a Markdown table of the medians and the ratio nn.LSTM / ours (> 1: ours is faster),
 with the cost of ours' weight conversion (nn.LSTM's weights -> TF's w, b, one layer and direction)
 per call. Configurations: `1` (one layer), `2bi` (two layers, bidirectional), `packed` (two layers,
-bidirectional, a PackedSequence of lengths drawn uniformly from [T/4, T]).
+bidirectional, a PackedSequence of lengths drawn uniformly from [T/4, T]), `proj` (one layer,
+proj_size H/4; not in the default list).
 
   PYTHONPATH=build/python .venv/bin/python bench/torch_lstm_bench.py [--threads 2] [--rounds 5]
       [--configs 1,2bi,packed] [--dtype float32|bfloat16|float16] [--device cpu|cuda]
@@ -75,8 +76,10 @@ def main():
     print("|---|---|---|---|---|---|---|---|---|")
     for config in a.configs.split(","):
         kwargs = {"1": {}, "2bi": {"num_layers": 2, "bidirectional": True},
-                  "packed": {"num_layers": 2, "bidirectional": True}}[config]
+                  "packed": {"num_layers": 2, "bidirectional": True}, "proj": {}}[config]
         for T, B, H in shapes:
+            if config == "proj":
+                kwargs = {"proj_size": H // 4}
             torch.manual_seed(0)
             ref = torch.nn.LSTM(H, H, **kwargs).to(device, dtype)
             ours = bt.LSTM(H, H, **kwargs).to(device, dtype)

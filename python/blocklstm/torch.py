@@ -461,8 +461,8 @@ class LSTM(_PeepholeModule):
     active cell_clip it is not the derivative of the clipped forward.
 
     proj_size (LSTMP, h = W_hr (o * tanh c), the projected h what the next step and the output
-    see): runs BlockLSTMV2 one step at a time with the projection between steps (a Python loop:
-    T calls of the op per layer and direction, not the one call without it).
+    see): one BlockLSTMV2 call per layer and direction as without it, the projection folded into
+    the recurrent weights (_run_projected).
 
     Variable lengths go to the kernels (the ops' seq_lengths): each step runs on the rows still
     running, so the padded steps cost nothing but a copy (CUDA tensors: with
@@ -613,20 +613,16 @@ class LSTM(_PeepholeModule):
                         seq = torch.ops.blocklstm.reverse_sequence(layer_in.contiguous(), run_lengths)
                     else:
                         seq = layer_in.gather(0, index[:, :, None].expand(T, B, layer_in.shape[2]))
-                if self.proj_size:  # its step loop gives the final state too
-                    h, h_last, c_last = self._run_projected(k, seq.contiguous(), h0[k].contiguous(),
-                                                            c0[k].contiguous(), lengths)
+                run = self._run_projected if self.proj_size else self._run
+                h, cs = run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(), run_lengths)
+                if T == 0:  # no step: the state passes through
+                    h_last, c_last = h0[k], c0[k]
+                elif lengths is None:
+                    h_last, c_last = h[-1], cs[-1]
                 else:
-                    h, cs = self._run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(), run_lengths)
-                    if T == 0:  # no step: the state passes through
-                        h_last, c_last = h0[k], c0[k]
-                    elif lengths is None:
-                        h_last, c_last = h[-1], cs[-1]
-                    else:
-                        at = last[None, :, None].expand(1, B, H)
-                        started = (lengths > 0)[:, None]
-                        h_last = torch.where(started, h.gather(0, at)[0], h0[k])
-                        c_last = torch.where(started, cs.gather(0, at)[0], c0[k])
+                    started = (lengths > 0)[:, None]
+                    h_last = torch.where(started, h.gather(0, last[None, :, None].expand(1, B, R))[0], h0[k])
+                    c_last = torch.where(started, cs.gather(0, last[None, :, None].expand(1, B, H))[0], c0[k])
                 if direction == 1:  # back in time order; zeros past a row's length stay there
                     if lengths is None:
                         h = h.flip(0)
@@ -634,7 +630,7 @@ class LSTM(_PeepholeModule):
                         h = torch.ops.blocklstm.reverse_sequence(h, run_lengths)
                     else:
                         h = h.gather(0, index[:, :, None].expand(T, B, R))
-                if lengths is not None and run_lengths is None and not self.proj_size:
+                if lengths is not None and run_lengths is None:
                     h = h * inside[:, :, None].to(h.dtype)
                 outs.append(h)
                 h_n.append(h_last)
@@ -642,42 +638,35 @@ class LSTM(_PeepholeModule):
             layer_in = outs[0] if D == 1 else torch.cat(outs, 2)
         return layer_in, (torch.stack(h_n), torch.stack(c_n))  # tensors of their own, as nn.LSTM's
 
-    def _run_projected(self, index, x, r0, c0, lengths):
-        """One layer and direction of LSTMP (nn.LSTM's proj_size): BlockLSTMV2 one step at a time,
-        each step's h projected, r = h W_hr^T, before the next step reads it; a row stops at its
-        length (lengths, or none) and keeps its state. From (r0 [B, P], c0 [B, H]): (output [T, B, P],
-        zero past each row's length; r_n; c_n). The op's recurrent input is h [B, H], not r [B, P]:
-        r enters as more input columns ([x_t | r] against [W_x; W_r]), h_prev as zeros against zero
-        rows of w (a product of zeros per step, the price of using the op as it is)."""
-        w, b, wci, wcf, wco = self._weights(index, x)
-        H = self.hidden_size
-        w = torch.cat([w, w.new_zeros(H, 4 * H)])  # [in + P + H, 4H]
+    def _run_projected(self, index, x, r0, c0, lengths=None):
+        """One layer and direction of LSTMP (nn.LSTM's proj_size P) over x [T, B, in] from (r0 [B, P],
+        c0 [B, H]): (r [T, B, P], cs [T, B, H]), r = h W_hr^T, zeros past each row's length. One op
+        call, as without a projection: a step's recurrent product r_{t-1} W_r is h_{t-1} (W_hr^T W_r),
+        so the op runs on the unprojected h with W_hr^T W_r [H, 4H] as its recurrent weights, and
+        r0 (there is no h before the first step) enters step 0 as input columns, [x_0 | r0] against
+        W_r's rows (zeros at the later steps), with h_prev zero. Autograd through the two products
+        with W_hr gives W_r's, W_hr's and r0's gradients."""
+        T, B, I = x.shape
         w_hr = getattr(self, self._projections[index])
-        clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
-        r, c, outs = r0, c0, []
-        no_h = x.new_zeros(x.shape[1], H)
-        for t in range(x.shape[0]):
-            x_t = torch.cat([x[t], r], 1)[None]
-            _, cs, _, _, _, _, h = _apply("BlockLSTMV2", 1, x_t, c, no_h, w, wci, wcf, wco, b, clip, self.peephole)
-            r_t, c_t = h[0] @ w_hr.t(), cs[0]
-            if lengths is not None:
-                running = (t < lengths)[:, None]
-                r, c = torch.where(running, r_t, r), torch.where(running, c_t, c)
-                r_t = r_t * running.to(r_t.dtype)
-            else:
-                r, c = r_t, c_t
-            outs.append(r_t)
-        output = torch.stack(outs) if outs else x.new_zeros(0, x.shape[1], w_hr.shape[0])
-        return output, r, c
+        if T == 0:
+            return x.new_zeros(0, B, w_hr.shape[0]), x.new_zeros(0, B, self.hidden_size)
+        w, b, wci, wcf, wco = self._weights(index, x)  # w = [W_x; W_r]
+        w = torch.cat([w, w_hr.t() @ w[I:]])  # [in + P + H, 4H]
+        x = torch.cat([x, torch.cat([r0[None], r0.new_zeros(T - 1, B, r0.shape[1])])], 2)
+        h, cs = self._op(x, c0, x.new_zeros(B, self.hidden_size), w, b, wci, wcf, wco, lengths)
+        return h @ w_hr.t(), cs
 
     def _run(self, index, x, h0, c0, lengths=None):
         """One layer and direction: BlockLSTMV2 over x [T, B, in] from (h0, c0) [B, H]: (h, cs) [T, B, H],
         each row b for lengths[b] steps (a CPU tensor; zeros past them), or all T."""
-        T = x.shape[0]
-        if T == 0:
+        if x.shape[0] == 0:
             empty = x.new_zeros(0, x.shape[1], self.hidden_size)
             return empty, empty
-        w, b, wci, wcf, wco = self._weights(index, x)
+        return self._op(x, c0, h0, *self._weights(index, x), lengths)
+
+    def _op(self, x, c0, h0, w, b, wci, wcf, wco, lengths):
+        """BlockLSTMV2 over x [T, B, in] with these weights: (h, cs) [T, B, H]."""
+        T = x.shape[0]
         clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
         if not torch.is_grad_enabled() and not torch.compiler.is_compiling():
             # Inference: i, f, o, ci and co go unused, so the op leaves them out and writes cs and h

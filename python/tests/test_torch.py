@@ -187,24 +187,26 @@ def test_peephole_module_loads_nn_lstm_state_and_learns_peepholes():
     assert ours.weight_ci_l0.grad.abs().sum() > 0 and ours.weight_co_l0.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("proj_size", [0, 4], ids=["no_projection", "proj_size_4"])
 @pytest.mark.parametrize("dtype, fwd_tol, grad_tol", [(torch.float32, 1e-5, 1e-5), (torch.float16, 4e-3, 1e-2),
                                                       (torch.bfloat16, 6.25e-2, 3.2e-2)],
                          ids=["float32", "float16", "bfloat16"])
-def test_module_with_tf_options_matches_the_float64_reference(dtype, fwd_tol, grad_tol):
-    """Peepholes (three different vectors), forget_bias and an active cell_clip, against
-    reference_module: the outputs, h_n, c_n and the gradient of every input and parameter. Errors are
-    max |ours - reference| / max(1, max |reference|); the tolerances are the C++ suites' (one
-    rounding per stored value, float32 sums)."""
+def test_module_with_tf_options_matches_the_float64_reference(dtype, fwd_tol, grad_tol, proj_size):
+    """Peepholes (three different vectors), forget_bias and an active cell_clip, with and without a
+    projection, against reference_module: the outputs, h_n, c_n and the gradient of every input and
+    parameter. Errors are max |ours - reference| / max(1, max |reference|); the tolerances are the
+    C++ suites' (one rounding per stored value, float32 sums)."""
     T, B, I, H = 7, 3, 5, 6
+    R = proj_size or H  # h's size
     g = torch.Generator().manual_seed(11)
-    m = bt.LSTM(I, H, peephole=True, forget_bias=1.0, cell_clip=0.6, dtype=dtype)
+    m = bt.LSTM(I, H, proj_size=proj_size, peephole=True, forget_bias=1.0, cell_clip=0.6, dtype=dtype)
     with torch.no_grad():
         for name, p in m.named_parameters():
             scale = 1.0 if name.startswith("weight_c") else 0.8
             p.copy_((scale * (2 * torch.rand(p.shape, generator=g) - 1)).to(dtype))
     u = lambda *shape: (2 * torch.rand(*shape, generator=g) - 1).to(dtype)
-    x, h0, c0 = u(T, B, I), u(1, B, H), u(1, B, H)
-    r, s_h, s_c = torch.randn(T, B, H, generator=g), torch.randn(1, B, H, generator=g), torch.randn(1, B, H, generator=g)
+    x, h0, c0 = u(T, B, I), u(1, B, R), u(1, B, H)
+    r, s_h, s_c = torch.randn(T, B, R, generator=g), torch.randn(1, B, R, generator=g), torch.randn(1, B, H, generator=g)
 
     ref_y, ref_h, ref_c, leaves, clipped = reference_module(m, x, h0, c0)
     assert clipped, "the clip never acted: the test would not see cell_clip"
@@ -221,7 +223,7 @@ def test_module_with_tf_options_matches_the_float64_reference(dtype, fwd_tol, gr
         assert ours.dtype == dtype and error(ours.detach(), want.detach()) <= fwd_tol, (name, error(ours.detach(), want))
     grads = dict(zip(("x", "h0", "c0"), (t.grad for t in ours_in)))
     grads.update((n, p.grad) for n, p in m.named_parameters())
-    assert set(grads) == set(leaves) and len(grads) == 10
+    assert set(grads) == set(leaves) and len(grads) == 10 + bool(proj_size)
     for name, grad in grads.items():
         assert error(grad, leaves[name].grad) <= grad_tol, (name, error(grad, leaves[name].grad))
 

@@ -6,7 +6,8 @@ def reference_module(m, x, h0, c0, suffix="_l0"):
     """The module's function in float64 autograd, written from the equations: nn.LSTM's gates
     (i, f, g, o) with TF's options: wci and wcf see the previous cell state and wco the new clipped
     one, forget_bias is added to the forget gate's pre-activation, and the cell state is clipped to
-    +-cell_clip with TF's gradient, straight through the clip. One layer and direction: the
+    +-cell_clip with TF's gradient, straight through the clip; with weight_hr (proj_size), h is
+    projected before the next step and the output see it. One layer and direction: the
     parameters named with `suffix` ("_l0" for LSTM's first layer, "" for LSTMCell's). Returns
     (output, h_n, c_n), the float64 leaves (x, h0, c0 and every parameter by name) and whether the
     clip acted."""
@@ -28,5 +29,7 @@ def reference_module(m, x, h0, c0, suffix="_l0"):
             clipped |= bool((c.abs() > m.cell_clip).any())
             c = c + (c.clamp(-m.cell_clip, m.cell_clip) - c).detach()  # TF's gradient: straight through
         h = torch.sigmoid(zo + wco * c) * torch.tanh(c)
+        if "weight_hr" + suffix in p:  # LSTMP: the projected h is what the next step and the output see
+            h = h @ p["weight_hr" + suffix].T
         hs.append(h)
     return torch.stack(hs), h[None], c[None], leaves, clipped
