@@ -117,6 +117,13 @@ def main():
             m = {k: 1e3 * statistics.median(v) for k, v in r.items()}
             print(f"| {config} | {T}, {B}, {H} | {m['rf']:.2f} | {m['of']:.2f} | {m['rf'] / m['of']:.2f} | "
                   f"{m['rb']:.2f} | {m['ob']:.2f} | {m['rb'] / m['ob']:.2f} | {m['conv']:.3f} |", flush=True)
+            if a.device == "cuda":  # how our time loops ran in the timed calls after the first round's
+                before = blocklstm.cuda_graph_stats()
+                timed(lambda: fwd(ours), sync)
+                timed(lambda: fwd_bwd(ours), sync)
+                after = blocklstm.cuda_graph_stats()
+                print("  ours' CUDA time loops in one more round: " +
+                      ", ".join(f"{k} {after[k] - before[k]}" for k in after), flush=True)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ Threads and memory: set_num_threads (the CPU kernels' threads; default one per c
 environment variable HL_NUM_THREADS), set_thread_pool / thread_pool_in_use (the library's own
 pool, or the OpenMP threads PyTorch runs on: blocklstm.torch chooses those), set_host_cache_limit / host_cache_bytes (CPU workspaces
 kept between calls), cuda_release_memory (the device memory kept between CUDA calls),
+cuda_graph_stats (how the CUDA time loops have run: direct, captured, graph launches),
 cuda_available / cuda_built / cuda_unavailable_reason (whether a CUDA device runs the ops, and why
 not), set_cpu_target / cpu_target_in_use / cpu_targets (the x86 instruction set
 the kernels run as; also the environment variable BLOCKLSTM_CPU_TARGET).
@@ -34,7 +35,8 @@ from . import _core
 
 __version__ = _core.__version__
 __all__ = ["ops", "cuda_available", "cuda_built", "cuda_unavailable_reason", "cpu_target_in_use", "cpu_target_pinned", "set_cpu_target", "cpu_targets",
-           "set_num_threads", "set_thread_pool", "thread_pool_in_use", "set_host_cache_limit", "host_cache_bytes", "cuda_release_memory"]
+           "set_num_threads", "set_thread_pool", "thread_pool_in_use", "set_host_cache_limit", "host_cache_bytes", "cuda_release_memory",
+           "cuda_graph_stats"]
 
 
 def ops():
@@ -123,6 +125,15 @@ def cuda_release_memory():
     handles, the kernels' cached intermediates, the workspace pools' free memory); call it when no
     blocklstm CUDA call is running. Later calls allocate again. Without a device it does nothing."""
     _core.cuda_release_memory()
+
+
+def cuda_graph_stats():
+    """How this process's CUDA time loops have run so far, as counts: {'direct': run without a
+    graph (a shape's first call, or graphs off), 'captures': captured into a graph, 'updates': of
+    those, into the shape's graph already made, 'launches': graph launches, 'failures': captures
+    that failed}. A loop called again with the same shape and memory launches its graph without a
+    capture; captures growing with the calls mean the arguments change between calls."""
+    return _core.cuda_graph_stats()
 
 
 def _integer(function, name, value):

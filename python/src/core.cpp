@@ -299,6 +299,13 @@ NB_MODULE(_core, m) {
     m.def("cuda_seq_lengths", [] { return cuda_seq_lengths(); });
     m.def("cuda_unavailable_reason", [] { return cuda_unavailable_reason(); });
     m.def("cuda_release_memory", [] { cuda_release_memory(); });
+    m.def("cuda_graph_stats", [] {
+        const CudaGraphStats s = cuda_graph_stats();
+        nb::dict d;
+        d["direct"] = s.direct, d["captures"] = s.captures, d["updates"] = s.updates;
+        d["launches"] = s.launches, d["failures"] = s.failures;
+        return d;
+    });
     m.def("cpu_target_in_use", [] { return cpu_target_in_use(); });
     m.def("cpu_target_pinned", [] { return cpu_target_pinned(); });
     m.def("set_cpu_target", [](const std::string &target) { set_cpu_target(target); }, nb::arg("target"));

@@ -251,6 +251,11 @@ def test_threads_cache_and_cpu_target_controls():
     assert blocklstm.host_cache_bytes() == 0
     blocklstm.set_host_cache_limit(1 << 30)
     blocklstm.cuda_release_memory()  # bound; with or without a device, no error and later calls run
+    stats = blocklstm.cuda_graph_stats()
+    assert sorted(stats) == ["captures", "direct", "failures", "launches", "updates"]
+    assert all(type(v) is int and v >= 0 for v in stats.values()), stats
+    blocklstm.block_lstm(4, **a)
+    assert blocklstm.cuda_graph_stats() == stats  # a CPU call runs no CUDA time loop
     np.testing.assert_allclose(blocklstm.block_lstm(4, **a).h, want.h, atol=1e-6)
     for bad, message in ((-1, "set_num_threads: threads is -1: expected 0"), (1.5, "set_num_threads: argument "
                                                                                     "'threads': expected an integer")):
