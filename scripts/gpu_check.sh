@@ -5,6 +5,12 @@
 #   scripts/gpu_check.sh run [--quick] there: the GPU tests, then the cuDNN benchmark
 #                                    (bench/gpu_bench.py); logs and tables go to $OUT
 #                                    if set, else gpu-carry/results
+#   scripts/gpu_check.sh session [SECONDS]  there: one GPU session's checks in order of priority
+#                                    within SECONDS (default 420): tests, sanitize on the split
+#                                    kernels, the Python suite's CUDA cases, the cuDNN benchmark
+#                                    (the default path and cuBLASLt timed as graphs), the module
+#                                    against nn.LSTM; a part that would not fit is skipped, saying
+#                                    so; each part's log under $OUT (or gpu-carry/results)
 #   scripts/gpu_check.sh tests         there: the GPU tests alone (run's first half)
 #   scripts/gpu_check.sh bench [ARGS]  there: the cuDNN benchmark alone (run's second half; ARGS
 #                                    go to bench/gpu_bench.py)
@@ -143,6 +149,33 @@ pack)
     cp "$build/tests/cli/blocklstm_cli_test" "$carry/bin/"
     cp "$build/tests/golden/tf_golden_test" "$carry/bin/"
     du -sh "$carry"
+    ;;
+session)
+    out=${OUT:-$carry/results}
+    mkdir -p "$out"
+    budget=${2:-420}
+    start=$SECONDS
+    status=0
+    # part NAME LIMIT ARGS...: this script with ARGS, for at most LIMIT seconds and what is left.
+    part() {
+        local name=$1 limit=$2 left rc
+        shift 2
+        left=$((budget - (SECONDS - start)))
+        if [ "$left" -lt 20 ]; then echo "== $name: skipped, ${left} s left"; return; fi
+        [ "$limit" -gt "$left" ] && limit=$left
+        echo "== $name (at $((SECONDS - start)) s, up to $limit s)"
+        OUT=$out/$name timeout "$limit" "$0" "$@" >"$out/$name.log" 2>&1
+        rc=$?
+        [ $rc -eq 0 ] || status=1
+        echo "== $name: exit $rc$([ $rc -eq 124 ] && echo ' (out of time)') at $((SECONDS - start)) s"
+        grep -E '^(gpu_check|compute-sanitizer)|^\[  (PASSED|FAILED) |FAILED|passed|failed|^\| ' "$out/$name.log" | tail -40
+    }
+    part tests 150 tests
+    part sanitize 80 sanitize '*gates__cuda*TF_defaults_odd_sizes*:seq_bwd_reduce_split__cuda*TF_defaults_odd_sizes*:CudaGraphs.*'
+    part python 120 python -k cuda --maxfail=10
+    part bench 110 bench --reps 10 --paths graphs,graphs_lt_graph
+    part module 90 module-bench --rounds 2
+    exit $status
     ;;
 run | tests | bench)
     out=${OUT:-$carry/results}
