@@ -42,8 +42,8 @@ public:
         const CellGrads cell(r, j, n);
 
         const Type t = dtype;
-        (*dicfo)(j, g, n) = cast(t, cell.gate_blocks(layout, j, g, n));
-        (*cs_prev_grad)(j, n) = cast(t, cell.cs_prev_grad(j, n));
+        (*dicfo)(j, g, n) = stored(t, cell.gate_blocks(layout, j, g, n));
+        (*cs_prev_grad)(j, n) = stored(t, cell.cs_prev_grad(j, n));
 
         const schedules::Machine m = machine();
         schedules::schedule_shared_stage(cell.f, j, n, m);
@@ -55,8 +55,8 @@ public:
             PeepholeGradTerms terms = peephole_grad_terms(
                 cell.di(j, rows), cell.df(j, rows), cell.do_(j, rows), f32((*cs_prev)(j, rows)), f32((*cs)(j, rows)));
             Func sums = peephole_sums(terms, j);
-            (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
-                                         cast(t, sums(j)[2]));
+            (*peephole_grads)(j) = Tuple(stored(t, sums(j)[0]), stored(t, sums(j)[1]),
+                                         stored(t, sums(j)[2]));
             schedules::schedule_column_sum(sums, *peephole_grads, j, {rows.x}, m);
         }
     }

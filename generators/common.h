@@ -24,6 +24,24 @@ inline const std::map<std::string, GateGrads> gate_grads_names{{"float32", GateG
                                                                {"dtype", GateGrads::dtype}};
 namespace args = kernel::args;
 
+// A stored value as float32; with bf16_by_bits (GPU targets) a bfloat16 by its bits, a float32's
+// high 16: Halide 21's CUDA back end aborts on a bfloat16 cast (LLVM "Invalid cast!"). On the CPU
+// Halide's cast, which its bfloat16 dot products (vdpbf16ps) are matched from: the bit form there
+// made the bfloat16 ops 3-4x slower.
+inline Expr f32(const Expr &e, bool bf16_by_bits = false) {
+    if (!bf16_by_bits || !e.type().is_bfloat()) return cast<float>(e);
+    return reinterpret<float>(cast<uint32_t>(reinterpret<uint16_t>(e)) << 16);
+}
+
+// A value stored as t; on a GPU target a bfloat16 by bits (f32's reason), rounded to nearest even,
+// NaN kept a quiet NaN; elsewhere Halide's cast (AVX512-BF16's vcvtneps2bf16 where there is one).
+inline Expr stored_as(Type t, const Expr &e, const Target &target) {
+    if (!t.is_bfloat() || !target.has_gpu_feature()) return cast(t, e);
+    Expr f = cast<float>(e), u = reinterpret<uint32_t>(f);
+    Expr nearest_even = (u + 0x7FFF + ((u >> 16) & 1)) >> 16;
+    return reinterpret(t, cast<uint16_t>(select(is_nan(f), (u >> 16) | 0x40, nearest_even)));
+}
+
 // The base of every kernel generator: the generator params every kernel of kernels.inc is given
 // — the tuning table its schedules read (`tuning_table`, its name, and `tuning`, its knobs as
 // "name:value,...": schedules/tuning.h; CMake passes them) and `weights` — and the Machine its
@@ -40,6 +58,9 @@ public:
     GeneratorParam<bool> bf16_dot_products{"bf16_dot_products", false};
 
 protected:
+    // A stored value as float32, and the float32 value e stored as t, for this generator's target.
+    Expr f32(const Expr &e) const { return gen::f32(e, this->get_target().has_gpu_feature()); }
+    Expr stored(Type t, const Expr &e) const { return stored_as(t, e, this->get_target()); }
     schedules::Machine machine() const {
         schedules::Machine m =
             schedules::machine(this->get_target(), tuning_table, tuning, this->using_autoscheduler());
@@ -58,8 +79,6 @@ protected:
 
 inline const std::map<std::string, Layout> layout_names{{"icfo", Layout::icfo},
                                                         {"ifco", Layout::ifco}};
-
-inline Expr f32(const Expr &e) { return cast<float>(e); }
 
 // The gate gradients placed by gate block (0..3) in a layout's order: dgates(j, block, n).
 inline Expr gate_gradient_blocks(Layout layout, const Expr &block, const Expr &di,
@@ -164,7 +183,7 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
                                     std::optional<Func> sum = std::nullopt,
                                     const std::function<void(Func a_panel, Expr k_extent)> &define_a_panel = nullptr) {
     const int panel_rows = blocking.panel_rows, panel_cols = blocking.panel_cols;
-    const bool pairs = blocking.bf16_pairs;
+    const bool pairs = blocking.bf16_pairs, by_bits = blocking.bf16_by_bits;
     KBlocks kbs = k_blocks(depth, blocking.k_block);
     if (pairs) kbs.size = (kbs.size + 1) / 2 * 2;  // whole pairs of k in a block
     const Expr block_size = kbs.size;
@@ -202,9 +221,9 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
         if (define_a_panel) {
             define_a_panel(p.a_panel, kbs.count * kbs.size);
         } else {
-            p.a_panel(y, k, yo) = select(likely(k < depth), f32(a(kc, min(likely(panel_y), rows - 1))), 0.0f);
+            p.a_panel(y, k, yo) = select(likely(k < depth), f32(a(kc, min(likely(panel_y), rows - 1)), by_bits), 0.0f);
         }
-        p.b_panel(x, k, xo) = select(likely(k < depth), f32(b(b_x, kc)), 0.0f);
+        p.b_panel(x, k, xo) = select(likely(k < depth), f32(b(b_x, kc), by_bits), 0.0f);
         Expr kk_ = kb * block_size + k_in_block.x;
         a_kk = panel_rows > 0 ? p.a_panel(y % panel_rows, kk_, y / panel_rows) : p.a_panel(y, kk_, 0);
         b_kk = panel_cols > 0 ? p.b_panel(x % panel_cols, kk_, x / panel_cols) : p.b_panel(x, kk_, 0);
@@ -227,10 +246,10 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
         // x_grad, 1 % of BlockLSTMGrad at 50,8,128). The select reads c's old value, unused, in
         // the first block.
         p.sum(x, y) = undef<float>();
-        Expr before = select(blocks.x == 0, f32(init(xc, yc)), p.sum(x, y));
+        Expr before = select(blocks.x == 0, f32(init(xc, yc), by_bits), p.sum(x, y));
         p.sum(x, y) = before + part;
     } else {
-        p.sum(x, y) = f32(init(xc, yc));
+        p.sum(x, y) = f32(init(xc, yc), by_bits);
         p.sum(x, y) += part;
     }
     return p;
@@ -247,15 +266,15 @@ struct ColumnSums {
 };
 inline ColumnSums column_sums(const std::string &name, const std::function<Expr(Expr x, Expr k)> &b,
                               const std::function<Expr(Expr x)> &init, const Expr &depth, int k_block,
-                              const Var &x) {
+                              const Var &x, bool bf16_by_bits) {
     const KBlocks kbs = k_blocks(depth, k_block);
     RDom k_in_block(0, kbs.size, name + "_k"), blocks(0, kbs.count, name + "_kb");
     Var kb("kb");
     ColumnSums s{Func(name), Func(name + "_part")};
     Expr k = kb * kbs.size + k_in_block;
     s.part(x, kb) = 0.0f;
-    s.part(x, kb) += select(likely(k < depth), f32(b(x, min(likely(k), max(depth - 1, 0)))), 0.0f);
-    s.sum(x) = f32(init(x));
+    s.part(x, kb) += select(likely(k < depth), f32(b(x, min(likely(k), max(depth - 1, 0))), bf16_by_bits), 0.0f);
+    s.sum(x) = f32(init(x), bf16_by_bits);
     s.sum(x) += s.part(x, blocks);
     return s;
 }

@@ -26,7 +26,7 @@ public:
         Var c("c"), r("r");
         Expr row = (*index)(r);
         Expr from = clamp(row, 0, in->dim(1).extent() - 1);  // read only where row >= 0
-        (*out)(c, r) = select(row >= 0, (*in)(c, from), cast(dtype, 0));
+        (*out)(c, r) = select(row >= 0, (*in)(c, from), stored(dtype, 0));
         schedules::schedule_gather_rows(*out, c, r, machine());
     }
 };

@@ -83,7 +83,7 @@ public:
             [&](Expr k, Expr yy) {
                 if (!transpose_a) return operand((*a)(k, yy));
                 Expr a_cols = a->dim(0).extent();
-                return operand(select(likely(yy < a_cols), (*a)(min(yy, a_cols - 1), k), cast(a->type(), 1)));
+                return operand(select(likely(yy < a_cols), (*a)(min(yy, a_cols - 1), k), stored(a->type(), 1)));
             },
             [&](Expr xx, Expr k) { return operand(recurrent_weight(*b, b_panel_cols, xx, k)); },
             [&](Expr xx, Expr yy) {
@@ -112,14 +112,14 @@ public:
                            a_panel(x_tiles.x, x_tiles.y, x_tiles.z));
             })
                 : nullptr);
-        if (!c_is_f32) (*c)(x, y) = cast(c->types()[0], p.sum(x, y));
+        if (!c_is_f32) (*c)(x, y) = stored(c->types()[0], p.sum(x, y));
 
         if (sums) {
             sums->dim(0).set_min(0);
             gen::ColumnSums s = column_sums(
                 "column_sums", [&](Expr xx, Expr k) { return recurrent_weight(*b, b_panel_cols, xx, k); },
                 [&](Expr xx) { return select(*accumulate != 0.0f, (*sums_in)(xx), 0.0f); }, depth,
-                blocking.k_block, x);
+                blocking.k_block, x, blocking.bf16_by_bits);
             (*sums)(x) = s.sum(x);
             schedules::schedule_column_sums(*sums, s.sum, s.part, x, t);
         }

@@ -43,10 +43,10 @@ public:
         Func bias_sum("bias_sum");
         bias_sum(x) = 0.0f;
         bias_sum(x) += f32((*dgates)(x, rows));
-        (*b_grad)(x) = cast(t, bias_sum(x));
+        (*b_grad)(x) = stored(t, bias_sum(x));
         schedules::schedule_column_sum(bias_sum, *b_grad, x, {rows.x}, m);
 
-        (*cs_prev_grad)(j, n) = cast(t, (*dcs_carry)(j, n));
+        (*cs_prev_grad)(j, n) = stored(t, (*dcs_carry)(j, n));
         schedules::schedule_elementwise(*cs_prev_grad, j, n, m);
 
         if (use_peephole) {
@@ -60,8 +60,8 @@ public:
                                                           gate(gate_o), cs_prev_t,
                                                           f32((*cs)(j, r.x, r.y)));
             Func sums = peephole_sums(terms, j);
-            (*peephole_grads)(j) = Tuple(cast(t, sums(j)[0]), cast(t, sums(j)[1]),
-                                         cast(t, sums(j)[2]));
+            (*peephole_grads)(j) = Tuple(stored(t, sums(j)[0]), stored(t, sums(j)[1]),
+                                         stored(t, sums(j)[2]));
             schedules::schedule_column_sum(sums, *peephole_grads, j, {r.x, r.y}, m);
         }
     }

@@ -109,7 +109,7 @@ public:
                                        f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)), dh_total,
                                        in(cs_grad) + (*dcs_carry)(j, n), use_peephole);
         const CellGrads cell(r, j, n);
-        (*dgates)(j, g, n) = cast(gate_grads_type(), cell.gate_blocks(layout, j, g, n));
+        (*dgates)(j, g, n) = stored(gate_grads_type(), cell.gate_blocks(layout, j, g, n));
         (*dcs_carry_out)(j, n) = cell.cs_prev_grad(j, n);
     }
 };

@@ -94,8 +94,8 @@ public:
                                      f32((*cs_prev)(j, n)), f32((*wci)(j)), f32((*wcf)(j)),
                                      f32((*wco)(j)), forget_bias, cell_clip, use_peephole);
         const Type ty = dtype;
-        (*lstm)(j, n) = Tuple(cast(ty, r.i), cast(ty, r.cs), cast(ty, r.f), cast(ty, r.o),
-                              cast(ty, r.ci), cast(ty, r.co), cast(ty, r.h));
+        (*lstm)(j, n) = Tuple(stored(ty, r.i), stored(ty, r.cs), stored(ty, r.f), stored(ty, r.o),
+                              stored(ty, r.ci), stored(ty, r.co), stored(ty, r.h));
     }
 };
 

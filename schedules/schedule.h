@@ -74,11 +74,14 @@ struct GemmBlocking {
     // A step's product also in tiles of a single row, run when the batch is one row (a
     // specialization): B = 1 does not compute the tile's other rows.
     bool single_row = false;
+    // bfloat16 operands read as float32 by their bits (GPU targets: generators/common.h f32).
+    bool bf16_by_bits = false;
 };
 
 // bf16_operands: a and b are both bfloat16 (then the target's bf16_dot_products decides the pairs).
 inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m, bool bf16_operands = false) {
-    if (m.gpu()) return {.k_block = shape == GemmShape::step ? m.cuda.step_k_block : 0, .init_apart = true};
+    if (m.gpu())
+        return {.k_block = shape == GemmShape::step ? m.cuda.step_k_block : 0, .init_apart = true, .bf16_by_bits = true};
     const bool pairs = bf16_operands && m.bf16_dot_products;
     if (shape == GemmShape::step) return {.k_block = m.cpu.gemm_step_k_block, .bf16_pairs = pairs, .single_row = true};
     return {.k_block = m.cpu.gemm_k_block, .panel_rows = m.cpu.gemm_tile_rows,

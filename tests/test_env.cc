@@ -35,6 +35,7 @@ int check_cpu_target_pin() {
 }
 
 bool cuda_kernels_in(blocklstm::DType dtype) {
+    if (dtype == blocklstm::DType::bf16 && !blocklstm::cuda_bfloat16()) return false;  // built, switched off
     for (const blocklstm::KernelInfo &k : blocklstm::kernels())
         if (k.backend == blocklstm::Device::cuda && k.dtype == dtype) return true;
     return false;

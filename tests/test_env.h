@@ -21,9 +21,9 @@ int check_cpu_target_pin();
 // records a test failure naming why: a GPU test that skips on a GPU machine tested nothing.
 bool skip_without_cuda();
 
-// Whether this build has CUDA kernels in `dtype` (runtime/kernels.inc; none in bfloat16, which
-// Halide 21 cannot compile for CUDA). A CUDA call in a dtype without them is refused, naming the
-// kernel it lacks, before anything is written.
+// Whether this build runs CUDA kernels in `dtype` (runtime/kernels.inc; bfloat16's only with
+// cuda_bfloat16(), BLOCKLSTM_CUDA_BF16=1). A CUDA call in a dtype without them is refused, naming
+// the kernel, before anything is written.
 bool cuda_kernels_in(blocklstm::DType dtype);
 
 // With BLOCKLSTM_TEST_OUTPUT_DIGESTS=FILE, appends a line to FILE for a library output that a

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include <blocklstm/ops.h>
@@ -159,6 +160,9 @@ public:
         if (device == Device::cuda && !cuda_context_lost_at.empty())
             GTEST_SKIP() << "not run: the CUDA context was lost at " << cuda_context_lost_at;
         const DType dtype = blocklstm::dtype_named(v_.dtype);
+        if (device == Device::cuda && dtype == DType::bf16 && !blocklstm::cuda_bfloat16())
+            GTEST_SKIP() << "bfloat16 on CUDA is switched off (BLOCKLSTM_CUDA_BF16=1 runs it, as "
+                            "scripts/gpu_check.sh does)";
         blocklstm::set_cuda_gemm(gemm_);
         // A split step's kernel runs with the split steps, every other kernel with the fused ones.
         const CudaSwitchesRestored restore;
@@ -319,6 +323,30 @@ TEST(KnobRows, ConsistentAndFallbacksTaken) {
     for (auto &k : knobs)
         if (std::string(k.name) == "gemm_column_chunks") k.fallback = 3;
     EXPECT_EQ(blocklstm::schedules::parse_knobs<CpuTuning>("t", without_chunks, knobs, +none).gemm_column_chunks, 3);
+}
+
+// bfloat16's CUDA kernels: built wherever float16's are (one per float16 line), and switched on by
+// BLOCKLSTM_CUDA_BF16=1 alone, read at every call of cuda_bfloat16().
+TEST(VariantTable, BfloatSixteenCudaKernelsBesideFloatSixteensAndSwitched) {
+    std::set<std::string> f16, bf16;
+    for (const Variant &v : table()) {
+        if (v.backend != "cuda") continue;
+        const std::string rest = v.family + "_" + v.flags + "_" + v.layout;
+        if (v.dtype == "f16") f16.insert(rest);
+        if (v.dtype == "bf16") bf16.insert(rest);
+    }
+    EXPECT_FALSE(f16.empty());
+    EXPECT_EQ(bf16, f16);
+    const char *was = std::getenv("BLOCKLSTM_CUDA_BF16");
+    const std::optional<std::string> saved = was ? std::optional<std::string>(was) : std::nullopt;
+    ::unsetenv("BLOCKLSTM_CUDA_BF16");
+    EXPECT_FALSE(blocklstm::cuda_bfloat16());
+    ::setenv("BLOCKLSTM_CUDA_BF16", "0", 1);
+    EXPECT_FALSE(blocklstm::cuda_bfloat16());
+    ::setenv("BLOCKLSTM_CUDA_BF16", "1", 1);
+    EXPECT_TRUE(blocklstm::cuda_bfloat16());
+    if (saved) ::setenv("BLOCKLSTM_CUDA_BF16", saved->c_str(), 1);
+    else ::unsetenv("BLOCKLSTM_CUDA_BF16");
 }
 
 // The library lists exactly the table's kernels.

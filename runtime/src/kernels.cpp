@@ -1,5 +1,6 @@
 // The kernel table built from runtime/kernels.inc (and, for the CPU kernels, cpu_targets.inc),
 // kernel calls bound by argument name, and the Halide runtime hooks (errors, threads).
+#include <cstdlib>
 #include <cstring>
 #include <algorithm>
 #include <mutex>
@@ -100,6 +101,10 @@ std::string normalized_argument_name(const char *name) {
 
 const KernelEntry &find(Family family, Device backend, DType dtype, const CellVariant *cell) {
     const kernel::FamilyRecord &r = kernel::record(family);
+    if (backend == Device::cuda && dtype == DType::bf16 && !cuda_bfloat16())
+        throw Error(std::string("blocklstm: no compiled kernel ") + r.name +
+                    " for cuda bfloat16 is enabled: bfloat16 on CUDA has not run on a GPU yet "
+                    "(BLOCKLSTM_CUDA_BF16=1 enables its kernels; docs/cuda.md)");
     for (const KernelEntry &k : kernel_table) {
         if (k.family == family && k.backend == backend && k.dtype == dtype &&
             (!r.has_peephole_variants() || k.peephole == cell->peephole) &&
@@ -118,6 +123,7 @@ const KernelEntry &find(Family family, Device backend, DType dtype, const CellVa
 }  // namespace
 
 std::span<const KernelEntry> kernel_entries() { return kernel_table; }
+
 
 const KernelEntry &find_kernel(Family family, Device backend, DType dtype, CellVariant cell) {
     return find(family, backend, dtype, &cell);
@@ -299,6 +305,11 @@ void KernelCall::run() {
 }
 
 }  // namespace detail
+
+bool cuda_bfloat16() {
+    const char *env = std::getenv("BLOCKLSTM_CUDA_BF16");
+    return env && std::string(env) == "1";
+}
 
 void set_num_threads(int threads) {
     if (threads < 0)

@@ -308,6 +308,12 @@ BLOCKLSTM_API CudaGraphStats cuda_graph_stats();
 // correct (docs/cuda.md): a CUDA call with seq_lengths is then refused, naming the argument.
 // BLOCKLSTM_CUDA_SEQ_LENGTHS=1 in the environment turns them on (read at every call).
 BLOCKLSTM_API bool cuda_seq_lengths();
+// Whether bfloat16 runs on CUDA tensors. Its kernels are built (their conversions by bits, as
+// Halide's CUDA back end cannot cast bfloat16) but off until a GPU run has shown them correct
+// (docs/cuda.md): a bfloat16 CUDA call is then refused, naming the kernel. BLOCKLSTM_CUDA_BF16=1
+// in the environment turns them on (read here at every call; by the kernels at a process's first
+// CUDA call).
+BLOCKLSTM_API bool cuda_bfloat16();
 // What runs the products now and why, e.g. "cuBLAS (/usr/local/cuda/lib64/libcublas.so.13)" or
 // "Halide GEMM kernels (cuBLAS: cublasCreate failed with status 1)".
 BLOCKLSTM_API std::string cuda_gemm_backend();
