@@ -20,8 +20,12 @@ public:
 
     void generate() {
         Var x("x"), y("y");
-        Func staged("staged");  // the input, tile by tile
-        staged(x, y) = (*in)(x, y);
+        // The input, tile by tile. The CPU's register tiles are whole at the edges too, so there
+        // the reads are clamped (schedules/cpu.h); a GPU's shared-memory tile reads what it needs.
+        Func staged("staged");
+        staged(x, y) = get_target().has_gpu_feature()
+                           ? (*in)(x, y)
+                           : (*in)(min(likely(x), in->dim(0).extent() - 1), min(likely(y), in->dim(1).extent() - 1));
         (*out)(x, y) = staged(y, x);
         schedules::schedule_transpose(*out, staged, x, y, machine());
     }

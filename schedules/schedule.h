@@ -150,7 +150,7 @@ inline void schedule_column_sums(Halide::Func out, Halide::Func sum, Halide::Fun
 inline void schedule_transpose(Halide::Func out, Halide::Func staged, Halide::Var x, Halide::Var y,
                                const Machine &m) {
     if (m.autoschedule) return;
-    if (!m.gpu()) return schedule_transpose_cpu(out, x, y, m.cpu);
+    if (!m.gpu()) return schedule_transpose_cpu(out, staged, x, y, m.cpu);
     schedule_transpose_cuda(out, staged, x, y);
 }
 
