@@ -339,9 +339,9 @@ struct StepProducts::Plan {
 // The heuristic's first kLtCandidates for the plan's shape, each timed on the call's stream on
 // zeroed scratch copies of a and c (a's steps may not be written yet: the backward's
 // dgates[t+1]): the fastest. Once per shape and process. How a candidate is timed
-// (lt_timing_by_graph): by default one run to warm up, then kReps between two events; with
-// BLOCKLSTM_CUDA_LT_TIMING=graph, the candidates in turn over kRounds rounds, each a CUDA graph of
-// kReps runs (cuda::graph_elapsed_ms), the least of its rounds. A step's product takes some 3 µs
+// (lt_timing_by_graph): by default one run to warm up, then `reps` between two events; with
+// BLOCKLSTM_CUDA_LT_TIMING=graph, the candidates in turn over `rounds` rounds, each a CUDA graph of
+// `reps` runs (cuda::graph_elapsed_ms), the least of its rounds. A step's product takes some 3 µs
 // on the GPU at the small shapes, about as long as the host takes to launch it, and a process's
 // first call finds the clocks still rising: the default timing measures both, and on an H100
 // the float32 backward at 100,32,256 took 2.2 ms in one process and 3.7 in the next
@@ -382,7 +382,7 @@ LtAlgo choose_algo(Exec &exec_, const StepProducts::Plan &p, const Operand &a_, 
     void *ws = workspace > 0 ? cuda::allocate(exec_.cuda_call(), workspace) : nullptr;
     const float alpha = 1.0f;
     const bool by_graph = lt_timing_by_graph();
-    const int kReps = by_graph ? 10 : 5, kRounds = by_graph ? 3 : 1;
+    const int reps = by_graph ? 10 : 5, rounds = by_graph ? 3 : 1;
     auto once = [&](int k, void *stream) {
         return lt.matmul(h, p.desc, &alpha, b_.data, p.a, a, p.b, &beta_, c, p.c, c, p.c, &results[k].algo, ws,
                          results[k].workspaceSize, static_cast<cudaStream_t>(stream));
@@ -390,19 +390,19 @@ LtAlgo choose_algo(Exec &exec_, const StepProducts::Plan &p, const Operand &a_, 
     const cuda::Call &call = exec_.cuda_call();
     std::vector<double> ms(count, std::numeric_limits<double>::infinity());  // the least of the rounds
     std::vector<bool> viable(count);
-    for (int round = 0; round < kRounds; ++round) {
+    for (int round = 0; round < rounds; ++round) {
         for (int k = 0; k < count; ++k) {
             if (round == 0)  // one run to warm up, which also says whether it runs at all
                 viable[k] = results[k].state == CUBLAS_STATUS_SUCCESS && once(k, call.stream) == CUBLAS_STATUS_SUCCESS;
             if (!viable[k]) continue;
             bool ran = true;
-            auto reps = [&](void *stream) {
-                for (int r = 0; r < kReps; ++r) ran = ran && once(k, stream) == CUBLAS_STATUS_SUCCESS;
+            auto timed_runs = [&](void *stream) {
+                for (int r = 0; r < reps; ++r) ran = ran && once(k, stream) == CUBLAS_STATUS_SUCCESS;
             };
-            double t = by_graph ? cuda::graph_elapsed_ms(call, reps) : -1;
+            double t = by_graph ? cuda::graph_elapsed_ms(call, timed_runs) : -1;
             if (t < 0) {  // timed directly: the default, or the graph failed
                 ran = true;
-                t = cuda::elapsed_ms(call, [&] { reps(call.stream); });
+                t = cuda::elapsed_ms(call, [&] { timed_runs(call.stream); });
             }
             if (ran) ms[k] = std::min(ms[k], t);
             else viable[k] = false;

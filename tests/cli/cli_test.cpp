@@ -481,12 +481,11 @@ TEST_P(RunOp, CudaMatchesCpu) {
     const double tol = c.dtype == DType::f32 ? 1e-5 : c.dtype == DType::f16 ? 1e-2 : 6.25e-2;
     auto values = [&](const void *data, std::size_t count) {
         std::vector<double> v(count);
-        for (std::size_t k = 0; k < count; ++k) {
-            const uint16_t bits = static_cast<const uint16_t *>(data)[k];
+        const auto *bits = static_cast<const uint16_t *>(data);
+        for (std::size_t k = 0; k < count; ++k)
             v[k] = c.dtype == DType::f32 ? static_cast<const float *>(data)[k]
-                   : c.dtype == DType::f16 ? blocklstm::half_to_float(bits)
-                                           : blocklstm::bfloat16_to_float(bits);
-        }
+                   : c.dtype == DType::f16 ? blocklstm::half_to_float(bits[k])
+                                           : blocklstm::bfloat16_to_float(bits[k]);
         return v;
     };
     for (const auto &[name, t] : expected(p, c.attrs)) {
