@@ -1,5 +1,8 @@
 // The batched matrix products of the sequence ops (docs/design.md), run once per call:
 //   nn_bias  c[M,N] (f32)   = a[M,K] (dtype) . b[K,N] (dtype) + bias[N]   input projection x.W_x + b
+//            (the CPU's, weights=panels: b is W_x in the panels the runtime packs once per call,
+//            generators/panels.cpp, which every chunk of steps' projection reads: packed by each
+//            chunk's product it was 6 % of BlockLSTM at T,B,I=H 100,64,512, 25 chunks)
 //   nn       c[M,N] (dtype) = a[M,K] (f32)   . b[K,N] (dtype)             x_grad, h_prev_grad (b = W^T)
 //   tn       c[M,N] (dtype) = a[K,M]^T (dtype) . b[K,N] (f32)             w_grad = [x | h_prev_seq]^T . dgates
 //            c may have more rows than a has columns: a's missing columns are ones, so c's row M
@@ -38,30 +41,36 @@ public:
     void configure() {
         namespace n = args::gemm;
         const Type f32_type = Float(32);
-        if (form == GemmForm::tn) require_weights({Weights::none, Weights::panels});
-        else require_weights({Weights::none});
-        const bool panels = weights == Weights::panels;
-        const bool a_is_f32 = form == GemmForm::nn || panels;
+        if (form == GemmForm::nn) require_weights({Weights::none});
+        else require_weights({Weights::none, Weights::panels});
+        const bool panels = weights == Weights::panels, w_grad_chunk = panels && form == GemmForm::tn;
+        const bool a_is_f32 = form == GemmForm::nn || w_grad_chunk;
         const bool b_is_f32 = form == GemmForm::tn || panels;
-        const bool c_is_f32 = form == GemmForm::nn_bias || panels;
+        const bool c_is_f32 = form == GemmForm::nn_bias || w_grad_chunk;
         a = add_input<Buffer<>>(n::a, a_is_f32 ? f32_type : Type(dtype), 2);
-        if (panels) a_h = add_input<Buffer<>>(n::a_h, f32_type, 2);
-        b = add_input<Buffer<>>(n::b, b_is_f32 ? f32_type : Type(dtype), panels ? 3 : 2);
+        if (w_grad_chunk) a_h = add_input<Buffer<>>(n::a_h, f32_type, 2);
+        b = add_input<Buffer<>>(n::b, pairs() ? BFloat(16) : b_is_f32 ? f32_type : Type(dtype), panels ? 3 : 2);
         if (form == GemmForm::nn_bias) bias = add_input<Buffer<>>(n::bias, dtype, 1);
-        if (panels) {
+        if (w_grad_chunk) {
             // c and sums themselves: read before they are written
             c_in = add_input<Buffer<>>(n::c_in, f32_type, 2);
             sums_in = add_input<Buffer<>>(n::sums_in, f32_type, 1);
             accumulate = add_input<float>(n::accumulate);
         }
         c = add_output<Buffer<>>(n::c, c_is_f32 ? f32_type : Type(dtype), 2);
-        if (panels) sums = add_output<Buffer<>>(n::sums, f32_type, 1);
+        if (w_grad_chunk) sums = add_output<Buffer<>>(n::sums, f32_type, 1);
+    }
+
+    // b (W_x) in bfloat16 pair panels, as the products run in pairs (schedules/panel_layout.h).
+    bool pairs() const {
+        return weights == Weights::panels && form == GemmForm::nn_bias &&
+               panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products);
     }
 
     void generate() {
         Var x("x"), y("y");  // column, row of c
         const bool transpose_a = form == GemmForm::tn;
-        const int b_panel_cols = declare_panels(b, c, weights == Weights::panels);
+        const int b_panel_cols = declare_panels(b, c, weights == Weights::panels, pairs());
         // The runtime's buffers start at 0; known here, a column's place in its packed panel
         // (x % panel_cols) is known at compile time.
         c->dim(0).set_min(0);
@@ -85,7 +94,7 @@ public:
                 Expr a_cols = a->dim(0).extent();
                 return operand(select(likely(yy < a_cols), (*a)(min(yy, a_cols - 1), k), stored(a->type(), 1)));
             },
-            [&](Expr xx, Expr k) { return operand(recurrent_weight(*b, b_panel_cols, xx, k)); },
+            [&](Expr xx, Expr k) { return operand(recurrent_weight(*b, b_panel_cols, xx, k, pairs())); },
             [&](Expr xx, Expr yy) {
                 if (c_in) return select(*accumulate != 0.0f, (*c_in)(xx, yy), 0.0f);
                 return bias ? f32((*bias)(xx)) : Expr(0.0f);

@@ -27,8 +27,8 @@ enum class RecurrentProduct { inside, outside };
 // that read them then run float16 x float16 on cuBLAS's tensor cores).
 enum class GateGrads { float32, dtype };
 
-// How a kernel holds the recurrent weights (kernels.inc's weights column; for gemm_tn_panels the
-// gate gradients): packed float32 panels (generators/panels.cpp, schedules/panel_layout.h), the
+// How a kernel holds the recurrent weights (kernels.inc's weights column; for gemm_nn_bias W_x, for
+// gemm_tn_panels the gate gradients): packed float32 panels (generators/panels.cpp, schedules/panel_layout.h), the
 // matrix in place, or none.
 enum class Weights { none, panels, matrix };
 

@@ -156,12 +156,13 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         if (use.a_rows_contiguous) {
             // c has the many rows (T*B) and b is a weight matrix: each work item (row block x
             // column chunk) runs all k blocks on its block of c, which stays in L2 instead of
-            // being swept from memory once per k block; b is packed whole, once. float32 rows
-            // of a are read in place (a packed copy costs more than the L2 reuse it buys);
-            // float16 ones are converted once per work item and k block, as are bfloat16 pairs.
+            // being swept from memory once per k block; b is packed whole, once, unless it comes
+            // in the runtime's panels (the input projection's W_x). float32 rows of a are read in
+            // place (a packed copy costs more than the L2 reuse it buys); float16 ones are
+            // converted once per work item and k block, as are bfloat16 pairs.
             update.reorder(tiles_then({g.blocks, yb, xc})).fuse(yb, xc, work).parallel(work);
             if (use.a_converted || g.k_pair) pack_a_at(LoopLevel(g.sum, g.blocks));
-            pack_b_at(LoopLevel::root());
+            if (!use.b_in_panels) pack_b_at(LoopLevel::root());
         } else {
             // GotoBLAS order: the A panel of a whole row block (96 rows x one k block, 192 KiB,
             // L2) is packed once and reused by every column tile; the row blocks run in
@@ -362,14 +363,24 @@ inline void schedule_gather_rows_cpu(Func out, Var c, Var r, const CpuTuning &tu
 inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed, bool pairs,
                                 const CpuTuning &tuning) {
     const int vec = pairs ? 2 * tuning.vector_floats : tuning.vector_floats;  // pairs: 2 columns' k each
-    out.bound(xi, 0, pairs ? 2 * panels::kPanelCols : panels::kPanelCols).parallel(xo);
+    out.bound(xi, 0, pairs ? 2 * panels::kPanelCols : panels::kPanelCols);
     if (transposed && !pairs) {
         Var xii("xii"), ki("ki"), xio("xio"), ko("ko");
-        out.tile(xi, k, xio, ko, xii, ki, vec, vec, TailStrategy::GuardWithIf)
+        out.parallel(xo)
+            .tile(xi, k, xio, ko, xii, ki, vec, vec, TailStrategy::GuardWithIf)
             .vectorize(xii)
             .unroll(ki);
     } else {
-        out.vectorize(xi, vec);
+        // Each row of `in` read in runs of 8 panels (512 bytes), not one panel's 64 bytes a row:
+        // the rows lie a row stride (16 KiB at 4H = 4096) apart, so a panel at a time touched a
+        // new page with every load and ran at the loads' latency (W_x and W_h of 100,64,512:
+        // 27 % of LSTMBlockCell at B = 64 that way).
+        Var xoo("xoo"), xoi("xoi");
+        out.vectorize(xi, vec)
+            .split(xo, xoo, xoi, 8, TailStrategy::GuardWithIf)
+            .reorder(xi, xoi, k, xoo)
+            .unroll(xoi)
+            .parallel(xoo);
     }
 }
 

@@ -125,12 +125,12 @@ Family family(const std::string &name, kernel::Family id, bool gpu, std::vector<
 // (runtime/src/ops_sequence.cpp). The per-step products read W_h in packed panels on the CPU and
 // as a matrix on the GPU.
 
-// xw = x . W_x + b (the input projection).
-Call input_projection(const LstmShape &s, std::mt19937 &rng) {
+// xw = x . W_x + b (the input projection; W_x in panels on the CPU).
+Call input_projection(const LstmShape &s, std::mt19937 &rng, bool panels) {
     namespace n = kernel::args::gemm;
     Call c;
     c.buffers[n::a] = random(rng, {s.I, s.T * s.B});
-    c.buffers[n::b] = random(rng, {4 * s.H, s.I});
+    c.buffers[n::b] = panels ? random_panels(rng, 4 * s.H, s.I) : random(rng, {4 * s.H, s.I});
     c.buffers[n::bias] = random(rng, {4 * s.H});
     c.buffers[n::c] = empty_like({4 * s.H, s.T * s.B});
     return c;
@@ -198,7 +198,8 @@ std::vector<Family> cpu_families() {
     using kernel::Family;
     using plan::Site;
     return {
-        family("gemm_nn_bias", Family::gemm_nn_bias, false, {Site::input_projection}, input_projection),
+        family("gemm_nn_bias", Family::gemm_nn_bias, false, {Site::input_projection},
+               std::bind(input_projection, _1, _2, true)),
         family("seq_fwd_step", Family::seq_fwd_step, false, {Site::forward_step}, std::bind(forward_step, _1, _2, true)),
         family("seq_bwd_step", Family::seq_bwd_step, false, {Site::backward_step}, std::bind(backward_step, _1, _2, true)),
         family("gemm_nn", Family::gemm_nn, false, {Site::x_grad}, input_grad),
@@ -241,8 +242,8 @@ std::vector<Family> gpu_families() {
         // The batched products, which cuBLAS does where it loads (so not tuned unless asked for
         // with --families): the input projection, x_grad, and w_grad's two products (x and
         // h_prev_seq; I = H at the default shapes). h_prev_grad's product of B rows is left out.
-        family("gemm_nn_bias", Family::gemm_nn_bias, true, {Site::input_projection}, input_projection, std::nullopt,
-               false),
+        family("gemm_nn_bias", Family::gemm_nn_bias, true, {Site::input_projection},
+               std::bind(input_projection, _1, _2, false), std::nullopt, false),
         family("gemm_nn", Family::gemm_nn, true, {Site::x_grad}, input_grad, std::nullopt, false),
         family("gemm_tn", Family::gemm_tn, true, {Site::w_grad_x, Site::w_grad_h},
                [](const LstmShape &s, std::mt19937 &rng) {

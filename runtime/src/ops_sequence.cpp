@@ -102,6 +102,22 @@ Buf recurrent_weights(Exec &exec, const PlanKernels &kernels, const KernelEntry 
     return pack_panels(exec, kernels[packer], w, cols, depth, storage->data(), pairs);
 }
 
+// W_x = w[0:I, :] as the input projection's kernel holds it (kernels.inc's weights column): on the
+// CPU packed once per call into the panels that every chunk of steps' projection reads, else the
+// matrix. With I = 0 one row of zeros (`zero`): input_projection then multiplies it by a zero
+// column, a Halide kernel indexing no operand of extent 0.
+Buf projection_weights(Exec &exec, const PlanKernels &kernels, DType dt, const void *w, int64_t I, int64_t H,
+                       std::optional<Scratch> &zero, std::optional<Scratch> &storage) {
+    const int64_t G = 4 * H, depth = std::max<int64_t>(I, 1);
+    if (I == 0) {
+        zero.emplace(exec, G * static_cast<int64_t>(size_of(dt)));
+        w = zero->data();
+    }
+    const Buf matrix = Buf::matrix(exec.device(), const_cast<void *>(w), dt, depth, G, G);
+    return recurrent_weights(exec, kernels, kernels[Family::gemm_nn_bias], Family::panels, matrix, matrix, G, depth,
+                             storage);
+}
+
 // A call's Exec and the kernels of the plan it runs, found before any output is written: the plan
 // its steps ask for (set_cuda_step), or its fused one where cuBLAS cannot be set up for the call.
 template <typename Dims>
@@ -223,12 +239,14 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     }
     const int64_t chunk = dev == Device::cpu && !split ? projection_chunk_steps(B, H) : S;
     Scratch xw(exec, (chunk >= S ? N : std::min(N, chunk * B)) * 4 * H * 4, Scratch::Fill::none);
+    std::optional<Scratch> w_x_zero, w_x_panels;
+    const Buf w_x = projection_weights(exec, kernels, dt, in.w.data, I, H, w_x_zero, w_x_panels);
     int64_t xw_first = 0;  // the packed row that xw's first row holds
     auto project = [&](int64_t t0) {  // the steps [t0, t0 + chunk)
         const int64_t t1 = std::min(S, t0 + chunk), end = t1 < S ? rows.packed[t1] : N;
         xw_first = rows.packed[t0];
         input_projection(exec, kernels[Family::gemm_nn_bias], dt, offset_bytes(x_rows, xw_first * I, dt),
-                         end - xw_first, I, H, in.w.data, in.b.data, xw.floats());
+                         end - xw_first, I, H, in.w.data, w_x, in.b.data, xw.floats());
     };
     if (chunk >= S) {
         project(0);
@@ -742,7 +760,7 @@ BlockLSTMGradOutputs<Tensor> allocate_grad(const char *op, Layout layout, const 
 }  // namespace
 
 void input_projection(Exec &exec, const KernelEntry &product, DType dt, const void *x, int64_t rows,
-                      int64_t input_size, int64_t cell_size, const void *w, const void *b, float *xw) {
+                      int64_t input_size, int64_t cell_size, const void *w, Buf w_x, const void *b, float *xw) {
     const int64_t I = input_size, G = 4 * cell_size;
     const Device dev = exec.device();
     if (rows > 0 && cublas_in_use(exec)) {
@@ -758,15 +776,14 @@ void input_projection(Exec &exec, const KernelEntry &product, DType dt, const vo
     }
     // With I = 0 the product is empty, but a Halide kernel cannot be handed an operand of extent 0
     // that it indexes: x . W_x is then an exact zero, computed from one zero column.
-    std::optional<Scratch> zero_x, zero_w;
+    // (w_x is then a row of zeros: projection_weights).
+    std::optional<Scratch> zero_x;
     if (I == 0) {
         zero_x.emplace(exec, rows * static_cast<int64_t>(size_of(dt)));
-        zero_w.emplace(exec, G * static_cast<int64_t>(size_of(dt)));
-        x = zero_x->data(), w = zero_w->data();
+        x = zero_x->data();
     }
     const int64_t depth = std::max<int64_t>(I, 1);
     Buf a = Buf::matrix(dev, const_cast<void *>(x), dt, rows, depth, depth);
-    Buf w_x = Buf::matrix(dev, const_cast<void *>(w), dt, depth, G, G);
     Buf bias(dev, const_cast<void *>(b), dt, {G});
     Buf c = Buf::matrix(dev, xw, DType::f32, rows, G, G);
     run(product, exec, GemmArgs{.a = a, .b = w_x, .bias = &bias, .c = c});

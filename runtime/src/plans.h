@@ -42,7 +42,7 @@ enum class Times { once, per_step, per_chunk };
 // forward step: seq_fwd_step fused, seq_fwd_gates split). w_grad runs as one product over chunks
 // on the CPU in float32 (w_grad), as its x and h products elsewhere (w_grad_x, w_grad_h).
 enum class Site {
-    input_projection, w_h_panels, forward_step,                                 // forward
+    w_x_panels, input_projection, w_h_panels, forward_step,                     // forward
     cell_backward,                                                              // the cell's gradient
     w_transpose, w_h_t_panels, backward_step, x_grad, h_prev_grad, dgates_panels, w_grad, w_grad_x,
     w_grad_h, reductions,                                                       // a sequence's gradient
@@ -60,6 +60,7 @@ struct Step {
 // cuBLAS where it loads (runtime/src/cublas.cpp), their Halide kernels otherwise.
 namespace steps {
 // clang-format off
+inline constexpr Step w_x_panels{Site::w_x_panels, Family::panels, Times::once, "W_x packed into panels"};
 inline constexpr Step input_projection{Site::input_projection, Family::gemm_nn_bias, Times::once, "xw = x . W_x + b, every step at once"};
 inline constexpr Step w_h_panels{Site::w_h_panels, Family::panels, Times::once, "W_h packed into panels"};
 inline constexpr Step forward_step{Site::forward_step, Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"};
@@ -81,7 +82,7 @@ inline constexpr Step split_reductions{Site::reductions, Family::seq_bwd_reduce_
 // clang-format on
 }  // namespace steps
 
-inline constexpr Step kForwardCpu[] = {steps::input_projection, steps::w_h_panels, steps::forward_step,
+inline constexpr Step kForwardCpu[] = {steps::w_x_panels, steps::input_projection, steps::w_h_panels, steps::forward_step,
                                        steps::length_order};
 inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_step, steps::length_order};
 inline constexpr Step kCellGrad[] = {steps::cell_backward};

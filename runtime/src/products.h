@@ -27,10 +27,12 @@ inline int64_t pair_panel_elements(int64_t cols, int64_t depth) {
     return saturating_product({panels::panel_count(cols), (depth + 1) / 2, 2 * panels::kPanelCols});
 }
 
-// xw[rows, 4H] = x[rows, I] . w[0:I, :] + b in float32: the input projection of every step of a
-// sequence at once (rows = L*B), or of one cell step (rows = B).
+// xw[rows, 4H] = x[rows, I] . W_x + b in float32: the input projection of every step of a
+// sequence at once (rows = L*B), of a chunk of its steps, or of one cell step (rows = B): on
+// cuBLAS from w's rows, or by `product` from w_x, W_x = w[0:I, :] as that kernel holds it
+// (ops_sequence.cpp: projection_weights).
 void input_projection(Exec &exec, const KernelEntry &product, DType dtype, const void *x, int64_t rows,
-                      int64_t input_size, int64_t cell_size, const void *w, const void *b, float *xw);
+                      int64_t input_size, int64_t cell_size, const void *w, Buf w_x, const void *b, float *xw);
 
 // A row-major matrix operand of a batched product: `data` holds the operand (rows x cols, row
 // stride ld) or, when `transposed`, its transpose (cols x rows, row stride ld).
