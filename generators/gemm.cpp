@@ -4,6 +4,8 @@
 //            generators/panels.cpp, which every chunk of steps' projection reads: packed by each
 //            chunk's product it was 6 % of BlockLSTM at T,B,I=H 100,64,512, 25 chunks)
 //   nn       c[M,N] (dtype) = a[M,K] (f32)   . b[K,N] (dtype)             x_grad, h_prev_grad (b = W^T)
+//            (the CPU's, weights=panels: W_x^T or W_h^T in panels packed straight from w's rows,
+//            generators/panels.cpp transpose=true, so no transpose of w runs)
 //   tn       c[M,N] (dtype) = a[K,M]^T (dtype) . b[K,N] (f32)             w_grad = [x | h_prev_seq]^T . dgates
 //            c may have more rows than a has columns: a's missing columns are ones, so c's row M
 //            is 1^T . b = b's column sums (the CPU's float16 b_grad, the weight gradient of the
@@ -41,8 +43,7 @@ public:
     void configure() {
         namespace n = args::gemm;
         const Type f32_type = Float(32);
-        if (form == GemmForm::nn) require_weights({Weights::none});
-        else require_weights({Weights::none, Weights::panels});
+        require_weights({Weights::none, Weights::panels});
         const bool panels = weights == Weights::panels, w_grad_chunk = panels && form == GemmForm::tn;
         const bool a_is_f32 = form == GemmForm::nn || w_grad_chunk;
         const bool b_is_f32 = form == GemmForm::tn || panels;
@@ -61,9 +62,10 @@ public:
         if (w_grad_chunk) sums = add_output<Buffer<>>(n::sums, f32_type, 1);
     }
 
-    // b (W_x) in bfloat16 pair panels, as the products run in pairs (schedules/panel_layout.h).
+    // b (W_x, W_x^T or W_h^T) in bfloat16 pair panels, as the products run in pairs
+    // (schedules/panel_layout.h).
     bool pairs() const {
-        return weights == Weights::panels && form == GemmForm::nn_bias &&
+        return weights == Weights::panels && form != GemmForm::tn &&
                panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products);
     }
 

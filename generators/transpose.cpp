@@ -1,6 +1,7 @@
-// out[cols, rows] = in[rows, cols]^T. The grad ops transpose w once per call, so that the
-// recurrent product and x_grad read the rows of W^T contiguously (a copy of 4H(I+H) elements
-// against 2 L B 4H (I+H) multiply-adds).
+// out[cols, rows] = in[rows, cols]^T. The grad ops on the GPU transpose w once per call, so that
+// the recurrent product and x_grad read the rows of W^T contiguously (a copy of 4H(I+H) elements
+// against 2 L B 4H (I+H) multiply-adds). The CPU's read W^T from panels packed from w's rows
+// (generators/panels.cpp transpose=true) and run no transpose.
 #include "generators/common.h"
 #include "schedules/schedule.h"
 
@@ -20,12 +21,9 @@ public:
 
     void generate() {
         Var x("x"), y("y");
-        // The input, tile by tile. The CPU's register tiles are whole at the edges too, so there
-        // the reads are clamped (schedules/cpu.h); a GPU's shared-memory tile reads what it needs.
+        // The input, tile by tile (a shared-memory tile, which reads what it needs).
         Func staged("staged");
-        staged(x, y) = get_target().has_gpu_feature()
-                           ? (*in)(x, y)
-                           : (*in)(min(likely(x), in->dim(0).extent() - 1), min(likely(y), in->dim(1).extent() - 1));
+        staged(x, y) = (*in)(x, y);
         (*out)(x, y) = staged(y, x);
         schedules::schedule_transpose(*out, staged, x, y, machine());
     }

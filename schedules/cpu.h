@@ -327,27 +327,6 @@ inline void schedule_column_sums_cpu(Func out, Func sum, Func part, Var x, const
     part.update().vectorize(x, vec, TailStrategy::GuardWithIf);
 }
 
-// A transpose out(x, y) = in(y, x) = staged(y, x): square tiles of one vector, each staged in
-// registers by whole-vector loads along the input's rows and written by whole-vector stores,
-// the tile transposed by shuffles in between (inlined, Halide loaded each output vector one
-// element at a time: vmovss / vinsertps, 20 GB/s for w^T of BlockLSTMGrad at I = H = 512,
-// 16 % of the call at B = 1); row blocks in parallel.
-inline void schedule_transpose_cpu(Func out, Func staged, Var x, Var y, const CpuTuning &tuning) {
-    const int vec = tuning.vector_floats;
-    Var xo("xo"), yo("yo"), xi("xi"), yi("yi");
-    out.tile(x, y, xo, yo, xi, yi, vec, vec, TailStrategy::GuardWithIf)
-        .vectorize(xi)
-        .unroll(yi)
-        .parallel(yo);
-    const std::vector<Var> args = staged.args();  // (x along the input's rows, y)
-    staged.compute_at(out, xo)
-        .store_in(MemoryType::Register)
-        .bound_extent(args[0], vec)
-        .bound_extent(args[1], vec)
-        .vectorize(args[0])
-        .unroll(args[1]);
-}
-
 // Rows copied by an index (generators/gather_rows.cpp): vectors along the row, tasks of 64 rows
 // (BlockLSTM at 100,32,256 with spread lengths: a task per row, 3,200 of 1 KB, 10.3 ms; a memcpy
 // per row 8.5 ms; tasks of 64 rows 7.0 ms).
@@ -359,15 +338,19 @@ inline void schedule_gather_rows_cpu(Func out, Var c, Var r, const CpuTuning &tu
 }
 
 // Weight panels out(xi, k, xo) (generators/panels.cpp): panels in parallel; a transposed source
-// is read in square tiles of one vector, transposed in registers as in schedule_transpose_cpu.
+// is read in square tiles of one vector.
 inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed, bool pairs,
                                 const CpuTuning &tuning) {
     const int vec = pairs ? 2 * tuning.vector_floats : tuning.vector_floats;  // pairs: 2 columns' k each
     out.bound(xi, 0, pairs ? 2 * panels::kPanelCols : panels::kPanelCols);
-    if (transposed && !pairs) {
+    if (transposed) {  // a panel's k run along the input's rows
+        out.parallel(xo);
+        if (pairs) {
+            out.vectorize(xi, vec);
+            return;
+        }
         Var xii("xii"), ki("ki"), xio("xio"), ko("ko");
-        out.parallel(xo)
-            .tile(xi, k, xio, ko, xii, ki, vec, vec, TailStrategy::GuardWithIf)
+        out.tile(xi, k, xio, ko, xii, ki, vec, vec, TailStrategy::GuardWithIf)
             .vectorize(xii)
             .unroll(ki);
     } else {

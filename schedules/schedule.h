@@ -146,11 +146,12 @@ inline void schedule_column_sums(Halide::Func out, Halide::Func sum, Halide::Fun
     schedule_column_sums_cpu(out, sum, part, x, m.cpu);
 }
 
-// out(x, y) = staged(y, x), staged a copy of the input (a shared-memory tile on the GPU).
+// out(x, y) = staged(y, x), staged a shared-memory tile of the input. GPU only: the CPU's products
+// read W^T from panels packed straight from w's rows (generators/panels.cpp transpose=true).
 inline void schedule_transpose(Halide::Func out, Halide::Func staged, Halide::Var x, Halide::Var y,
                                const Machine &m) {
     if (m.autoschedule) return;
-    if (!m.gpu()) return schedule_transpose_cpu(out, staged, x, y, m.cpu);
+    if (!m.gpu()) throw std::invalid_argument("transpose: no CPU schedule (the CPU plans pack W^T into panels)");
     schedule_transpose_cuda(out, staged, x, y);
 }
 

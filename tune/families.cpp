@@ -136,12 +136,12 @@ Call input_projection(const LstmShape &s, std::mt19937 &rng, bool panels) {
     return c;
 }
 
-// x_grad = dgates . W_x^T.
-Call input_grad(const LstmShape &s, std::mt19937 &rng) {
+// x_grad = dgates . W_x^T (W_x^T in panels on the CPU).
+Call input_grad(const LstmShape &s, std::mt19937 &rng, bool panels) {
     namespace n = kernel::args::gemm;
     Call c;
     c.buffers[n::a] = random(rng, {4 * s.H, s.T * s.B});
-    c.buffers[n::b] = random(rng, {s.I, 4 * s.H});
+    c.buffers[n::b] = panels ? random_panels(rng, s.I, 4 * s.H) : random(rng, {s.I, 4 * s.H});
     c.buffers[n::c] = empty_like({s.I, s.T * s.B});
     return c;
 }
@@ -202,7 +202,7 @@ std::vector<Family> cpu_families() {
                std::bind(input_projection, _1, _2, true)),
         family("seq_fwd_step", Family::seq_fwd_step, false, {Site::forward_step}, std::bind(forward_step, _1, _2, true)),
         family("seq_bwd_step", Family::seq_bwd_step, false, {Site::backward_step}, std::bind(backward_step, _1, _2, true)),
-        family("gemm_nn", Family::gemm_nn, false, {Site::x_grad}, input_grad),
+        family("gemm_nn", Family::gemm_nn, false, {Site::x_grad}, std::bind(input_grad, _1, _2, true)),
         // w_grad's product (and b_grad's column sums) over one chunk of dgates.
         family("gemm_tn_panels", Family::gemm_tn_panels, false, {Site::w_grad},
                [](const LstmShape &s, std::mt19937 &rng) {
@@ -244,7 +244,8 @@ std::vector<Family> gpu_families() {
         // h_prev_seq; I = H at the default shapes). h_prev_grad's product of B rows is left out.
         family("gemm_nn_bias", Family::gemm_nn_bias, true, {Site::input_projection},
                std::bind(input_projection, _1, _2, false), std::nullopt, false),
-        family("gemm_nn", Family::gemm_nn, true, {Site::x_grad}, input_grad, std::nullopt, false),
+        family("gemm_nn", Family::gemm_nn, true, {Site::x_grad}, std::bind(input_grad, _1, _2, false), std::nullopt,
+               false),
         family("gemm_tn", Family::gemm_tn, true, {Site::w_grad_x, Site::w_grad_h},
                [](const LstmShape &s, std::mt19937 &rng) {
                    Call c;

@@ -78,13 +78,17 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
     return d;
 }
 
-// `w` packed by the CPU kernel `packer` (panels or panels_t) into float32 panels at `out`, which
-// holds panel_elements(cols, depth) floats; or, for `pairs`, bfloat16 pair panels of
-// pair_panel_elements(cols, depth) (schedules/panel_layout.h).
+// The panels of a [depth, cols] operand at `out`: float32 panels of panel_elements(cols, depth)
+// floats; or, for `pairs`, bfloat16 pair panels of pair_panel_elements(cols, depth)
+// (schedules/panel_layout.h).
+Buf panels_at(void *out, int64_t cols, int64_t depth, bool pairs = false) {
+    return pairs ? Buf(Device::cpu, out, DType::bf16, {panels::panel_count(cols), (depth + 1) / 2, 2 * panels::kPanelCols})
+                 : Buf(Device::cpu, out, DType::f32, {panels::panel_count(cols), depth, panels::kPanelCols});
+}
+// `w` packed there by the CPU kernel `packer` (panels or panels_t).
 Buf pack_panels(Exec &exec, const KernelEntry &packer, Buf w, int64_t cols, int64_t depth, void *out,
                 bool pairs = false) {
-    Buf packed = pairs ? Buf(Device::cpu, out, DType::bf16, {panels::panel_count(cols), (depth + 1) / 2, 2 * panels::kPanelCols})
-                       : Buf(Device::cpu, out, DType::f32, {panels::panel_count(cols), depth, panels::kPanelCols});
+    Buf packed = panels_at(out, cols, depth, pairs);
     run(packer, exec, PanelsArgs{.in = w, .out = packed});
     return packed;
 }
@@ -375,17 +379,18 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
 // The gate gradients' operand (gemm_nn's a, gemm_tn's b) is in `gate_grads`: float32, or the
 // dtype (the split steps'), which only cuBLAS takes.
 // sums_row (tn, Halide only): c has one more row, M, holding the column sums of b.
+// b_panels: b as `product` holds it where that is packed panels (the CPU's gemm_nn; b unused).
 void batched_product(Exec &exec, const KernelEntry &product, DType dt, int64_t M, int64_t N, int64_t K,
                      const void *a, int64_t lda, const void *b, int64_t ldb, void *c,
-                     bool sums_row = false, DType gate_grads = DType::f32) {
+                     bool sums_row = false, DType gate_grads = DType::f32, const Buf *b_panels = nullptr) {
     const bool tn = product.family == Family::gemm_tn;
     const Operand a_op{a, tn ? dt : gate_grads, lda, tn}, b_op{b, tn ? gate_grads : dt, ldb};
-    if (!sums_row && cublas_gemm(exec, M, N, K, a_op, b_op, c, dt, N, 0.0f)) return;
+    if (!sums_row && !b_panels && cublas_gemm(exec, M, N, K, a_op, b_op, c, dt, N, 0.0f)) return;
     if (gate_grads != DType::f32) cublas_lost_during_call();
     const Device dev = exec.device();
     Buf a_buf = tn ? Buf::matrix(dev, const_cast<void *>(a), dt, K, M, lda)
                    : Buf::matrix(dev, const_cast<void *>(a), DType::f32, M, K, lda);
-    Buf b_buf = Buf::matrix(dev, const_cast<void *>(b), tn ? DType::f32 : dt, K, N, ldb);
+    Buf b_buf = b_panels ? *b_panels : Buf::matrix(dev, const_cast<void *>(b), tn ? DType::f32 : dt, K, N, ldb);
     Buf c_buf = Buf::matrix(dev, c, dt, sums_row ? M + 1 : M, N, N);
     run(product, exec, GemmArgs{.a = a_buf, .b = b_buf, .c = c_buf});
 }
@@ -432,7 +437,7 @@ void weight_grads_in_chunks(Exec &exec, const PlanKernels &kernels, int64_t rows
 }
 
 // One BlockLSTMGrad call on rows in length order (StepRows::in_order), in its phases: transpose
-// the weights, the recurrence in reverse time (dgates of every step's running rows, packed), then
+// the weights (GPU), the recurrence in reverse time (dgates of every step's running rows, packed), then
 // the products batched over the packed rows (x_grad, h_prev_grad, w_grad) and the reductions
 // (b_grad, the peephole grads, cs_prev_grad). The workspaces live as long as the pass; declare the
 // Exec first, so that they are freed before it.
@@ -461,10 +466,12 @@ public:
         if (!use_peephole_) zero(exec_, out_.wci_grad), zero(exec_, out_.wcf_grad), zero(exec_, out_.wco_grad);
     }
 
-    // w^T [4H, I+H], so that the recurrent product reads contiguous rows of W_h^T (and the Halide
-    // x_grad product those of W_x^T). A copy of 4H(I+H) elements per call, against 2 L B 4H (I+H)
-    // multiply-adds.
+    // Where the plan transposes w (CUDA): w^T [4H, I+H], so that the recurrent product reads
+    // contiguous rows of W_h^T (and the Halide x_grad product those of W_x^T). A copy of 4H(I+H)
+    // elements per call, against 2 L B 4H (I+H) multiply-adds. The CPU's kernels read W_h^T and
+    // W_x^T in panels packed from w's rows instead (weights_t).
     void transpose_weights() {
+        if (!kernels_.has(Family::transpose)) return;
         const int64_t I = d_.I, H = d_.H;
         w_t_.emplace(exec_, 4 * H * (I + H) * es_, Scratch::Fill::none);
         Buf w_buf = Buf::matrix(dev_, in_.w.data, dt_, I + H, 4 * H, 4 * H);
@@ -548,11 +555,8 @@ public:
         const KernelEntry &step_kernel = kernels_[Family::seq_bwd_step];
         Scratch padded(exec_, B * 4 * H * 4);  // zeros past the rows copied in, which only grow
         Buf dnext = Buf::matrix(dev_, padded.data(), DType::f32, B, 4 * H, 4 * H);
-        std::optional<Scratch> w_h_t_panels;
-        Buf w_h_t = recurrent_weights(
-            exec_, kernels_, step_kernel, Family::panels_t,
-            Buf::matrix(dev_, offset_bytes(in_.w.data, I * 4 * H, dt_), dt_, H, 4 * H, 4 * H),
-            Buf::matrix(dev_, w_t_bytes() + I * es_, dt_, 4 * H, H, I + H), H, 4 * H, w_h_t_panels);
+        const std::optional<Buf> w_h_t_packed = weights_t_panels(step_kernel, I, H, w_h_t_panels_);
+        Buf w_h_t = w_h_t_packed ? *w_h_t_packed : Buf::matrix(dev_, w_t_bytes() + I * es_, dt_, 4 * H, H, I + H);
         KernelCall step(step_kernel, exec_);
         bind(step, SeqBwdStepArgs{.dgates_next = dnext, .w_h_t = w_h_t, .h_grad = per_step[0], .cs_grad = per_step[1],
                                   .dcs_carry = carry_in, .i = per_step[2], .f = per_step[3], .o = per_step[4],
@@ -583,12 +587,16 @@ public:
             std::optional<Scratch> packed;
             if (rows_.ragged()) packed.emplace(exec_, N * I * es_, Scratch::Fill::none);
             void *x_grad = packed ? packed->data() : out_.x_grad.data;
-            batched_product(exec_, product, dt_, N, I, 4 * H, dgates_->data(), 4 * H, w_t_->data(), I + H, x_grad,
-                            false, gate_grads_);
+            std::optional<Scratch> w_x_t_storage;
+            const std::optional<Buf> w_x_t = weights_t_panels(product, 0, I, w_x_t_storage);
+            batched_product(exec_, product, dt_, N, I, 4 * H, dgates_->data(), 4 * H, w_t_ ? w_t_->data() : nullptr,
+                            I + H, x_grad, false, gate_grads_, w_x_t ? &*w_x_t : nullptr);
             if (packed) unpack_steps(exec_, rows_, x_grad, out_.x_grad.data, I, dt_);
         }
-        batched_product(exec_, product, dt_, rows_.n[0], H, 4 * H, dgates_->data(), 4 * H, w_t_bytes() + I * es_,
-                        I + H, out_.h_prev_grad.data, false, gate_grads_);
+        const std::optional<Buf> w_h_t = weights_t_panels(product, I, H, w_h_t_panels_);
+        batched_product(exec_, product, dt_, rows_.n[0], H, 4 * H, dgates_->data(), 4 * H,
+                        w_t_ ? w_t_bytes() + I * es_ : nullptr, I + H, out_.h_prev_grad.data, false, gate_grads_,
+                        w_h_t ? &*w_h_t : nullptr);
     }
 
     // w_grad = [x | h_prev_seq]^T . dgates, and b_grad with it where the plan says
@@ -666,6 +674,25 @@ public:
 private:
     std::byte *w_t_bytes() const { return static_cast<std::byte *>(w_t_->data()); }
 
+    // The transpose of w's rows [first, first + count) (W_x^T: 0, I; W_h^T: I, H), [4H, count], in
+    // the panels `kernel` reads (kernels.inc's weights column), packed from those rows of w into
+    // `storage` once (a second kernel reading the same panels finds them there); nullopt where
+    // `kernel` reads w^T's columns. On the CPU no transpose runs: at 100,1,512 the transpose of w
+    // was 11.5 % of BlockLSTMGrad and x_grad's packing of W_x^T from it another 8 %.
+    std::optional<Buf> weights_t_panels(const KernelEntry &kernel, int64_t first, int64_t count,
+                                        std::optional<Scratch> &storage) {
+        const int64_t H = d_.H;
+        if (kernel.weights != Weights::panels) return std::nullopt;
+        const Buf rows = Buf::matrix(dev_, offset_bytes(in_.w.data, first * 4 * H, dt_), dt_, count, 4 * H, 4 * H);
+        const bool pairs = panels::pair_panels(dt_ == DType::bf16, cpu_target_bf16_dot_products(exec_.cpu_target()));
+        if (!storage) {
+            storage.emplace(exec_, pairs ? pair_panel_elements(count, 4 * H) * 2 : panel_elements(count, 4 * H) * 4,
+                            Scratch::Fill::none);
+            return pack_panels(exec_, kernels_[Family::panels_t], rows, count, 4 * H, storage->data(), pairs);
+        }
+        return panels_at(storage->data(), count, 4 * H, pairs);
+    }
+
     // The state before each step of the running rows, packed: `first`'s rows for step 0, then
     // `steps`' rows of the step before (h_prev_seq from h_prev and h; cs_prev's from cs).
     void pack_prev_steps(const TV &first, const TV &steps, void *packed) const {
@@ -687,7 +714,8 @@ private:
     const SeqActivations &act_;
     const BlockLSTMGradOutputs<TV> &out_;
     const bool use_peephole_;
-    std::optional<Scratch> w_t_, dgates_, carry1_;  // w^T; dgates [packed rows, 4H]; the final carry
+    // w^T (the plan's transpose); W_h^T's panels (the CPU); dgates [packed rows, 4H]; the final carry
+    std::optional<Scratch> w_t_, w_h_t_panels_, dgates_, carry1_;
     const bool b_grad_from_w_grad_;  // plan::b_grad_with_w_grad
     const bool split_;                // the split steps (plans.h), which store dgates in the dtype
     const DType gate_grads_;          // what dgates is stored in (generators/interface.h: GateGrads)

@@ -44,7 +44,7 @@ enum class Times { once, per_step, per_chunk };
 enum class Site {
     w_x_panels, input_projection, w_h_panels, forward_step,                     // forward
     cell_backward,                                                              // the cell's gradient
-    w_transpose, w_h_t_panels, backward_step, x_grad, h_prev_grad, dgates_panels, w_grad, w_grad_x,
+    w_transpose, w_x_t_panels, w_h_t_panels, backward_step, x_grad, h_prev_grad, dgates_panels, w_grad, w_grad_x,
     w_grad_h, reductions,                                                       // a sequence's gradient
     length_order,                                                               // with seq_lengths
 };
@@ -66,6 +66,7 @@ inline constexpr Step w_h_panels{Site::w_h_panels, Family::panels, Times::once, 
 inline constexpr Step forward_step{Site::forward_step, Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"};
 inline constexpr Step cell_backward{Site::cell_backward, Family::cell_bwd, Times::once, "cs_prev_grad, dicfo and the peephole grads"};
 inline constexpr Step w_transpose{Site::w_transpose, Family::transpose, Times::once, "w^T"};
+inline constexpr Step w_x_t_panels{Site::w_x_t_panels, Family::panels_t, Times::once, "W_x^T packed into panels from w's rows (I > 0)"};
 inline constexpr Step w_h_t_panels{Site::w_h_t_panels, Family::panels_t, Times::once, "W_h^T packed into panels"};
 inline constexpr Step backward_step{Site::backward_step, Family::seq_bwd_step, Times::per_step, "dgates[t]: dgates[t+1] . W_h^T, the cell's backward math"};
 inline constexpr Step x_grad{Site::x_grad, Family::gemm_nn, Times::once, "x_grad = dgates . W_x^T (I > 0)"};
@@ -86,12 +87,12 @@ inline constexpr Step kForwardCpu[] = {steps::w_x_panels, steps::input_projectio
                                        steps::length_order};
 inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_step, steps::length_order};
 inline constexpr Step kCellGrad[] = {steps::cell_backward};
-inline constexpr Step kSequenceGradCpuFloat32[] = {steps::w_transpose,    steps::w_h_t_panels, steps::backward_step,
-                                                   steps::x_grad,         steps::h_prev_grad,  steps::dgates_panels,
-                                                   steps::w_grad_chunk,   steps::reductions,   steps::length_order};
-inline constexpr Step kSequenceGradCpuFloat16[] = {steps::w_transpose, steps::w_h_t_panels, steps::backward_step,
-                                                   steps::x_grad,      steps::h_prev_grad,  steps::w_grad_x,
-                                                   steps::w_grad_h,    steps::reductions,   steps::length_order};
+inline constexpr Step kSequenceGradCpuFloat32[] = {steps::w_h_t_panels, steps::backward_step, steps::w_x_t_panels,
+                                                   steps::x_grad,       steps::h_prev_grad,   steps::dgates_panels,
+                                                   steps::w_grad_chunk, steps::reductions,    steps::length_order};
+inline constexpr Step kSequenceGradCpuFloat16[] = {steps::w_h_t_panels, steps::backward_step, steps::w_x_t_panels,
+                                                   steps::x_grad,       steps::h_prev_grad,   steps::w_grad_x,
+                                                   steps::w_grad_h,     steps::reductions,    steps::length_order};
 inline constexpr Step kSequenceGradCuda[] = {steps::w_transpose, steps::backward_step, steps::x_grad, steps::h_prev_grad,
                                              steps::w_grad_x,    steps::w_grad_h,      steps::reductions,
                                              steps::length_order};
