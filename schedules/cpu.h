@@ -157,9 +157,9 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             // c has the many rows (T*B) and b is a weight matrix: each work item (row block x
             // column chunk) runs all k blocks on its block of c, which stays in L2 instead of
             // being swept from memory once per k block; b is packed whole, once, unless it comes
-            // in the runtime's panels (the input projection's W_x). float32 rows of a are read in
-            // place (a packed copy costs more than the L2 reuse it buys); float16 ones are
-            // converted once per work item and k block, as are bfloat16 pairs.
+            // in the runtime's panels (W_x, W_x^T, W_h^T: packed once per op call). float32 rows
+            // of a are read in place (a packed copy costs more than the L2 reuse it buys);
+            // float16 ones are converted once per work item and k block, as are bfloat16 pairs.
             update.reorder(tiles_then({g.blocks, yb, xc})).fuse(yb, xc, work).parallel(work);
             if (use.a_converted || g.k_pair) pack_a_at(LoopLevel(g.sum, g.blocks));
             if (!use.b_in_panels) pack_b_at(LoopLevel::root());

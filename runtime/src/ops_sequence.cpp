@@ -469,7 +469,7 @@ public:
     // Where the plan transposes w (CUDA): w^T [4H, I+H], so that the recurrent product reads
     // contiguous rows of W_h^T (and the Halide x_grad product those of W_x^T). A copy of 4H(I+H)
     // elements per call, against 2 L B 4H (I+H) multiply-adds. The CPU's kernels read W_h^T and
-    // W_x^T in panels packed from w's rows instead (weights_t).
+    // W_x^T in panels packed from w's rows instead (weights_t_panels).
     void transpose_weights() {
         if (!kernels_.has(Family::transpose)) return;
         const int64_t I = d_.I, H = d_.H;
@@ -576,7 +576,8 @@ public:
             rows_at(t, 0, n);
             step.run();
         }
-        // The step t = 0 wrote carry[1]; a step's panels, zeros and dh go with this scope.
+        // The step t = 0 wrote carry[1]; the zeros and dh go with this scope, W_h^T's panels stay
+        // for h_prev_grad.
     }
 
     // x_grad = dgates . W_x^T (packed rows, then each step's) and h_prev_grad = dgates[0] . W_h^T, batched.
