@@ -93,6 +93,11 @@ Buf pack_panels(Exec &exec, const KernelEntry &packer, Buf w, int64_t cols, int6
     return packed;
 }
 
+// Whether this call's CPU target packs `dtype`'s weights in bfloat16 pair panels.
+bool packs_pairs(const Exec &exec, DType dtype) {
+    return panels::pair_panels(dtype == DType::bf16, cpu_target_bf16_dot_products(exec.cpu_target()));
+}
+
 // The recurrent weights as `step` holds them (kernels.inc's weights column): packed once per call
 // into float32 panels of panels::kPanelCols columns by the plan's `packer` (generators/panels.cpp;
 // panels: b(x, k) = w(x, k), panels_t: b(x, k) = w(k, x)) — bfloat16 pair panels where the CPU
@@ -100,7 +105,7 @@ Buf pack_panels(Exec &exec, const KernelEntry &packer, Buf w, int64_t cols, int6
 Buf recurrent_weights(Exec &exec, const PlanKernels &kernels, const KernelEntry &step, Family packer, Buf w,
                       Buf matrix, int64_t cols, int64_t depth, std::optional<Scratch> &storage) {
     if (step.weights != Weights::panels) return matrix;
-    const bool pairs = panels::pair_panels(step.dtype == DType::bf16, cpu_target_bf16_dot_products(exec.cpu_target()));
+    const bool pairs = packs_pairs(exec, step.dtype);
     storage.emplace(exec, pairs ? pair_panel_elements(cols, depth) * 2 : panel_elements(cols, depth) * 4,
                     Scratch::Fill::none);
     return pack_panels(exec, kernels[packer], w, cols, depth, storage->data(), pairs);
@@ -684,14 +689,9 @@ private:
                                         std::optional<Scratch> &storage) {
         const int64_t H = d_.H;
         if (kernel.weights != Weights::panels) return std::nullopt;
+        if (storage) return panels_at(storage->data(), count, 4 * H, packs_pairs(exec_, dt_));
         const Buf rows = Buf::matrix(dev_, offset_bytes(in_.w.data, first * 4 * H, dt_), dt_, count, 4 * H, 4 * H);
-        const bool pairs = panels::pair_panels(dt_ == DType::bf16, cpu_target_bf16_dot_products(exec_.cpu_target()));
-        if (!storage) {
-            storage.emplace(exec_, pairs ? pair_panel_elements(count, 4 * H) * 2 : panel_elements(count, 4 * H) * 4,
-                            Scratch::Fill::none);
-            return pack_panels(exec_, kernels_[Family::panels_t], rows, count, 4 * H, storage->data(), pairs);
-        }
-        return panels_at(storage->data(), count, 4 * H, pairs);
+        return recurrent_weights(exec_, kernels_, kernel, Family::panels_t, rows, rows, count, 4 * H, storage);
     }
 
     // The state before each step of the running rows, packed: `first`'s rows for step 0, then
