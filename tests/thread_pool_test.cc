@@ -4,7 +4,7 @@
 // from inside a task, after the workers went to sleep; a task's error comes back. Also run under
 // ThreadSanitizer (scripts/bootstrap.sh test), which sees the pool's atomics, and with
 // BLOCKLSTM_THREAD_POOL=openmp, where every loop runs on the OpenMP runtime this program links
-// (GNU libgomp), as in a process with PyTorch.
+// (GNU libgomp), as in a process with PyTorch; an op call's loops on one OpenMP team.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,6 +14,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -211,6 +212,105 @@ TEST(ThreadPool, RunsOnOpenMPThreadsWhenChosen) {
     Team team;
     ASSERT_EQ(halide_do_par_for(nullptr, Team::task, 0, 8, reinterpret_cast<uint8_t *>(&team)), 0);
     EXPECT_EQ(team.outside_openmp.load(), 8) << "switched back: the library's own pool";
+    if (pool_is("openmp")) blocklstm::detail::use_openmp_threads(true);
+    set_pool_threads(0);
+}
+
+// run_in_one_team (an op call): with the OpenMP threads chosen, the body runs in the calling thread
+// as member 0 of one OpenMP team and every loop it forks runs on that team: each task inside the
+// parallel region, on the team's two threads, once, over thousands of loops back to back; a nested
+// call, a loop forked from a task and a task's error behave as on the pool; the body's exception
+// comes back out of the call; two callers at once each get a team. Switched back, the body runs
+// outside any parallel region.
+TEST(ThreadPool, OneTeamRunsEveryLoopOfACall) {
+    if (switched_off()) GTEST_SKIP() << "BLOCKLSTM_THREAD_POOL=halide: the loops run on Halide's pool";
+    using blocklstm::detail::run_in_one_team;
+    ASSERT_EQ(blocklstm::detail::use_openmp_threads(true).rfind("libgomp", 0), 0u) << "the libgomp this program links";
+    set_pool_threads(2);
+    struct Who {
+        std::mutex m;
+        std::set<std::thread::id> ids;
+        std::atomic<int> outside_openmp{0};
+        static int task(void *, int, uint8_t *closure) {
+            auto *w = reinterpret_cast<Who *>(closure);
+            if (!omp_in_parallel()) w->outside_openmp.fetch_add(1);
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));  // time for every member to take one
+            std::lock_guard<std::mutex> lock(w->m);
+            w->ids.insert(std::this_thread::get_id());
+            return 0;
+        }
+    };
+    const std::thread::id caller = std::this_thread::get_id();
+    bool body_ran = false;
+    run_in_one_team([&] {
+        body_ran = true;
+        EXPECT_EQ(std::this_thread::get_id(), caller) << "the body runs in the calling thread";
+        EXPECT_TRUE(omp_in_parallel()) << "the body runs inside the team's parallel region";
+        EXPECT_EQ(omp_get_thread_num(), 0);
+        for (int k = 0; k < 5000; ++k) {
+            Counts c(k % 7, k % 37);
+            ASSERT_EQ(par_for(c), 0);
+            ASSERT_TRUE(c.each_once()) << "loop " << k;
+        }
+        Who who;
+        ASSERT_EQ(halide_do_par_for(nullptr, Who::task, 0, 24, reinterpret_cast<uint8_t *>(&who)), 0);
+        EXPECT_EQ(who.outside_openmp.load(), 0);
+        EXPECT_EQ(int(who.ids.size()), 2) << "the caller and the team's other member";
+        run_in_one_team([&] {  // nested: the same team
+            Counts c(0, 100);
+            EXPECT_EQ(par_for(c), 0);
+            EXPECT_TRUE(c.each_once()) << "a nested call's loop";
+        });
+        struct Outer {
+            std::vector<std::unique_ptr<Counts>> inner;
+            static int task(void *, int i, uint8_t *closure) {
+                return par_for(*reinterpret_cast<Outer *>(closure)->inner.at(i));
+            }
+        } outer;
+        for (int i = 0; i < 8; ++i) outer.inner.push_back(std::make_unique<Counts>(0, 16));
+        ASSERT_EQ(halide_do_par_for(nullptr, Outer::task, 0, 8, reinterpret_cast<uint8_t *>(&outer)), 0);
+        for (int i = 0; i < 8; ++i) EXPECT_TRUE(outer.inner[i]->each_once()) << "a loop forked from task " << i;
+        auto failing = [](void *, int i, uint8_t *) { return i == 13 ? -7 : 0; };
+        EXPECT_EQ(halide_do_par_for(nullptr, failing, 0, 40, nullptr), -7);
+    });
+    EXPECT_TRUE(body_ran);
+
+    EXPECT_THROW(
+        {
+            try {
+                run_in_one_team([] {
+                    Counts c(0, 10);
+                    par_for(c);
+                    throw std::runtime_error("from the body");
+                });
+            } catch (const std::runtime_error &e) {
+                EXPECT_STREQ(e.what(), "from the body");
+                throw;
+            }
+        },
+        std::runtime_error);
+
+    std::atomic<int> failures{0};
+    std::vector<std::thread> callers;
+    for (int t = 0; t < 2; ++t)
+        callers.emplace_back([&failures, t] {
+            run_in_one_team([&] {
+                for (int k = 0; k < 500; ++k) {
+                    Counts c(t, 1 + (k + t) % 33);
+                    if (par_for(c) != 0 || !c.each_once()) failures.fetch_add(1);
+                }
+            });
+        });
+    for (auto &c : callers) c.join();
+    EXPECT_EQ(failures.load(), 0) << "loops of two calls at once with a task run other than once";
+
+    blocklstm::detail::use_openmp_threads(false);
+    run_in_one_team([] {
+        EXPECT_FALSE(omp_in_parallel()) << "switched back: the body as it is";
+        Counts c(0, 64);
+        EXPECT_EQ(par_for(c), 0);
+        EXPECT_TRUE(c.each_once());
+    });
     if (pool_is("openmp")) blocklstm::detail::use_openmp_threads(true);
     set_pool_threads(0);
 }

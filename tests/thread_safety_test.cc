@@ -268,6 +268,20 @@ TEST(Threads, ThreadPoolChoice) {
         EXPECT_TRUE(same(fwd, job.fwd));
         EXPECT_TRUE(same(grad, job.grad));
     }
+    // An op's error comes out of the OpenMP team its call runs on (the into-outputs form validates
+    // inside it), and the next call runs.
+    const Inputs &in = *job.in;
+    const blocklstm::LSTMOutputs<blocklstm::TensorView> into{job.fwd.i, job.fwd.cs, job.fwd.f, job.fwd.o,
+                                                             job.fwd.ci, job.fwd.co, job.fwd.h};
+    EXPECT_NE(error_of([&] {
+                  blocklstm::BlockLSTMV2(-1, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, into,
+                                         blocklstm::BlockLSTMV2Attrs{});
+              }).find("seq_len_max"),
+              std::string::npos);
+    blocklstm::LSTMOutputs<Tensor> fwd;
+    blocklstm::BlockLSTMGradOutputs<Tensor> grad;
+    run_job(job, fwd, grad);
+    EXPECT_TRUE(same(fwd, job.fwd));
     blocklstm::set_num_threads(0);
     blocklstm::set_thread_pool("own");
     EXPECT_EQ(blocklstm::thread_pool_in_use(), "own");

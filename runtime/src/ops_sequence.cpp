@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,6 +21,7 @@
 #include "runtime/src/plans.h"
 #include "runtime/src/products.h"
 #include "runtime/src/step_rows.h"
+#include "runtime/src/thread_pool.h"
 #include "runtime/src/validate.h"
 
 namespace blocklstm {
@@ -345,8 +347,15 @@ struct Reordered {
           view(left_out(like) ? TV{} : TV{storage.data(), like.dtype, like.shape, like.device}) {}
 };
 
-void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMOutputs<TV> &out,
-                 float forget_bias, float cell_clip, bool use_peephole) {
+// A sequence op's call, on one team of OpenMP threads where the CPU loops run on them
+// (thread_pool.h: run_in_one_team; a GPU call as it is).
+void on_one_team(const TV &x, const std::function<void()> &call) {
+    if (x.device == Device::cpu) return run_in_one_team(call);
+    call();
+}
+
+void forward_call(const char *op, Layout layout, const SeqInputs &in, const LSTMOutputs<TV> &out,
+                  float forget_bias, float cell_clip, bool use_peephole) {
     const Checked<SeqDims> c = validate_forward(op, in, &out);
     const auto [exec_ptr, kernels] = exec_and_kernels(plan::Kind::forward, c, {use_peephole, layout});
     Exec &exec = *exec_ptr;
@@ -738,8 +747,13 @@ void grad_steps(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &
     pass.reductions();
 }
 
-void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
-              const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
+void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMOutputs<TV> &out,
+                 float forget_bias, float cell_clip, bool use_peephole) {
+    on_one_team(in.x, [&] { forward_call(op, layout, in, out, forget_bias, cell_clip, use_peephole); });
+}
+
+void grad_call(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
+               const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
     const Checked<SeqDims> c = validate_grad(op, in, act, &out);
     const auto [exec, kernels] = exec_and_kernels(plan::Kind::sequence_grad, c, {use_peephole, layout});
     const StepRows rows = step_rows(c.dims.B, c.dims.L, in.seq_lengths);
@@ -768,6 +782,11 @@ void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActiv
     from_length_order(*exec, gather, rows, x_grad.storage.data(), out.x_grad);
     from_length_order(*exec, gather, rows, cs_prev_grad.storage.data(), out.cs_prev_grad);
     from_length_order(*exec, gather, rows, h_prev_grad.storage.data(), out.h_prev_grad);
+}
+
+void run_grad(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
+              const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
+    on_one_team(in.x, [&] { grad_call(op, layout, in, act, out, use_peephole); });
 }
 
 // The allocating forms: validated (an error throws before anything is allocated), then run into

@@ -25,6 +25,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,6 +105,52 @@ int run_serially(void *user_context, halide_task_t task, int min, int size, uint
     return 0;
 }
 
+// Tasks [min, min + size) in `parts` contiguous shares.
+void split_into_shares(Share *shares, int parts, int min, int size) {
+    for (int p = 0; p < parts; ++p) {
+        shares[p].next.store(min + static_cast<int>(int64_t(size) * p / parts), std::memory_order_relaxed);
+        shares[p].end = min + static_cast<int>(int64_t(size) * (p + 1) / parts);
+    }
+}
+
+// Where a caller publishes its loops to participants that spin on `epoch` (the pool's workers, a
+// team's members): the caller runs share 0, then unpublishes the loop and waits until no
+// participant holds it, so the loop can live on the caller's stack.
+struct LoopBoard {
+    // What the participants spin on, written by the caller, apart from what they write.
+    alignas(64) std::atomic<Loop *> loop{nullptr};
+    std::atomic<uint64_t> epoch{0};
+    alignas(64) std::atomic<int> active{0};
+
+    // The caller's side; `published` runs right after the loop is published (the pool wakes its
+    // sleepers there).
+    template <typename Published>
+    int run(Loop &l, Published published) {
+        loop.store(&l, std::memory_order_seq_cst);
+        epoch.fetch_add(1, std::memory_order_seq_cst);
+        published();
+        in_task = true;
+        l.run(0);
+        in_task = false;
+        // A participant counts itself in `active` before it reads `loop`, so once `active` is 0
+        // after the store of nullptr, no participant can reach this loop.
+        loop.store(nullptr, std::memory_order_seq_cst);
+        while (active.load(std::memory_order_seq_cst) != 0) cpu_relax();
+        return l.result.load(std::memory_order_relaxed);
+    }
+
+    // A participant's side, once the epoch has moved past `seen`: its share of the loop published
+    // now, if any (participant `index` + 1; the caller is 0). Returns the epoch it served.
+    uint64_t serve(int index) {
+        const uint64_t now = epoch.load(std::memory_order_seq_cst);
+        active.fetch_add(1, std::memory_order_seq_cst);
+        Loop *l = loop.load(std::memory_order_seq_cst);
+        if (l && index + 1 < l->parts) l->run(index + 1);
+        active.fetch_sub(1, std::memory_order_seq_cst);
+        return now;
+    }
+};
+
 int default_threads() {
     if (const char *env = std::getenv("HL_NUM_THREADS")) {
         const int n = std::atoi(env);
@@ -127,29 +175,17 @@ public:
         start_workers(workers);
         const int parts = std::min(workers + 1, size);
         if (static_cast<int>(shares_.size()) < parts) shares_ = std::vector<Share>(parts);  // no worker holds a loop
-        for (int p = 0; p < parts; ++p) {
-            shares_[p].next.store(min + static_cast<int>(int64_t(size) * p / parts), std::memory_order_relaxed);
-            shares_[p].end = min + static_cast<int>(int64_t(size) * (p + 1) / parts);
-        }
+        split_into_shares(shares_.data(), parts, min, size);
         Loop loop{task, user_context, closure, shares_.data(), parts, {0}};
-        // Publish, then wake the sleepers. A worker counts itself in `sleepers_` before its last
-        // look at `epoch_`, and this reads `sleepers_` after bumping it (both seq_cst), so either
-        // the worker sees the new epoch or this sees the sleeper and notifies.
-        loop_.store(&loop, std::memory_order_seq_cst);
-        epoch_.fetch_add(1, std::memory_order_seq_cst);
-        if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-            std::lock_guard<std::mutex> lock(sleep_mutex_);
-            wake_.notify_all();
-        }
-        in_task = true;
-        loop.run(0);
-        in_task = false;
-        // Unpublish, then wait for every worker that may still hold the loop: a worker counts
-        // itself in `active_` before it reads `loop_`, so once `active_` is 0 after the store of
-        // nullptr, no worker can reach this loop (it lives on this stack).
-        loop_.store(nullptr, std::memory_order_seq_cst);
-        while (active_.load(std::memory_order_seq_cst) != 0) cpu_relax();
-        *result = loop.result.load(std::memory_order_relaxed);
+        // Then wake the sleepers. A worker counts itself in `sleepers_` before its last look at
+        // the epoch, and this reads `sleepers_` after bumping it (both seq_cst), so either the
+        // worker sees the new epoch or this sees the sleeper and notifies.
+        *result = board_.run(loop, [&] {
+            if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+                std::lock_guard<std::mutex> lock(sleep_mutex_);
+                wake_.notify_all();
+            }
+        });
         return true;
     }
 
@@ -163,7 +199,7 @@ private:
             const int index = started_++;
             // The epoch before this caller's loop, read here: read by the new thread, it could
             // already be this loop's, which the worker would then wait past.
-            const uint64_t seen = epoch_.load(std::memory_order_seq_cst);
+            const uint64_t seen = board_.epoch.load(std::memory_order_seq_cst);
             std::thread([this, index, seen] { work(index, seen); }).detach();
         }
     }
@@ -172,11 +208,7 @@ private:
         in_task = true;  // a loop forked from a task runs on the fallback
         for (;;) {
             wait_for_loop(seen);
-            seen = epoch_.load(std::memory_order_seq_cst);
-            active_.fetch_add(1, std::memory_order_seq_cst);
-            Loop *loop = loop_.load(std::memory_order_seq_cst);
-            if (loop && index + 1 < loop->parts) loop->run(index + 1);
-            active_.fetch_sub(1, std::memory_order_seq_cst);
+            seen = board_.serve(index);
         }
     }
 
@@ -185,14 +217,14 @@ private:
         const auto until = std::chrono::steady_clock::now() + kSpin;
         for (;;) {
             for (int i = 0; i < 64; ++i) {
-                if (epoch_.load(std::memory_order_relaxed) != seen) return;
+                if (board_.epoch.load(std::memory_order_relaxed) != seen) return;
                 cpu_relax();
             }
             if (std::chrono::steady_clock::now() >= until) break;
         }
         std::unique_lock<std::mutex> lock(sleep_mutex_);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
-        wake_.wait(lock, [&] { return epoch_.load(std::memory_order_seq_cst) != seen; });
+        wake_.wait(lock, [&] { return board_.epoch.load(std::memory_order_seq_cst) != seen; });
         sleepers_.fetch_sub(1, std::memory_order_seq_cst);
     }
 
@@ -200,10 +232,7 @@ private:
     std::atomic<int> threads_{default_threads()};
     unsigned started_ = 0;  // under caller_
     std::vector<Share> shares_;  // under caller_
-    // What the workers spin on, written by the caller, apart from what the workers write.
-    alignas(64) std::atomic<Loop *> loop_{nullptr};
-    std::atomic<uint64_t> epoch_{0};
-    alignas(64) std::atomic<int> active_{0};
+    LoopBoard board_;
     alignas(64) std::atomic<int> sleepers_{0};
     std::mutex sleep_mutex_;
     std::condition_variable wake_;
@@ -266,10 +295,7 @@ int run_on_openmp(const OpenMP &omp, void *user_context, halide_task_t task, int
     if (parts <= 1) return run_serially(user_context, task, min, size, closure);
     thread_local std::vector<Share> shares;  // a thread's loops do not nest here (in_task)
     if (static_cast<int>(shares.size()) < parts) shares = std::vector<Share>(parts);
-    for (int p = 0; p < parts; ++p) {
-        shares[p].next.store(min + static_cast<int>(int64_t(size) * p / parts), std::memory_order_relaxed);
-        shares[p].end = min + static_cast<int>(int64_t(size) * (p + 1) / parts);
-    }
+    split_into_shares(shares.data(), parts, min, size);
     struct Team {
         Loop loop;
         int (*thread_num)();
@@ -286,9 +312,76 @@ int run_on_openmp(const OpenMP &omp, void *user_context, halide_task_t task, int
     return team.loop.result.load(std::memory_order_relaxed);
 }
 
+// One op call's loops on one OpenMP team (run_in_one_team): the team's other members serve the
+// call's loops from its board, spinning between them, until the call is done; a fork is then one
+// atomic store, as on the pool, not a GOMP_parallel (0.42 µs with its join, twice a step: 7 % of
+// BlockLSTMV2 at T,B,I=H 50,8,128).
+struct TeamCall {
+    LoopBoard board;
+    std::vector<Share> shares;  // one per member
+    alignas(64) std::atomic<bool> done{false};
+};
+
+thread_local TeamCall *team_call = nullptr;  // the call whose body this thread runs (member 0)
+
+int run_on_team_call(TeamCall &call, void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
+    const int parts = std::min(static_cast<int>(call.shares.size()), size);
+    if (parts <= 1) return run_serially(user_context, task, min, size, closure);
+    split_into_shares(call.shares.data(), parts, min, size);
+    Loop loop{task, user_context, closure, call.shares.data(), parts, {0}};
+    return call.board.run(loop, [] {});
+}
+
+// A member other than 0: the call's loops until it is done (its epoch moves once more after).
+void serve_until_done(TeamCall &call, int member) {
+    const bool was_in_task = in_task;
+    in_task = true;  // a loop forked from a task runs on the fallback
+    uint64_t seen = 0;  // a fresh board's: a member that comes late serves the loop published already
+    for (;;) {
+        while (call.board.epoch.load(std::memory_order_relaxed) == seen) cpu_relax();
+        if (call.done.load(std::memory_order_seq_cst)) break;
+        seen = call.board.serve(member - 1);
+    }
+    in_task = was_in_task;
+}
+
 }  // namespace
 
+void run_in_one_team(const std::function<void()> &body) {
+    const OpenMP *omp = openmp.load(std::memory_order_acquire);
+    if (!omp || in_task || team_call) return body();
+    const int requested = requested_threads.load(std::memory_order_relaxed);
+    const int members = requested > 0 ? requested : omp->max_threads();
+    if (members <= 1) return body();
+    TeamCall call;
+    call.shares = std::vector<Share>(members);
+    struct Region {
+        TeamCall &call;
+        const std::function<void()> &body;
+        int (*thread_num)();
+        std::exception_ptr error;  // the body's, rethrown here: nothing unwinds through the OpenMP runtime
+    } region{call, body, omp->thread_num, nullptr};
+    omp->parallel(
+        [](void *data) {
+            auto *r = static_cast<Region *>(data);
+            if (const int member = r->thread_num(); member != 0) return serve_until_done(r->call, member);
+            team_call = &r->call;  // member 0 is the calling thread
+            try {
+                r->body();
+            } catch (...) {
+                r->error = std::current_exception();
+            }
+            team_call = nullptr;
+            r->call.done.store(true, std::memory_order_seq_cst);  // before the epoch the members wait on
+            r->call.board.epoch.fetch_add(1, std::memory_order_seq_cst);
+        },
+        &region, static_cast<unsigned>(members), 0);
+    if (region.error) std::rethrow_exception(region.error);
+}
+
 int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
+    if (TeamCall *call = team_call; call && !in_task)
+        return run_on_team_call(*call, user_context, task, min, size, closure);
     if (const OpenMP *omp = openmp.load(std::memory_order_acquire); omp && !in_task)
         return run_on_openmp(*omp, user_context, task, min, size, closure);
     int result = 0;

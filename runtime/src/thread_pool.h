@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "HalideRuntime.h"
@@ -28,6 +29,12 @@ bool own_thread_pool();
 // thread_pool.cpp); returns its file name, or "" (and nothing changes) when none is loaded.
 // Off: back to the pool. Only where install_thread_pool installed the pool.
 std::string use_openmp_threads(bool on);
+
+// Runs `body`, an op call on the CPU: where the loops run on OpenMP threads, all of the call's
+// loops on one team of them, entered once (one GOMP_parallel a call instead of one a loop), whose
+// members spin between the loops until the body returns; elsewhere `body` as it is. The body's
+// exception comes back out. Inside a task, or inside another such call, `body` as it is.
+void run_in_one_team(const std::function<void()> &body);
 
 // The OpenMP library the loops run on, or "" when they run on the pool.
 std::string openmp_library_in_use();
