@@ -9,6 +9,7 @@
 #include "Halide.h"
 #include "generators/lstm_math.h"
 #include "schedules/schedule.h"
+#include "schedules/step_tiles.h"
 
 namespace blocklstm::gen {
 
@@ -232,12 +233,13 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
     p.part(x, y, kb) += a_kk * b_kk;
     Expr part = p.part(x, y, blocks);
     if (blocking.single_row) {
-        // The same product again, for a batch of one row: sum reads it there (the schedule
-        // specializes sum on that), the register tiles of part elsewhere.
+        // The same product again, for a step of one or two rows (schedules/step_tiles.h): sum
+        // reads it there (the schedule specializes sum on that), the register tiles of part
+        // elsewhere.
         p.part_single = Func(name + "_part_single_row");
         p.part_single(x, y, kb) = 0.0f;
         p.part_single(x, y, kb) += a_kk * b_kk;
-        p.single = rows == 1;
+        p.single = rows <= step_tiles::kOneRowTilesMax;
         part = select(p.single, p.part_single(x, y, blocks), part);
     }
     if (blocking.k_block > 0 && !blocking.init_apart) {

@@ -26,10 +26,10 @@ struct GemmFuncs {
     RVar k, blocks;
     // With bfloat16 pairs (GemmBlocking::bf16_pairs) k counts pairs and k_pair is the k of a pair.
     std::optional<RVar> k_pair;
-    // A step's product over one row (GemmBlocking::single_row): part's twin, which sum reads
-    // where the batch is a single row; undefined otherwise.
+    // A step's product in one-row tiles (GemmBlocking::single_row): part's twin, which sum reads
+    // where the step has few rows (schedules/step_tiles.h); undefined otherwise.
     Func part_single;
-    Expr single;  // the condition: the batch is one row
+    Expr single;  // the condition: the step's rows are that few
 };
 
 // step: few rows (B, once per time step); A is read in place. batched: a product over the whole
@@ -80,9 +80,10 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     if (!use.sum_is_output) g.sum.compute_root();
     Stage update = g.sum.update();
     if (g.part_single.defined()) {
-        // A batch of one row (B = 1: speech and streaming models) reads part_single, in tiles of
-        // one row: the general tiles would compute all their rows, 1 of 8 useful. Specialized
-        // before the general schedule below, which the specialization would otherwise copy.
+        // One or two rows (B = 1: speech and streaming models; a step's last rows, which the
+        // runtime calls apart) read part_single, in tiles of one row: the general tiles would
+        // compute all their rows, 1 or 2 of 8 useful. Specialized before the general schedule
+        // below, which the specialization would otherwise copy.
         Stage one = update.specialize(g.single);
         one.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
             .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf)

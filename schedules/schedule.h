@@ -71,8 +71,8 @@ struct GemmBlocking {
     // a and b are bfloat16 and the product runs over pairs of k, two bfloat16 products summed
     // into each float32 lane at a time (vdpbf16ps; generators/common.h: matrix_product).
     bool bf16_pairs = false;
-    // A step's product also in tiles of a single row, run when the batch is one row (a
-    // specialization): B = 1 does not compute the tile's other rows.
+    // A step's product also in tiles of a single row, run where the step has one or two rows
+    // (a specialization; schedules/step_tiles.h): they do not compute a whole tile's rows.
     bool single_row = false;
     // bfloat16 operands read as float32 by their bits (GPU targets: generators/common.h f32).
     bool bf16_by_bits = false;

@@ -179,7 +179,7 @@ inline std::string describe(const Shape &s) {
 }
 
 // The shapes every kernel variant is tested on (variants_test.cc; gpu_schedules_test.cc for the
-// GPU schedules): H ∈ {1,2,7,8,16,17,33,64,65}, B ∈ {1,3,8,9,17,600}, I ∈ {0,1,3,5,16,31,300},
+// GPU schedules): H ∈ {1,2,7,8,16,17,33,64,65}, B ∈ {1,2,3,8,9,10,17,600}, I ∈ {0,1,3,5,16,31,300},
 // T ∈ {1,2,5,7,40}; L = T, 0 and < T; the clip inactive (0, negative, TF's default 3 at small
 // weights) and active (large weights); forget_bias default and not. Cell ops use B, I, H and the
 // attrs only.
@@ -195,6 +195,11 @@ inline const std::vector<Shape> &variant_shapes() {
         {5, 9, 1, 33, 5, 4, 0.5, 1.0, "large weights, clip active"},
         {2, 1, 31, 64, 1, 1, 0.0, 0.0, "B = 1, L < T"},
         {5, 17, 5, 16, 5, 3, 1.0, 1.0, "large weights, clip active, B = 17"},
+        // A CPU step of one or two rows runs in one-row tiles, and the rows past a step's whole
+        // register tiles, where one or two, in a call of their own (schedules/step_tiles.h): B = 9
+        // and 17 leave one row past 8- and 4-row tiles, B = 10 two.
+        {3, 2, 5, 12, 3, 1, 0.0, 1.0, "B = 2, one-row tiles"},
+        {3, 10, 4, 9, 3, 1, 0.0, 1.0, "B = 10, two rows past the tiles"},
         // GEMMs past one block: L*B = 102 rows > one 96-row block (6-row tiles), and for the
         // AVX-512 geometry's k blocks of 256 (schedules/cpu_params.h) K = I = 300 and 4H = 260
         // each make two blocks.

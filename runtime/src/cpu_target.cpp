@@ -3,6 +3,7 @@
 // per call (Exec), rather than through Halide's multi-target wrappers, which choose once per
 // process and keep the choice: so a pin takes effect at the next call, and one test process can
 // run every target this CPU supports.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -185,6 +186,17 @@ int current_cpu_target() {
 
 const std::string &cpu_target_name(int index) { return compiled().at(index).name; }
 bool cpu_target_bf16_dot_products(int index) { return compiled().at(index).bf16_dot_products; }
+
+int cpu_target_knob(int index, const std::string &knob) {
+    const std::string &knobs = compiled().at(index).tuning;  // "name:value,..."
+    const std::string key = knob + ":";
+    for (std::size_t at = 0; at < knobs.size();) {
+        const std::size_t end = std::min(knobs.find(',', at), knobs.size());
+        if (knobs.compare(at, key.size(), key) == 0) return std::stoi(knobs.substr(at + key.size(), end - at - key.size()));
+        at = end + 1;
+    }
+    throw Error("CPU target " + compiled().at(index).name + ": its tuning table has no knob " + knob);
+}
 
 }  // namespace detail
 

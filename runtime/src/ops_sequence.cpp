@@ -23,6 +23,7 @@
 #include "runtime/src/step_rows.h"
 #include "runtime/src/thread_pool.h"
 #include "runtime/src/validate.h"
+#include "schedules/step_tiles.h"
 
 namespace blocklstm {
 namespace detail {
@@ -278,17 +279,19 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
                             dt, std::initializer_list<int64_t>{B, H});
     const std::array<Buf *, 7> lstm{&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5], &slices[6]};
     const int64_t slice = B * H;
-    // Every argument of step t, set whatever an earlier pass over the steps left (run_loop's
-    // fingerprint pass runs them all before the steps that launch).
-    auto step_at = [&](int64_t t, Buf &gates_rows) {
-        const int64_t n = rows.n[t];
-        h_prev.set_data(t == 0 ? in.h_prev.data : offset_bytes(out.h.data, (t - 1) * slice, dt));
-        cs_prev.set_data(t == 0 ? in.cs_prev.data : offset_bytes(out.cs.data, (t - 1) * slice, dt));
-        for (int k = 0; k < 7; ++k)
-            if (!left_out(*outs[k])) slices[k].set_data(offset_bytes(outs[k]->data, t * slice, dt));
-        xw_t.set_data(xw.floats() + (rows.packed[t] - xw_first) * 4 * H);
-        for (Buf *b : {&h_prev, &cs_prev, &xw_t, &gates_rows}) b->set_rows(n);
-        for (Buf &b : slices) b.set_rows(n);
+    // Every argument of step t at its rows [r0, r0 + count) (all it runs by default), set whatever
+    // an earlier pass over the steps left (run_loop's fingerprint pass runs them all before the
+    // steps that launch).
+    auto step_at = [&](int64_t t, Buf &gates_rows, int64_t r0 = 0, int64_t count = -1) {
+        if (count < 0) count = rows.n[t];
+        h_prev.set_data(offset_bytes(t == 0 ? in.h_prev.data : out.h.data, (t == 0 ? 0 : (t - 1) * slice) + r0 * H, dt));
+        cs_prev.set_data(offset_bytes(t == 0 ? in.cs_prev.data : out.cs.data, (t == 0 ? 0 : (t - 1) * slice) + r0 * H, dt));
+        for (int k = 0, unused = 0; k < 7; ++k)
+            slices[k].set_data(left_out(*outs[k]) ? offset_bytes(step_only->data(), unused++ * B * H + r0 * H, dt)
+                                                  : offset_bytes(outs[k]->data, t * slice + r0 * H, dt));
+        xw_t.set_data(xw.floats() + (rows.packed[t] - xw_first + r0) * 4 * H);
+        for (Buf *b : {&h_prev, &cs_prev, &xw_t, &gates_rows}) b->set_rows(count);
+        for (Buf &b : slices) b.set_rows(count);
     };
 
     if (split) {
@@ -328,11 +331,20 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
                               .wcf = wcf, .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm,
                               .gates = gates_buf});
 
+    // A step's last one or two rows past its whole register tiles in a call of their own, in one-row
+    // tiles (schedules/step_tiles.h).
+    const int tile_rows = dev == Device::cpu ? cpu_target_knob(exec.cpu_target(), "gemm_step_tile_rows") : 0;
     zero_idle();  // the first write to an output
     for (int64_t t = 0; t < S; ++t) {
         if (chunk < S && t % chunk == 0) project(t);  // the next chunk's xw, over the last one's
-        step_at(t, gates_buf);
-        step.run();
+        auto run_rows = [&](int64_t r0, int64_t count) {
+            gates_buf.set_data(gates.floats() + r0 * 4 * H);
+            step_at(t, gates_buf, r0, count);
+            step.run();
+        };
+        const int64_t n = rows.n[t], whole = step_tiles::rows_in_whole_tiles(n, tile_rows);
+        run_rows(0, whole);
+        if (whole < n) run_rows(whole, n - whole);
     }
 }
 
@@ -571,6 +583,9 @@ public:
         Buf dnext = Buf::matrix(dev_, padded.data(), DType::f32, B, 4 * H, 4 * H);
         const std::optional<Buf> w_h_t_packed = weights_t_panels(step_kernel, I, H, w_h_t_panels_);
         Buf w_h_t = w_h_t_packed ? *w_h_t_packed : Buf::matrix(dev_, w_t_bytes() + I * es_, dt_, 4 * H, H, I + H);
+        // A step's last one or two rows past its whole register tiles in a call of their own, in
+        // one-row tiles (schedules/step_tiles.h).
+        const int tile_rows = dev_ == Device::cpu ? cpu_target_knob(exec_.cpu_target(), "gemm_step_tile_rows") : 0;
         KernelCall step(step_kernel, exec_);
         bind(step, SeqBwdStepArgs{.dgates_next = dnext, .w_h_t = w_h_t, .h_grad = per_step[0], .cs_grad = per_step[1],
                                   .dcs_carry = carry_in, .i = per_step[2], .f = per_step[3], .o = per_step[4],
@@ -585,10 +600,14 @@ public:
                 if (m > 0) exec_.copy_bytes(padded.data(), next, m * 4 * H * 4);
                 next = padded.floats();
             }
-            dnext.set_data(next);
-            dnext.set_rows(n);
-            rows_at(t, 0, n);
-            step.run();
+            const int64_t whole = step_tiles::rows_in_whole_tiles(n, tile_rows);
+            for (const auto [r0, count] : {std::pair{int64_t{0}, whole}, std::pair{whole, n - whole}}) {
+                if (count == 0) continue;  // no rows past the whole tiles
+                dnext.set_data(next + r0 * 4 * H);
+                dnext.set_rows(count);
+                rows_at(t, r0, count);
+                step.run();
+            }
         }
         // The step t = 0 wrote carry[1]; the zeros and dh go with this scope, W_h^T's panels stay
         // for h_prev_grad.

@@ -1,0 +1,27 @@
+// How a CPU step product's rows go into register tiles: the one contract between the kernels
+// (generators/common.h: matrix_product's one-row twin, which a step kernel runs where its rows are
+// few) and the runtime's time loops (runtime/src/ops_sequence.cpp), which give a step's last rows
+// a call of their own where that pays. Free of Halide, so that the runtime includes it too.
+#pragma once
+
+#include <cstdint>
+
+namespace blocklstm::step_tiles {
+
+// A step's product over at most this many rows runs in tiles of one row. A register tile of the
+// table's gemm_step_tile_rows computes all its rows whatever the rows that are real, while one row
+// alone costs a fraction of it (BlockLSTM at T,I=H 100,256: B = 1 0.87 ms, B = 2 2.41 ms and B = 8
+// 2.96 ms in 8-row tiles, so a row is 0.29 of a tile; 0.37 at H = 512): two rows alone cost less
+// than a tile, three about as much.
+constexpr int kOneRowTilesMax = 2;
+
+// The rows of a step in whole tiles of `tile_rows` rows: `rows` itself, or, where the rows past
+// the last whole tile are kOneRowTilesMax or fewer, the rows before them, and those rows then go
+// in a call of their own (one-row tiles). 17 rows in 8-row tiles: 16, then 1 (the 17th alone costs
+// 0.3-0.4 of the third tile it would take).
+constexpr int64_t rows_in_whole_tiles(int64_t rows, int64_t tile_rows) {
+    const int64_t past = tile_rows > 0 ? rows % tile_rows : 0;
+    return rows > tile_rows && past > 0 && past <= kOneRowTilesMax ? rows - past : rows;
+}
+
+}  // namespace blocklstm::step_tiles
