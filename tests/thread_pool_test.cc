@@ -175,25 +175,28 @@ TEST(ThreadPool, SleepingWorkersWakeForTheNextLoop) {
     set_pool_threads(0);
 }
 
+// A loop's tasks on an OpenMP team: the threads that ran them, and how many ran outside a parallel
+// region.
+struct Team {
+    std::mutex m;
+    std::set<std::thread::id> ids;
+    std::atomic<int> outside_openmp{0};
+    static int task(void *, int, uint8_t *closure) {
+        auto *t = reinterpret_cast<Team *>(closure);
+        if (!omp_in_parallel()) t->outside_openmp.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // time for every member to take one
+        std::lock_guard<std::mutex> lock(t->m);
+        t->ids.insert(std::this_thread::get_id());
+        return 0;
+    }
+};
+
 // Chosen, the OpenMP threads run the loops: every task inside an OpenMP parallel region, on a team
 // of set_pool_threads' size where one was set, else of OpenMP's (omp_set_num_threads), and every
 // task once; switched back, none in a parallel region.
 TEST(ThreadPool, RunsOnOpenMPThreadsWhenChosen) {
     if (switched_off()) GTEST_SKIP() << "BLOCKLSTM_THREAD_POOL=halide: the loops run on Halide's pool";
     ASSERT_EQ(blocklstm::detail::use_openmp_threads(true).rfind("libgomp", 0), 0u) << "the libgomp this program links";
-    struct Team {
-        std::mutex m;
-        std::set<std::thread::id> ids;
-        std::atomic<int> outside_openmp{0};
-        static int task(void *, int, uint8_t *closure) {
-            auto *t = reinterpret_cast<Team *>(closure);
-            if (!omp_in_parallel()) t->outside_openmp.fetch_add(1);
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));  // time for every member to take one
-            std::lock_guard<std::mutex> lock(t->m);
-            t->ids.insert(std::this_thread::get_id());
-            return 0;
-        }
-    };
     for (auto [pool_threads, omp_threads, want] : {std::tuple{3, 2, 3}, {0, 3, 3}, {0, 2, 2}}) {
         set_pool_threads(pool_threads);
         omp_set_num_threads(omp_threads);
@@ -227,19 +230,6 @@ TEST(ThreadPool, OneTeamRunsEveryLoopOfACall) {
     using blocklstm::detail::run_in_one_team;
     ASSERT_EQ(blocklstm::detail::use_openmp_threads(true).rfind("libgomp", 0), 0u) << "the libgomp this program links";
     set_pool_threads(2);
-    struct Who {
-        std::mutex m;
-        std::set<std::thread::id> ids;
-        std::atomic<int> outside_openmp{0};
-        static int task(void *, int, uint8_t *closure) {
-            auto *w = reinterpret_cast<Who *>(closure);
-            if (!omp_in_parallel()) w->outside_openmp.fetch_add(1);
-            std::this_thread::sleep_for(std::chrono::milliseconds(2));  // time for every member to take one
-            std::lock_guard<std::mutex> lock(w->m);
-            w->ids.insert(std::this_thread::get_id());
-            return 0;
-        }
-    };
     const std::thread::id caller = std::this_thread::get_id();
     bool body_ran = false;
     run_in_one_team([&] {
@@ -252,10 +242,10 @@ TEST(ThreadPool, OneTeamRunsEveryLoopOfACall) {
             ASSERT_EQ(par_for(c), 0);
             ASSERT_TRUE(c.each_once()) << "loop " << k;
         }
-        Who who;
-        ASSERT_EQ(halide_do_par_for(nullptr, Who::task, 0, 24, reinterpret_cast<uint8_t *>(&who)), 0);
-        EXPECT_EQ(who.outside_openmp.load(), 0);
-        EXPECT_EQ(int(who.ids.size()), 2) << "the caller and the team's other member";
+        Team team;
+        ASSERT_EQ(halide_do_par_for(nullptr, Team::task, 0, 24, reinterpret_cast<uint8_t *>(&team)), 0);
+        EXPECT_EQ(team.outside_openmp.load(), 0);
+        EXPECT_EQ(int(team.ids.size()), 2) << "the caller and the team's other member";
         run_in_one_team([&] {  // nested: the same team
             Counts c(0, 100);
             EXPECT_EQ(par_for(c), 0);
