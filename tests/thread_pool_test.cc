@@ -58,6 +58,22 @@ int par_for(Counts &c) {
     return halide_do_par_for(nullptr, Counts::task, c.min, int(c.runs.size()), reinterpret_cast<uint8_t *>(&c));
 }
 
+// Eight loops of 16 tasks, each forked from a task of an outer loop: every task once.
+::testing::AssertionResult nested_loops_each_once() {
+    struct Outer {
+        std::vector<std::unique_ptr<Counts>> inner;
+        static int task(void *, int i, uint8_t *closure) {
+            return par_for(*reinterpret_cast<Outer *>(closure)->inner.at(i));
+        }
+    } outer;
+    for (int i = 0; i < 8; ++i) outer.inner.push_back(std::make_unique<Counts>(0, 16));
+    if (const int r = halide_do_par_for(nullptr, Outer::task, 0, 8, reinterpret_cast<uint8_t *>(&outer)))
+        return ::testing::AssertionFailure() << "the outer loop returned " << r;
+    for (int i = 0; i < 8; ++i)
+        if (auto once = outer.inner[i]->each_once(); !once) return once << " (the loop of outer task " << i << ")";
+    return ::testing::AssertionSuccess();
+}
+
 bool pool_is(const char *name) {
     const char *env = std::getenv("BLOCKLSTM_THREAD_POOL");
     return env && std::strcmp(env, name) == 0;
@@ -101,15 +117,7 @@ TEST(ThreadPool, ManyShortLoopsBackToBack) {
 // A loop forked from inside a task (Halide nests parallel loops where a schedule asks) runs whole.
 TEST(ThreadPool, NestedLoopsRunEveryTask) {
     set_pool_threads(2);
-    struct Outer {
-        std::vector<std::unique_ptr<Counts>> inner;
-        static int task(void *, int i, uint8_t *closure) {
-            return par_for(*reinterpret_cast<Outer *>(closure)->inner.at(i));
-        }
-    } outer;
-    for (int i = 0; i < 8; ++i) outer.inner.push_back(std::make_unique<Counts>(0, 16));
-    ASSERT_EQ(halide_do_par_for(nullptr, Outer::task, 0, 8, reinterpret_cast<uint8_t *>(&outer)), 0);
-    for (int i = 0; i < 8; ++i) EXPECT_TRUE(outer.inner[i]->each_once()) << "outer task " << i;
+    EXPECT_TRUE(nested_loops_each_once());
     set_pool_threads(0);
 }
 
@@ -251,15 +259,7 @@ TEST(ThreadPool, OneTeamRunsEveryLoopOfACall) {
             EXPECT_EQ(par_for(c), 0);
             EXPECT_TRUE(c.each_once()) << "a nested call's loop";
         });
-        struct Outer {
-            std::vector<std::unique_ptr<Counts>> inner;
-            static int task(void *, int i, uint8_t *closure) {
-                return par_for(*reinterpret_cast<Outer *>(closure)->inner.at(i));
-            }
-        } outer;
-        for (int i = 0; i < 8; ++i) outer.inner.push_back(std::make_unique<Counts>(0, 16));
-        ASSERT_EQ(halide_do_par_for(nullptr, Outer::task, 0, 8, reinterpret_cast<uint8_t *>(&outer)), 0);
-        for (int i = 0; i < 8; ++i) EXPECT_TRUE(outer.inner[i]->each_once()) << "a loop forked from task " << i;
+        EXPECT_TRUE(nested_loops_each_once()) << "loops forked from tasks";
         auto failing = [](void *, int i, uint8_t *) { return i == 13 ? -7 : 0; };
         EXPECT_EQ(halide_do_par_for(nullptr, failing, 0, 40, nullptr), -7);
     });
