@@ -24,4 +24,13 @@ constexpr int64_t rows_in_whole_tiles(int64_t rows, int64_t tile_rows) {
     return rows > tile_rows && past > 0 && past <= kOneRowTilesMax ? rows - past : rows;
 }
 
+// The calls of a step of `rows` rows: run(first row, rows) for the rows in whole tiles, then
+// for the rows past them where rows_in_whole_tiles leaves some.
+template <typename Run>
+void each_call(int64_t rows, int64_t tile_rows, Run run) {
+    const int64_t whole = rows_in_whole_tiles(rows, tile_rows);
+    run(int64_t{0}, whole);
+    if (whole < rows) run(whole, rows - whole);
+}
+
 }  // namespace blocklstm::step_tiles

@@ -214,6 +214,12 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
     return std::max<int64_t>(1, budget / std::max<int64_t>(1, B * 4 * H * 4));
 }
 
+// The rows of the register tiles of this call's CPU step kernels (schedules/step_tiles.h: the
+// one or two rows past them run in one-row tiles); 0 on a GPU, whose step kernels take any rows.
+int step_tile_rows(const Exec &exec) {
+    return exec.device() == Device::cpu ? cpu_target_knob(exec.cpu_target(), "gemm_step_tile_rows") : 0;
+}
+
 // The forward time loop on rows in length order (StepRows::in_order): step t computes its first
 // n[t] rows, the input projection the packed rows of every step.
 // `zero_idle_outputs` false: the caller writes the rows no step writes (the reordered call's
@@ -331,20 +337,16 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
                               .wcf = wcf, .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm,
                               .gates = gates_buf});
 
-    // A step's last one or two rows past its whole register tiles in a call of their own, in one-row
-    // tiles (schedules/step_tiles.h).
-    const int tile_rows = dev == Device::cpu ? cpu_target_knob(exec.cpu_target(), "gemm_step_tile_rows") : 0;
+    // A step's last one or two rows past its whole register tiles in a call of their own.
+    const int tile_rows = step_tile_rows(exec);
     zero_idle();  // the first write to an output
     for (int64_t t = 0; t < S; ++t) {
         if (chunk < S && t % chunk == 0) project(t);  // the next chunk's xw, over the last one's
-        auto run_rows = [&](int64_t r0, int64_t count) {
+        step_tiles::each_call(rows.n[t], tile_rows, [&](int64_t r0, int64_t count) {
             gates_buf.set_data(gates.floats() + r0 * 4 * H);
             step_at(t, gates_buf, r0, count);
             step.run();
-        };
-        const int64_t n = rows.n[t], whole = step_tiles::rows_in_whole_tiles(n, tile_rows);
-        run_rows(0, whole);
-        if (whole < n) run_rows(whole, n - whole);
+        });
     }
 }
 
@@ -583,9 +585,8 @@ public:
         Buf dnext = Buf::matrix(dev_, padded.data(), DType::f32, B, 4 * H, 4 * H);
         const std::optional<Buf> w_h_t_packed = weights_t_panels(step_kernel, I, H, w_h_t_panels_);
         Buf w_h_t = w_h_t_packed ? *w_h_t_packed : Buf::matrix(dev_, w_t_bytes() + I * es_, dt_, 4 * H, H, I + H);
-        // A step's last one or two rows past its whole register tiles in a call of their own, in
-        // one-row tiles (schedules/step_tiles.h).
-        const int tile_rows = dev_ == Device::cpu ? cpu_target_knob(exec_.cpu_target(), "gemm_step_tile_rows") : 0;
+        // A step's last one or two rows past its whole register tiles in a call of their own.
+        const int tile_rows = step_tile_rows(exec_);
         KernelCall step(step_kernel, exec_);
         bind(step, SeqBwdStepArgs{.dgates_next = dnext, .w_h_t = w_h_t, .h_grad = per_step[0], .cs_grad = per_step[1],
                                   .dcs_carry = carry_in, .i = per_step[2], .f = per_step[3], .o = per_step[4],
@@ -600,14 +601,12 @@ public:
                 if (m > 0) exec_.copy_bytes(padded.data(), next, m * 4 * H * 4);
                 next = padded.floats();
             }
-            const int64_t whole = step_tiles::rows_in_whole_tiles(n, tile_rows);
-            for (const auto [r0, count] : {std::pair{int64_t{0}, whole}, std::pair{whole, n - whole}}) {
-                if (count == 0) continue;  // no rows past the whole tiles
+            step_tiles::each_call(n, tile_rows, [&](int64_t r0, int64_t count) {
                 dnext.set_data(next + r0 * 4 * H);
                 dnext.set_rows(count);
                 rows_at(t, r0, count);
                 step.run();
-            }
+            });
         }
         // The step t = 0 wrote carry[1]; the zeros and dh go with this scope, W_h^T's panels stay
         // for h_prev_grad.
