@@ -269,11 +269,15 @@ class _Eager(torch.autograd.Function):
 
 def _apply(name, *args, **kwargs):
     """torch.ops.blocklstm.<op>(*args, **kwargs) for a forward op, the same values and gradients:
-    the registered op while torch.compile or torch.export traces (the graph holds it), else _Eager."""
+    the registered op while torch.compile or torch.export traces (the graph holds it), else _Eager,
+    or with autograd off the op alone (an autograd Function's apply costs ~6 us a call: 6 % of an
+    LSTMCell step at B = 8, H = 128)."""
     op = _OPS[name]
     if torch.compiler.is_compiling():
         return getattr(torch.ops.blocklstm, _snake(name))(*args, **kwargs)
     a = _bind(op, _ARGS[name], args, kwargs)
+    if not torch.is_grad_enabled():
+        return _call(op, a)
     return _Eager.apply(name, *(a[n] for n in _ARGS[name]))
 
 

@@ -309,6 +309,14 @@ def test_cell_stepped_in_a_loop_matches_nn_lstm_cell(bias):
     assert_grads_equal(ref, ours)
     h, c = ours(torch.randn(5))  # unbatched, as nn.LSTMCell
     assert h.shape == c.shape == (6,)
+    with torch.no_grad():  # inference: the op alone, no autograd Function around it
+        state = [None, None]
+        for t in range(4):
+            for k, m in enumerate((ref, ours)):
+                state[k] = m(xs[t], state[k])
+        assert not any(t.requires_grad for t in state[1])
+        torch.testing.assert_close(state[1][0], state[0][0], atol=TOL, rtol=0)
+        torch.testing.assert_close(state[1][1], state[0][1], atol=TOL, rtol=0)
 
 
 def test_cell_training_steps_match_nn_lstm_cell_while_the_weights_change():
