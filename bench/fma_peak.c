@@ -25,6 +25,12 @@ typedef __m256 vec;
 #define CONSTRAINT "+x"
 #endif
 
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
 #if defined(__AVX512BF16__)
 // The bfloat16 dot product's rate (the products of the bfloat16 kernels with bf16 pairs,
 // schedules/cpu_targets.json): each vdpbf16ps adds two bfloat16 products into each float32 lane.
@@ -33,16 +39,14 @@ static int bf16_peak(void) {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0, a8 = a0,
            a9 = a0, a10 = a0, a11 = a0;
     const long n = 50000000;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = seconds();
     for (long i = 0; i < n; i++) {
 #define D(x) x = _mm512_dpbf16_ps(x, b, c);
         D(a0) D(a1) D(a2) D(a3) D(a4) D(a5) D(a6) D(a7) D(a8) D(a9) D(a10) D(a11)
         __asm__ volatile("" : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7),
                          "+v"(a8), "+v"(a9), "+v"(a10), "+v"(a11));
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    const double s = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    const double s = seconds() - t0;
     const __m512 r = _mm512_add_ps(a0, a11);
     printf("%.1f GFLOP/s on one core, 512-bit vdpbf16ps (checksum %f)\n", n * 12.0 * 2 * 32 / s / 1e9, r[0]);
     return 0;
@@ -61,8 +65,7 @@ int main(int argc, char **argv) {
     const vec b = SET1(0.9999f), c = SET1(0.0001f);
     vec a0 = b, a1 = c, a2 = b, a3 = c, a4 = b, a5 = c, a6 = b, a7 = c, a8 = b, a9 = c, a10 = b, a11 = c;
     const long n = 100000000;
-    struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    const double t0 = seconds();
     for (long i = 0; i < n; i++) {
 #define F(x) x = FMADD(x, b, c);
         F(a0) F(a1) F(a2) F(a3) F(a4) F(a5) F(a6) F(a7) F(a8) F(a9) F(a10) F(a11)
@@ -71,8 +74,7 @@ int main(int argc, char **argv) {
                          CONSTRAINT(a5), CONSTRAINT(a6), CONSTRAINT(a7), CONSTRAINT(a8), CONSTRAINT(a9),
                          CONSTRAINT(a10), CONSTRAINT(a11));
     }
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    const double s = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    const double s = seconds() - t0;
     const vec r = ADD(a0, a11);
     printf("%.1f GFLOP/s on one core, %d-bit vectors (checksum %f)\n", n * 12.0 * 2 * FLOATS / s / 1e9,
            FLOATS * 32, r[0]);
