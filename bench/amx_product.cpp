@@ -3,7 +3,7 @@
 // a (K x M rows, k contiguous) and b in AMX's pair layout b(k % 2, x, k / 2), float32 sums, timed
 // and checked against a float64 sum. Built and run by bench/amx_product.sh.
 //
-// The pattern Halide 21 turns into tileloadd / tdpbf16ps / tilestored (src/ExtractTileOperations):
+// The pattern Halide 21 turns into tileloadd / tdpbf16ps / tilestored (its tile-extraction pass):
 // one accumulator tile of 16 x 16 float32 per loop nest (two, or 8 x 16, are compile errors), k in
 // whole steps of 32 (16 pairs), whole tiles in x and y (a GuardWithIf tile predicates its loads,
 // which the pattern refuses), zero origins and b's pair rows as a dense dimension: pair panels
