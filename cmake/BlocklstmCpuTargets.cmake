@@ -113,6 +113,35 @@ function(blocklstm_cpu_target_entry section index)
     else ()
         message(FATAL_ERROR "${BLOCKLSTM_CPU_TARGET_MANIFEST}: ${name}'s bf16_dot_products is '${bf16_dot}': expected true or false")
     endif ()
+    blocklstm_cpu_manifest_get(amx ${section} ${index} amx_products)
+    if (amx STREQUAL "ON")
+        set(BLOCKLSTM_CPU_${tag}_AMX 1 PARENT_SCOPE)
+    elseif (amx STREQUAL "" OR amx STREQUAL "OFF")
+        set(BLOCKLSTM_CPU_${tag}_AMX 0 PARENT_SCOPE)
+    else ()
+        message(FATAL_ERROR "${BLOCKLSTM_CPU_TARGET_MANIFEST}: ${name}'s amx_products is '${amx}': expected true or false")
+    endif ()
+    # A target whose float32 and float16 kernels are another's builds its bfloat16 kernels alone.
+    blocklstm_cpu_manifest_get(other_dtypes_as ${section} ${index} other_dtypes_as)
+    set(BLOCKLSTM_CPU_${tag}_OTHER_DTYPES_AS "${other_dtypes_as}" PARENT_SCOPE)
+endfunction()
+
+# blocklstm_check_cpu_target_aliases(): a target whose float32 and float16 kernels are another's
+# (the manifest's other_dtypes_as) needs that target in the same build, one that builds them.
+function(blocklstm_check_cpu_target_aliases)
+    foreach (name IN LISTS BLOCKLSTM_CPU_TARGET_NAMES)
+        string(MAKE_C_IDENTIFIER "${name}" tag)
+        set(other "${BLOCKLSTM_CPU_${tag}_OTHER_DTYPES_AS}")
+        if (other STREQUAL "")
+            continue()
+        endif ()
+        string(MAKE_C_IDENTIFIER "${other}" other_tag)
+        if (NOT other IN_LIST BLOCKLSTM_CPU_TARGET_NAMES OR NOT BLOCKLSTM_CPU_${other_tag}_OTHER_DTYPES_AS STREQUAL "")
+            message(FATAL_ERROR "CPU target ${name} runs the float32 and float16 kernels of ${other} "
+                    "(schedules/cpu_targets.json's other_dtypes_as): select ${other} too "
+                    "(BLOCKLSTM_CPU_TARGETS / BLOCKLSTM_CPU_CHECK_TARGETS), a target that builds all of its own")
+        endif ()
+    endforeach ()
 endfunction()
 
 # blocklstm_check_cpu_target_table(NAME): a production target's table uses its instruction set's
@@ -142,12 +171,21 @@ endfunction()
 # know is a compile error).
 function(blocklstm_write_cpu_target_table file)
     set(symbols "")
+    set(aliases "")
     set(specs "")
     foreach (name IN LISTS BLOCKLSTM_CPU_TARGET_NAMES)
         string(MAKE_C_IDENTIFIER "${name}" tag)
         set(table "${BLOCKLSTM_CPU_${tag}_TABLE}")
         set(halide_target "${BLOCKLSTM_CPU_${tag}_HALIDE_TARGET}")
-        string(APPEND symbols " \\\n    M(kernel, ${tag})")
+        set(other "${BLOCKLSTM_CPU_${tag}_OTHER_DTYPES_AS}")
+        if (other STREQUAL "")
+            string(APPEND symbols " \\\n    M(kernel, ${tag})")
+        else ()
+            string(MAKE_C_IDENTIFIER "${other}" other_tag)
+            string(APPEND symbols " \\\n    M(kernel, BLOCKLSTM_CPU_TAG_${tag}_##dtype)")
+            string(APPEND aliases "#define BLOCKLSTM_CPU_TAG_${tag}_f32 ${other_tag}\n"
+                   "#define BLOCKLSTM_CPU_TAG_${tag}_f16 ${other_tag}\n#define BLOCKLSTM_CPU_TAG_${tag}_bf16 ${tag}\n")
+        endif ()
         set(cpus "")
         foreach (cpu IN LISTS BLOCKLSTM_CPU_${tag}_CPUS)
             string(REPLACE ":" ";" fields "${cpu}")
@@ -174,16 +212,24 @@ function(blocklstm_write_cpu_target_table file)
         if (BLOCKLSTM_CPU_${tag}_BF16_DOT)
             set(bf16_dot true)
         endif ()
+        set(amx false)
+        if (BLOCKLSTM_CPU_${tag}_AMX)
+            set(amx true)
+        endif ()
         string(APPEND specs " \\\n    {\"${name}\", \"${halide_target}\", \"${table}\", "
-               "\"${BLOCKLSTM_TUNING_${table}_KNOBS}\", \"${tuned_on}\", ${check}, ${bf16_dot}, {${cpus}}, {${features}}},")
+               "\"${BLOCKLSTM_TUNING_${table}_KNOBS}\", \"${tuned_on}\", ${check}, ${bf16_dot}, ${amx}, "
+               "\"${BLOCKLSTM_CPU_${tag}_OTHER_DTYPES_AS}\", {${cpus}}, {${features}}},")
     endforeach ()
     # Written only when it changes, so that a configure run rebuilds nothing it did not change.
     file(WRITE "${file}.new" "// Written by CMake (cmake/BlocklstmCpuTargets.cmake) from schedules/cpu_targets.json and
 // BLOCKLSTM_CPU_TARGETS / BLOCKLSTM_CPU_CHECK_TARGETS: the CPU targets of every CPU kernel, best first.
-// M(kernel, tag): the kernel's function for one target is <kernel>__<tag>.
-#define BLOCKLSTM_FOR_EACH_CPU_TARGET(M, kernel)${symbols}
+// M(kernel, tag): the kernel's function for one target is <kernel>__<tag>; a target whose float32
+// and float16 kernels are another's (other_dtypes_as) names that target's tag for them, through
+// BLOCKLSTM_CPU_TAG_<target>_<dtype> (M must expand its tag argument before pasting it).
+${aliases}#define BLOCKLSTM_FOR_EACH_CPU_TARGET(M, kernel, dtype)${symbols}
 
 // {name, Halide target, tuning table, its knobs, where it was tuned, check_only, bf16_dot_products,
+//  amx_products, other_dtypes_as (the target whose float32 and float16 kernels it runs, or ""),
 //  {the CPUs the table is for: {vendor, family, first model, last model}, ...} (none: any CPU),
 //  {{Halide feature, its name}, ...}}
 #define BLOCKLSTM_CPU_TARGET_SPECS${specs}

@@ -57,6 +57,9 @@ public:
     // The bfloat16 kernels' products in pairs of bfloat16 products (schedules/cpu_targets.json's
     // bf16_dot_products; CMake passes it to the bfloat16 kernels of such a target).
     GeneratorParam<bool> bf16_dot_products{"bf16_dot_products", false};
+    // The bfloat16 kernels' forward products on AMX tiles (schedules/cpu_targets.json's
+    // amx_products; CMake passes it to the bfloat16 kernels of such a target).
+    GeneratorParam<bool> amx_products{"amx_products", false};
 
 protected:
     // A stored value as float32, and the float32 value e stored as t, for this generator's target.
@@ -66,6 +69,7 @@ protected:
         schedules::Machine m =
             schedules::machine(this->get_target(), tuning_table, tuning, this->using_autoscheduler());
         m.bf16_dot_products = bf16_dot_products;
+        m.amx_products = amx_products;
         return m;
     }
     // The weights this generator can hold; another is a build error pointing at kernels.inc.
@@ -154,6 +158,41 @@ inline KBlocks k_blocks(const Expr &depth, int k_block) {
     return {count, k_block > 0 ? (depth + count - 1) / count : depth};
 }
 
+// The b(x, k) operand of a forward product on AMX tiles: element (x, k) of the pair panel
+// w(k % 2, x, k / 2) the product's width (schedules/panel_layout.h: amx_panels).
+inline Expr amx_weight(const Func &w, const Expr &x, const Expr &k) { return w(k % 2, x, k / 2); }
+
+// Declares the AMX pair panel of a product with `cols` columns over `depth` k: zero origins (as
+// AMX's lowering needs them) and the extents the runtime allocates, checked on every call.
+template <typename PanelsInput>
+void declare_amx_panels(PanelsInput *w, const Expr &cols, const Expr &depth) {
+    w->dim(0).set_min(0).set_extent(2);
+    w->dim(1).set_min(0).set_extent(panels::amx_panel_cols(cols));
+    w->dim(2).set_min(0).set_extent(panels::amx_panel_pairs(depth));
+}
+
+// sum(x, y) = init(x, y) + sum_k a(k, y) * b(x, k) on AMX tiles (GemmBlocking::amx): a and b
+// bfloat16, b in the AMX pair panel (amx_weight), float32 sums. a_panel(k, y) is a in whole
+// tiles, zero past its last row and k, so the tiles at the edges add exact zeros; part(x, y) the
+// product over all of k (the padded depth; b's panel is zero there too), in the form Halide 21
+// lowers to tileloadd / tdpbf16ps / tilestored (schedules/cpu.h: schedule_gemm_amx).
+inline schedules::GemmFuncs amx_product(const std::string &name, const std::function<Expr(Expr k, Expr y)> &a,
+                                        const std::function<Expr(Expr x, Expr k)> &b,
+                                        const std::function<Expr(Expr x, Expr y)> &init, const Expr &rows,
+                                        const Expr &depth, const Var &x, const Var &y, std::optional<Func> sum) {
+    Var k("k");
+    RDom kr(0, 2 * panels::amx_panel_pairs(depth), name + "_k");
+    schedules::GemmFuncs p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"), Func(name + "_a_tiles"),
+                           Func(name + "_b_unused"), x, y, kr.x, kr.x, std::nullopt};
+    p.amx = true;
+    Expr a_value = a(min(likely(k), max(depth - 1, 0)), min(likely(y), rows - 1));
+    p.a_panel(k, y) = select(likely(k < depth) && likely(y < rows), a_value, cast(a_value.type(), 0));
+    p.part(x, y) = 0.0f;
+    p.part(x, y) += cast<float>(p.a_panel(kr.x, y)) * cast<float>(b(x, kr.x));
+    p.sum(x, y) = cast<float>(init(x, y)) + p.part(x, y);
+    return p;
+}
+
 // sum(x, y) = init(x, y) + sum_k a(k, y) * b(x, k), accumulated in float32, with the reduction
 // blocked: part(x, y, kb) is the product over one block of k_block steps of k (k_block 0: one
 // block of all of k), so a register tile
@@ -183,6 +222,7 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
                                     const Var &x, const Var &y,
                                     std::optional<Func> sum = std::nullopt,
                                     const std::function<void(Func a_panel, Expr k_extent)> &define_a_panel = nullptr) {
+    if (blocking.amx) return amx_product(name, a, b, init, rows, depth, x, y, sum);
     const int panel_rows = blocking.panel_rows, panel_cols = blocking.panel_cols;
     const bool pairs = blocking.bf16_pairs, by_bits = blocking.bf16_by_bits;
     KBlocks kbs = k_blocks(depth, blocking.k_block);

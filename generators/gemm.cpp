@@ -50,7 +50,7 @@ public:
         const bool c_is_f32 = form == GemmForm::nn_bias || w_grad_chunk;
         a = add_input<Buffer<>>(n::a, a_is_f32 ? f32_type : Type(dtype), 2);
         if (w_grad_chunk) a_h = add_input<Buffer<>>(n::a_h, f32_type, 2);
-        b = add_input<Buffer<>>(n::b, pairs() ? BFloat(16) : b_is_f32 ? f32_type : Type(dtype), panels ? 3 : 2);
+        b = add_input<Buffer<>>(n::b, pairs() || amx() ? BFloat(16) : b_is_f32 ? f32_type : Type(dtype), panels ? 3 : 2);
         if (form == GemmForm::nn_bias) bias = add_input<Buffer<>>(n::bias, dtype, 1);
         if (w_grad_chunk) {
             // c and sums themselves: read before they are written
@@ -69,10 +69,17 @@ public:
                panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products);
     }
 
+    // The input projection's W_x in AMX's pair panel, x . W_x on AMX tiles
+    // (schedules/panel_layout.h: amx_panels): x is bfloat16 already, so nothing is rounded.
+    bool amx() const {
+        return weights == Weights::panels && form == GemmForm::nn_bias &&
+               panels::amx_panels(Type(dtype) == BFloat(16), amx_products);
+    }
+
     void generate() {
         Var x("x"), y("y");  // column, row of c
         const bool transpose_a = form == GemmForm::tn;
-        const int b_panel_cols = declare_panels(b, c, weights == Weights::panels, pairs());
+        const int b_panel_cols = amx() ? 0 : declare_panels(b, c, weights == Weights::panels, pairs());
         // The runtime's buffers start at 0; known here, a column's place in its packed panel
         // (x % panel_cols) is known at compile time.
         c->dim(0).set_min(0);
@@ -84,8 +91,10 @@ public:
         // bfloat16 kernels, on a target with bf16_dot_products, run the products in pairs of bfloat16
         // products: the float32 operand (the gate gradients of x_grad's and w_grad's products) is
         // rounded to bfloat16 as it is packed.
+        if (amx()) declare_amx_panels(b, cols, depth);
         const schedules::GemmBlocking blocking =
-            schedules::gemm_blocking(batched, t, /*bf16_operands=*/Type(dtype) == BFloat(16));
+            amx() ? schedules::GemmBlocking{.amx = true}
+                  : schedules::gemm_blocking(batched, t, /*bf16_operands=*/Type(dtype) == BFloat(16));
         auto operand = [&](Expr e) { return blocking.bf16_pairs ? cast(BFloat(16), e) : e; };
         // A float32 c is the accumulator itself; a float16 c is one rounding of it.
         const bool c_is_f32 = c->types()[0] == Float(32);
@@ -96,7 +105,9 @@ public:
                 Expr a_cols = a->dim(0).extent();
                 return operand(select(likely(yy < a_cols), (*a)(min(yy, a_cols - 1), k), stored(a->type(), 1)));
             },
-            [&](Expr xx, Expr k) { return operand(recurrent_weight(*b, b_panel_cols, xx, k, pairs())); },
+            [&](Expr xx, Expr k) {
+                return amx() ? amx_weight(*b, xx, k) : operand(recurrent_weight(*b, b_panel_cols, xx, k, pairs()));
+            },
             [&](Expr xx, Expr yy) {
                 if (c_in) return select(*accumulate != 0.0f, (*c_in)(xx, yy), 0.0f);
                 return bias ? f32((*bias)(xx)) : Expr(0.0f);
@@ -139,7 +150,7 @@ public:
                                   .cols = cols,
                                   .sum_is_output = c_is_f32,
                                   .a_rows_contiguous = !transpose_a,
-                                  .b_in_panels = b_panel_cols > 0,
+                                  .b_in_panels = b_panel_cols > 0 || amx(),
                                   .a_from_two_inputs = a_h != nullptr,
                                   .a_converted = a->type() != Float(32)},
                                  t);

@@ -19,17 +19,28 @@ public:
     Output<Buffer<>> *out = nullptr;
 
     bool pairs() const { return panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products); }
+    // The forward's weights (W_x, W_h) for AMX's tiles: one pair panel the product's width.
+    bool amx() const { return !transpose && panels::amx_panels(Type(dtype) == BFloat(16), amx_products); }
 
     void configure() {
         require_weights({Weights::panels});
         in = add_input<Buffer<>>(args::panels::in, dtype, 2);
-        out = add_output<Buffer<>>(args::panels::out, pairs() ? BFloat(16) : Float(32), 3);
+        out = add_output<Buffer<>>(args::panels::out, pairs() || amx() ? BFloat(16) : Float(32), 3);
     }
 
     void generate() {
         const int P = panels::kPanelCols;
         Expr cols = transpose ? in->dim(1).extent() : in->dim(0).extent();
         Expr depth = transpose ? in->dim(0).extent() : in->dim(1).extent();
+        if (amx()) {  // out(kk, x, k) = b(x, 2 k + kk)
+            declare_amx_panels(out, cols, depth);
+            Var kk("kk"), x("x"), k("k");
+            Expr k2 = 2 * k + kk;
+            Expr value = (*in)(min(x, cols - 1), min(k2, depth - 1));
+            (*out)(kk, x, k) = select(x < cols && k2 < depth, value, cast(BFloat(16), 0));
+            schedules::schedule_amx_panels(*out, kk, x, k, machine());
+            return;
+        }
         out->dim(0).set_min(0).set_extent(pairs() ? 2 * P : P);
         out->dim(2).set_min(0).set_extent(panels::panel_count(cols));
         Var xi("xi"), k("k"), xo("xo");

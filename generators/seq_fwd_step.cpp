@@ -38,7 +38,7 @@ public:
         // [H,4H] rows I.. of w: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
-        w_h = add_input<Buffer<>>(a::w_h, pairs() ? BFloat(16) : panels ? Float(32) : Type(dtype), panels ? 3 : 2);
+        w_h = add_input<Buffer<>>(a::w_h, pairs() || amx() ? BFloat(16) : panels ? Float(32) : Type(dtype), panels ? 3 : 2);
         add_cell_inputs();
         lstm = add_output<Buffer<>>(a::lstm, std::vector<Type>(7, Type(dtype)), 2);
         gates = add_output<Buffer<>>(a::gates, Float(32), 2);
@@ -48,6 +48,9 @@ public:
     bool pairs() const {
         return weights == Weights::panels && panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products);
     }
+
+    // W_h in AMX's pair panel, h . W_h on AMX tiles (schedules/panel_layout.h: amx_panels).
+    bool amx() const { return weights == Weights::panels && panels::amx_panels(Type(dtype) == BFloat(16), amx_products); }
 
     // The inputs of the gate math besides the pre-activations.
     void add_cell_inputs() {
@@ -68,12 +71,20 @@ public:
             return;
         }
 
-        const int panel_cols = declare_panels(w_h, gates, weights == Weights::panels, pairs());
+        if (amx()) {
+            declare_amx_panels(w_h, 4 * H, H);
+            gates->dim(0).set_min(0);
+            gates->dim(1).set_min(0);
+        }
+        const int panel_cols = amx() ? 0 : declare_panels(w_h, gates, weights == Weights::panels, pairs());
         schedules::GemmFuncs p = matrix_product(
             "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
-            [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k, pairs()); },
+            [&](Expr xx, Expr k) {
+                return amx() ? amx_weight(*w_h, xx, k) : recurrent_weight(*w_h, panel_cols, xx, k, pairs());
+            },
             [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H,
-            schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
+            amx() ? schedules::GemmBlocking{.amx = true}
+                  : schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
             /*b_padded=*/panel_cols > 0,
             x, y, Func(*gates));
 
@@ -81,7 +92,7 @@ public:
         schedules::schedule_gemm(p,
                                  {.shape = schedules::GemmShape::step,
                                   .cols = 4 * H,
-                                  .b_in_panels = panel_cols > 0,
+                                  .b_in_panels = panel_cols > 0 || amx(),
                                   .a_converted = Type(dtype) != Float(32)},
                                  t);
         schedules::schedule_elementwise(*lstm, j, n, t);

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "Halide.h"
+#include "schedules/panel_layout.h"
 #include "schedules/tuning.h"
 
 namespace blocklstm::schedules {
@@ -30,6 +31,9 @@ struct GemmFuncs {
     // where the step has few rows (schedules/step_tiles.h); undefined otherwise.
     Func part_single;
     Expr single;  // the condition: the step's rows are that few
+    // On AMX's tiles (GemmBlocking::amx): part(x, y) is the whole product over k, a_panel(k, y)
+    // a's copy in whole tiles; b_panel and blocks are unused.
+    bool amx = false;
 };
 
 // step: few rows (B, once per time step); A is read in place. batched: a product over the whole
@@ -254,6 +258,61 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
         .unroll(y);
 }
 
+// A product on AMX tiles (GemmBlocking::amx, generators/common.h: matrix_product): part is one
+// accumulator tile of 16 x 16 float32 at a time (Halide 21 lowers one per loop nest) over all of k
+// in steps of 32 (one tdpbf16ps each), stored (tilestored) into a strip of 16 columns x a row
+// block, which sum then adds to its initial value. The strips run in parallel with the rows
+// inner, so a strip of b (16 columns x all of k: 16 KiB at k = 512) stays in L1 while the row
+// block's tiles read it; a batched product's row blocks of kAmxRowBlockTiles tiles keep a's block
+// in L2 (6400 rows at once swept all of a from memory once per strip). a's copy in whole tiles is
+// made once per call. `amx`: the target has AMX; without (a check target) the same loops run on
+// vectors, so the layouts and the tile edges are tested on any CPU.
+inline void schedule_gemm_amx(GemmFuncs g, const GemmUse &use, const CpuTuning &tuning, bool amx) {
+    constexpr int kRows = panels::kAmxTileRows, kCols = panels::kAmxTileCols, kDepth = panels::kAmxTileDepth;
+    const int vec = tuning.vector_floats;
+    Var x = g.x, y = g.y, xo("xo"), xi("xi"), yo("yo"), yi("yi");
+    if (!use.sum_is_output) g.sum.compute_root();
+    // The strips in parallel: a batched product's inside each row block, not fused with the row
+    // blocks, whose loop's bounds Halide infers past b's last column (a tile of them past, then
+    // the panel's extent check fails).
+    g.sum.split(x, xo, xi, kCols, TailStrategy::GuardWithIf);
+    if (use.shape == GemmShape::batched) {
+        g.sum.split(y, yo, yi, kRows * panels::kAmxRowBlockTiles, TailStrategy::GuardWithIf).reorder(xi, yi, xo, yo);
+    } else {
+        g.sum.reorder(xi, y, xo);
+    }
+    g.sum.parallel(xo).vectorize(xi, vec, TailStrategy::GuardWithIf);
+
+    const std::vector<Var> a_args = g.a_panel.args();  // (k, y)
+    Var ayo("ayo"), ayi("ayi");
+    g.a_panel.compute_root()
+        .split(a_args[1], ayo, ayi, kRows, TailStrategy::RoundUp)
+        .vectorize(a_args[0], 2 * vec, TailStrategy::GuardWithIf)
+        .parallel(ayo);
+
+    Func tiles = g.part.in(g.sum);  // the tiles' store: a pure copy, as AMX's lowering requires
+    tiles.compute_at(g.sum, xo)
+        .tile(x, y, xi, yi, kCols, kRows, TailStrategy::RoundUp)
+        .reorder(xi, yi, y, x);
+    RVar ko("ko"), ki("ki");
+    if (amx) {
+        tiles.vectorize(xi).vectorize(yi);
+        g.part.compute_at(tiles, y).store_in(MemoryType::AMXTile).tile(x, y, xi, yi, kCols, kRows).vectorize(xi).vectorize(yi);
+        g.part.update()
+            .tile(x, y, xi, yi, kCols, kRows, TailStrategy::RoundUp)
+            .split(g.k, ko, ki, kDepth)
+            .reorder({ki, xi, yi, ko, x, y})
+            .atomic()
+            .vectorize(ki)
+            .vectorize(xi)
+            .vectorize(yi);
+        return;
+    }
+    tiles.vectorize(xi, vec);
+    g.part.compute_at(tiles, y).bound_extent(x, kCols).bound_extent(y, kRows).vectorize(x, vec);
+    g.part.update().reorder(x, y, g.k).vectorize(x, vec);
+}
+
 // Element-wise stages over (unit j, batch row n): vectors along j, rows in parallel.
 inline void schedule_elementwise_cpu(Func f, Var j, Var n, const CpuTuning &tuning) {
     const int vec = tuning.vector_floats;
@@ -366,6 +425,13 @@ inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed
             .unroll(xoi)
             .parallel(xoo);
     }
+}
+
+// AMX's pair panel out(kk, x, k) = b(x, 2 k + kk) (generators/panels.cpp): a pair of b's rows
+// interleaved, in vectors along x, the pair rows in parallel.
+inline void schedule_amx_panels_cpu(Func out, Var kk, Var x, Var k, const CpuTuning &tuning) {
+    Var xk("xk");
+    out.bound(kk, 0, 2).reorder(kk, x, k).fuse(kk, x, xk).vectorize(xk, 2 * tuning.vector_floats, TailStrategy::GuardWithIf).parallel(k);
 }
 
 }  // namespace blocklstm::schedules

@@ -34,4 +34,24 @@ Int panel_count(const Int &cols) {
 // panel of half the depth.
 constexpr bool pair_panels(bool bf16_weights, bool bf16_dot_products) { return bf16_weights && bf16_dot_products; }
 
+// On a target with amx_products (schedules/cpu_targets.json) the bfloat16 forward products (the
+// input projection's W_x, a step's W_h) run on AMX tiles, whose bfloat16 product (tdpbf16ps)
+// multiplies a tile of 16 rows x 32 k of a by 16 pair rows of b: b(x, 2 k + kk) at (kk, x, k),
+// one pair panel the width of the product, as Halide 21's AMX lowering reads it (its pattern
+// does not recognise narrower panels: docs/performance.md). Zero past the last column up to a
+// whole tile (kAmxTileCols) and past the last k up to a whole tile's depth (kAmxTileDepth).
+constexpr int kAmxTileRows = 16, kAmxTileCols = 16, kAmxTileDepth = 32;
+// A batched product's rows go to AMX in blocks of this many tiles (schedules/cpu.h:
+// schedule_gemm_amx): 256 rows of a at k = 512 are 256 KiB, half an L2 of 2 MiB.
+constexpr int kAmxRowBlockTiles = 16;
+constexpr bool amx_panels(bool bf16_weights, bool amx_products) { return bf16_weights && amx_products; }
+template <typename Int>
+Int amx_panel_cols(const Int &cols) {
+    return (cols + (kAmxTileCols - 1)) / kAmxTileCols * kAmxTileCols;
+}
+template <typename Int>
+Int amx_panel_pairs(const Int &depth) {  // pair rows: the depth in whole tiles, halved
+    return (depth + (kAmxTileDepth - 1)) / kAmxTileDepth * (kAmxTileDepth / 2);
+}
+
 }  // namespace blocklstm::panels

@@ -24,6 +24,10 @@ struct Machine {
     // A bfloat16 kernel's products of two bfloat16 operands run in pairs of k (GemmBlocking::
     // bf16_pairs): the CPU target's bf16_dot_products (schedules/cpu_targets.json).
     bool bf16_dot_products = false;
+    // A bfloat16 kernel's forward products run on AMX tiles (GemmBlocking::amx): the CPU target's
+    // amx_products (schedules/cpu_targets.json). On a target without AMX instructions (a check
+    // target) the same algorithm runs on its vectors.
+    bool amx_products = false;
     // The GPU schedules run as CUDA (the product) and as OpenCL (their twins in the tests, on
     // PoCL: the same loops on any CI machine).
     bool gpu() const {
@@ -76,6 +80,10 @@ struct GemmBlocking {
     bool single_row = false;
     // bfloat16 operands read as float32 by their bits (GPU targets: generators/common.h f32).
     bool bf16_by_bits = false;
+    // bfloat16 a and b in AMX's layout (schedules/panel_layout.h: amx_panels), the product in
+    // whole tiles of kAmxTileRows x kAmxTileCols over all of k at once (generators/common.h:
+    // matrix_product; Halide 21 lowers one accumulator tile per loop nest, no k blocks).
+    bool amx = false;
 };
 
 // bf16_operands: a and b are both bfloat16 (then the target's bf16_dot_products decides the pairs).
@@ -90,6 +98,7 @@ inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m, bool bf16_o
 
 inline void schedule_gemm(const GemmFuncs &g, const GemmUse &use, const Machine &m) {
     if (m.autoschedule) return;
+    if (g.amx) return schedule_gemm_amx(g, use, m.cpu, m.target.has_feature(Halide::Target::AVX512_SapphireRapids));
     if (!m.gpu()) return schedule_gemm_cpu(g, use, m.cpu);
     const CudaTuning &c = m.cuda;
     if (use.shape == GemmShape::batched)
@@ -169,6 +178,12 @@ inline void schedule_panels(Halide::Func out, Halide::Var xi, Halide::Var k, Hal
     if (m.gpu()) throw std::invalid_argument("panels: the GPU products read the weights in place");
     if (m.autoschedule) return;
     schedule_panels_cpu(out, xi, k, xo, transposed, pairs, m.cpu);
+}
+
+// The forward's bfloat16 weights in AMX's pair panel out(kk, x, k) (generators/panels.cpp).
+inline void schedule_amx_panels(Halide::Func out, Halide::Var kk, Halide::Var x, Halide::Var k, const Machine &m) {
+    if (m.autoschedule) return;
+    schedule_amx_panels_cpu(out, kk, x, k, m.cpu);
 }
 
 }  // namespace blocklstm::schedules

@@ -294,6 +294,23 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
             add(n("k_block", g.gemm_k_block) + "_in_LB", g.gemm_k_block, rows);
         }
     }
+    // AMX's tiles (a target with amx_products): 16 rows, 16 columns (4H), 32 deep (H per step, I
+    // for the input projection), and the batched products' row blocks (schedules/panel_layout.h).
+    const std::vector<blocklstm::CpuTarget> targets = blocklstm::cpu_targets();
+    const bool amx = std::any_of(targets.begin(), targets.end(), [](const blocklstm::CpuTarget &t) { return t.amx_products; });
+    if (amx) {
+        namespace pl = blocklstm::panels;
+        if (products == Products::step) {
+            add(n("amx_tile_rows", pl::kAmxTileRows), pl::kAmxTileRows, batch);
+            add(n("amx_tile_depth", pl::kAmxTileDepth), pl::kAmxTileDepth, units);
+        } else if (products == Products::batched) {
+            add(n("amx_tile_rows", pl::kAmxTileRows), pl::kAmxTileRows, rows);
+            const int64_t row_block = int64_t{pl::kAmxTileRows} * pl::kAmxRowBlockTiles;
+            add(n("amx_row_block", row_block), row_block, rows);
+            add(n("amx_tile_depth", pl::kAmxTileDepth) + "_in_I", pl::kAmxTileDepth, inputs);
+        }
+        add(n("amx_tile_cols", pl::kAmxTileCols) + "_in_4H", pl::kAmxTileCols / 4, units);
+    }
     if (products == Products::step) {
         add(n("panel", blocklstm::panels::kPanelCols), blocklstm::panels::kPanelCols, units);
         add(n("panel_group", blocklstm::panels::kPanelGroupCols), blocklstm::panels::kPanelGroupCols, units);

@@ -544,6 +544,19 @@ TEST(CpuTargets, FeaturesDecodedFromCpuidAndXcr0) {
     EXPECT_EQ(lacks(skylake_x, "avx512_zen4"),
               "AVX-512IFMA, AVX-512VBMI, AVX-512VBMI2, GFNI, AVX-512VNNI, AVX-512BITALG, AVX-512VPOPCNTDQ, AVX-512BF16");
     EXPECT_EQ(lacks(skylake_x, "avx512_skylake"), "");
+    // avx512_sapphirerapids (-mcpu=sapphirerapids): Zen 4's and AVX-512FP16 and AMX in cpuid(7,
+    // 0).edx, AVX-VNNI in cpuid(7, 1).eax, and the OS's AMX state (XCR0 bits 17-18).
+    X86State sapphire_rapids_regs = zen4_regs;
+    sapphire_rapids_regs.leaf7_edx = 1u << 22 | 1u << 23 | 1u << 24 | 1u << 25;
+    sapphire_rapids_regs.leaf7_1_eax |= 1u << 4;
+    sapphire_rapids_regs.xcr0 = 0x600e7;
+    X86State amx_state_not_enabled = sapphire_rapids_regs;
+    amx_state_not_enabled.xcr0 = 0xe7;
+    EXPECT_EQ(lacks(sapphire_rapids_regs, "avx512_sapphirerapids"), "");
+    EXPECT_EQ(lacks(sapphire_rapids_regs, "avx512_zen4"), "");
+    EXPECT_EQ(lacks(amx_state_not_enabled, "avx512_sapphirerapids"), "OS support for AMX state (XCR0 bits 17-18)");
+    EXPECT_EQ(lacks(zen4_regs, "avx512_sapphirerapids"),
+              "AVX-512FP16, AVX-VNNI, AMX-TILE, AMX-BF16, AMX-INT8, OS support for AMX state (XCR0 bits 17-18)");
     // The CPUs a table is for: vendor, family and model ranges (AMD's family 0x19 is Zen 3 and
     // Zen 4, told apart by the model; Zen 5 is 0x1a). The Zen 4 and Zen 5 targets' lists together,
     // as the runtime has them.
@@ -577,7 +590,7 @@ TEST(CpuTargets, FeaturesDecodedFromCpuidAndXcr0) {
 // every compiled target's runs_here with it.
 TEST(CpuTargets, ThisCpuReadAsGccReadsIt) {
     __builtin_cpu_init();
-    const std::map<std::string, bool> gcc = {
+    std::map<std::string, bool> gcc = {
         {"sse41", __builtin_cpu_supports("sse3") && __builtin_cpu_supports("ssse3") && __builtin_cpu_supports("sse4.1")},
         {"avx2", __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi")},
         {"fma", __builtin_cpu_supports("fma") != 0},
@@ -594,6 +607,9 @@ TEST(CpuTargets, ThisCpuReadAsGccReadsIt) {
                             __builtin_cpu_supports("gfni") && __builtin_cpu_supports("avx512vnni") &&
                             __builtin_cpu_supports("avx512bitalg") && __builtin_cpu_supports("avx512vpopcntdq") &&
                             __builtin_cpu_supports("avx512bf16")}};
+    gcc["avx512_sapphirerapids"] = gcc.at("avx512_zen4") && __builtin_cpu_supports("avx512fp16") &&
+                                   __builtin_cpu_supports("avxvnni") && __builtin_cpu_supports("amx-tile") &&
+                                   __builtin_cpu_supports("amx-bf16") && __builtin_cpu_supports("amx-int8");
     const blocklstm::detail::X86State here = blocklstm::detail::read_x86_state();
     for (const auto &[feature, supported] : gcc)
         EXPECT_EQ(blocklstm::detail::x86_missing(here, feature)->empty(), supported) << feature;
@@ -639,11 +655,14 @@ TEST(CpuTargets, ThisCpuReadAsGccReadsIt) {
         }
         EXPECT_EQ(t.tuned_for_this_cpu, in_range) << t.name;
     }
+    // (AMX's targets also need Linux to hand out the tile state, which it does from 5.16 on.)
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
-        const bool avx512 = contains(t.halide_target, "avx512_skylake"), avx2 = contains(t.halide_target, "avx2");
-        const bool expected = avx512 ? gcc.at("avx512_skylake")
-                              : avx2 ? gcc.at("avx2") && gcc.at("fma") && gcc.at("f16c")
-                                     : gcc.at("sse41");
+        const std::string &h = t.halide_target;
+        const bool expected = contains(h, "avx512_sapphirerapids") ? gcc.at("avx512_sapphirerapids")
+                              : contains(h, "avx512_zen4")         ? gcc.at("avx512_zen4")
+                              : contains(h, "avx512_skylake")      ? gcc.at("avx512_skylake")
+                              : contains(h, "avx2")                ? gcc.at("avx2") && gcc.at("fma") && gcc.at("f16c")
+                                                                   : gcc.at("sse41");
         EXPECT_EQ(t.runs_here, expected) << t.name << ": " << t.missing;
     }
 }
@@ -707,6 +726,7 @@ TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
         if (!t.runs_here) continue;
         blocklstm::set_cpu_target(t.name);
         for (DType dtype : blocklstm::kFloatDTypes) {
+            if (!t.other_dtypes_as.empty() && dtype != DType::bf16) continue;  // that target's code
             SCOPED_TRACE(t.name + " " + blocklstm::to_string(dtype));
             BLT_SEED(seed, "CpuTargets/" + t.name);
             run_use({Op::seq, true, Layout::ifco}, dtype, s, seed, Device::cpu);

@@ -353,15 +353,18 @@ void list_kernels(bool kernel_rows) {
     // The CPU targets every CPU kernel was compiled for, and which one runs.
     std::printf("\nCPU targets (best first; <instruction set>@<table>: the instruction set with that\n"
                 "tuning table, chosen only on the CPUs the table is for; check targets: for the tests;\n"
-                "bf16 pairs: the bfloat16 products in pairs of bfloat16 products, vdpbf16ps):\n");
+                "bf16 pairs: the bfloat16 products in pairs of bfloat16 products, vdpbf16ps;\n"
+                "bf16 on AMX: the bfloat16 forward products on AMX tiles):\n");
     std::map<std::string, std::string> tables;  // the tuning tables compiled in, and where they were tuned
     for (const CpuTarget &t : cpu_targets()) {
         const std::string chosen = t.tuned_for.empty() || t.check_only ? ""
                                    : t.tuned_for_this_cpu          ? ", tuned for this CPU"
                                                                    : ", tuned for " + t.tuned_for + " only";
-        fmt::print("  {:<26} {:<30} table {:<18} {}{}{}{}{}\n", t.name, t.halide_target, t.tuning_table,
+        fmt::print("  {:<26} {:<30} table {:<18} {}{}{}{}{}{}{}\n", t.name, t.halide_target, t.tuning_table,
                    t.runs_here ? "runs here" : "this CPU lacks " + t.missing, chosen,
                    t.check_only ? ", check target" : "", t.bf16_dot_products ? ", bf16 pairs" : "",
+                   t.amx_products ? ", bf16 on AMX" : "",
+                   t.other_dtypes_as.empty() ? "" : ", float32/float16 as " + t.other_dtypes_as,
                    t.name == in_use ? "  <- in use" : "");
         tables[t.tuning_table] = (t.tuned_for.empty() ? "" : "for " + t.tuned_for + ": ") + t.tuned_on;
     }

@@ -81,7 +81,9 @@ def cpu_targets():
     """Every compiled CPU target, best first, as a dict: name, halide_target, tuning_table,
     tuned_on, check_only, tuned_for (the CPUs its table is for, '' for any; chosen automatically
     only there), tuned_for_this_cpu, runs_here, missing (what this CPU or its OS lacks),
-    bf16_dot_products (its bfloat16 products run as pairs of bfloat16 products: vdpbf16ps)."""
+    bf16_dot_products (its bfloat16 products run as pairs of bfloat16 products: vdpbf16ps),
+    amx_products (its bfloat16 forward products run on AMX tiles), other_dtypes_as (the target whose
+    float32 and float16 kernels it runs, '' for its own)."""
     return _core.cpu_targets()
 
 

@@ -319,6 +319,8 @@ NB_MODULE(_core, m) {
             d["tuned_on"] = t.tuned_on;
             d["check_only"] = t.check_only;
             d["bf16_dot_products"] = t.bf16_dot_products;
+            d["amx_products"] = t.amx_products;
+            d["other_dtypes_as"] = t.other_dtypes_as;
             d["tuned_for"] = t.tuned_for;
             d["tuned_for_this_cpu"] = t.tuned_for_this_cpu;
             d["runs_here"] = t.runs_here;

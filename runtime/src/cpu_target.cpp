@@ -10,6 +10,11 @@
 #include <mutex>
 #include <utility>
 
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "runtime/src/exec.h"
 #include "runtime/src/validate.h"
 #include "runtime/src/x86_features.h"
@@ -24,6 +29,8 @@ struct CpuTargetSpec {
     const char *name, *halide_target, *tuning_table, *tuning, *tuned_on;
     bool check_only;
     bool bf16_dot_products;
+    bool amx_products;
+    const char *other_dtypes_as;
     std::vector<X86Models> cpus;  // the CPUs the table is for (none: any CPU)
     std::vector<std::pair<int, const char *>> features;  // Halide feature, its name
 };
@@ -65,6 +72,26 @@ std::string cpu_lacks(int bit, const char *feature) {
     return halide_default_can_use_target_features(sizeof(words) / sizeof(words[0]), words) ? "" : feature;
 }
 
+// Whether a target's code may hold AMX instructions (Halide's avx512_sapphirerapids).
+bool uses_amx(const std::vector<std::pair<int, const char *>> &features) {
+    for (const auto &[bit, name] : features)
+        if (bit == halide_target_feature_avx512_sapphirerapids) return true;
+    return false;
+}
+
+// Asks Linux for AMX's tile data state (8 KiB more per thread's signal frame), once.
+bool amx_tile_state_granted() {
+#if defined(__linux__) && defined(__x86_64__)
+    static const bool granted = [] {
+        constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // <asm/prctl.h>
+        return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    }();
+    return granted;
+#else
+    return false;
+#endif
+}
+
 // Each compiled target and what this CPU makes of it.
 const std::vector<CpuTarget> &compiled() {
     static const std::vector<CpuTarget> targets = [] {
@@ -76,12 +103,18 @@ const std::vector<CpuTarget> &compiled() {
             t.tuning_table = s.tuning_table, t.tuning = s.tuning, t.tuned_on = s.tuned_on;
             t.check_only = s.check_only;
             t.bf16_dot_products = s.bf16_dot_products;
+            t.amx_products = s.amx_products;
+            t.other_dtypes_as = s.other_dtypes_as;
             t.tuned_for = cpu_description(s.cpus);
             t.tuned_for_this_cpu = x86_is_one_of(this_cpu(), s.cpus);
             for (const auto &[bit, name] : s.features) {
                 const std::string lacks = cpu_lacks(bit, name);
                 if (!lacks.empty()) t.missing += (t.missing.empty() ? "" : "; ") + lacks;
             }
+            // AMX's tile registers are state that Linux hands a process only when asked (else the
+            // first tile instruction dies with SIGILL): asked once, for the whole process, here.
+            if (t.missing.empty() && uses_amx(s.features) && !amx_tile_state_granted())
+                t.missing = "the AMX tile state (Linux refused arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA))";
             t.runs_here = t.missing.empty();
             out.push_back(std::move(t));
         }
@@ -186,6 +219,7 @@ int current_cpu_target() {
 
 const std::string &cpu_target_name(int index) { return compiled().at(index).name; }
 bool cpu_target_bf16_dot_products(int index) { return compiled().at(index).bf16_dot_products; }
+bool cpu_target_amx_products(int index) { return compiled().at(index).amx_products; }
 
 int cpu_target_knob(int index, const std::string &knob) {
     const std::string &knobs = compiled().at(index).tuning;  // "name:value,..."

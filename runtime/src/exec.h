@@ -54,6 +54,8 @@ int current_cpu_target();
 const std::string &cpu_target_name(int index);
 // Whether that target's bfloat16 kernels take W_h in pair panels (schedules/panel_layout.h).
 bool cpu_target_bf16_dot_products(int index);
+// Whether that target's bfloat16 forward kernels take W_x and W_h in AMX's pair panel.
+bool cpu_target_amx_products(int index);
 // A knob of that target's tuning table (schedules/tuning.h), as its kernels were compiled with.
 int cpu_target_knob(int index, const std::string &knob);
 

@@ -29,12 +29,16 @@
 #define BLOCKLSTM_DECLARE_FUNCTION(fn)                 \
     extern "C" int fn##_argv(void **);                 \
     extern "C" const halide_filter_metadata_t *fn##_metadata();
-#define BLOCKLSTM_DECLARE_CPU_FUNCTION(kernel, tag) BLOCKLSTM_DECLARE_FUNCTION(kernel##__##tag)
-#define BLOCKLSTM_DECLARE_cpu(kernel) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_DECLARE_CPU_FUNCTION, kernel)
-#define BLOCKLSTM_DECLARE_cuda(kernel) BLOCKLSTM_DECLARE_FUNCTION(kernel)
+// A target's tag may be an alias (cpu_targets.inc: BLOCKLSTM_CPU_TAG_...), expanded by the outer
+// macro before the inner one pastes it.
+#define BLOCKLSTM_PASTE_CPU_FUNCTION(kernel, tag) BLOCKLSTM_DECLARE_FUNCTION(kernel##__##tag)
+#define BLOCKLSTM_DECLARE_CPU_FUNCTION(kernel, tag) BLOCKLSTM_PASTE_CPU_FUNCTION(kernel, tag)
+#define BLOCKLSTM_DECLARE_cpu(kernel, dtype) \
+    BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_DECLARE_CPU_FUNCTION, kernel, dtype)
+#define BLOCKLSTM_DECLARE_cuda(kernel, dtype) BLOCKLSTM_DECLARE_FUNCTION(kernel)
 #define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...) \
     BLOCKLSTM_IF_BACKEND_##backend(                                  \
-        BLOCKLSTM_DECLARE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout)))
+        BLOCKLSTM_DECLARE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout), dtype))
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
 
@@ -44,13 +48,14 @@ namespace {
 
 // The functions of each kernel: kernel_code_<kernel>[] = {{argv, metadata}, ...}.
 #define BLOCKLSTM_CODE(fn) {&fn##_argv, &fn##_metadata},
-#define BLOCKLSTM_CPU_CODE(kernel, tag) BLOCKLSTM_CODE(kernel##__##tag)
-#define BLOCKLSTM_CODE_cpu(kernel) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_CPU_CODE, kernel)
-#define BLOCKLSTM_CODE_cuda(kernel) BLOCKLSTM_CODE(kernel)
+#define BLOCKLSTM_PASTE_CPU_CODE(kernel, tag) BLOCKLSTM_CODE(kernel##__##tag)
+#define BLOCKLSTM_CPU_CODE(kernel, tag) BLOCKLSTM_PASTE_CPU_CODE(kernel, tag)
+#define BLOCKLSTM_CODE_cpu(kernel, dtype) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_CPU_CODE, kernel, dtype)
+#define BLOCKLSTM_CODE_cuda(kernel, dtype) BLOCKLSTM_CODE(kernel)
 #define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...)                                \
     BLOCKLSTM_IF_BACKEND_##backend(                                                                 \
         const KernelCode kernel_code_##family##__##backend##_##dtype##_##flags##_##layout[] = {      \
-            BLOCKLSTM_CODE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout))};)
+            BLOCKLSTM_CODE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout), dtype)};)
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
 

@@ -81,24 +81,47 @@ SeqDims validate_sequence_inputs(Validator &v, const SeqInputs &in, bool cell_si
     return d;
 }
 
+// How a [depth, cols] operand's panels are laid out (schedules/panel_layout.h): float32 panels,
+// bfloat16 pair panels, or AMX's one pair panel.
+enum class PanelLayout { float32, pairs, amx };
+
 // The panels of a [depth, cols] operand at `out`: float32 panels of panel_elements(cols, depth)
-// floats; or, for `pairs`, bfloat16 pair panels of pair_panel_elements(cols, depth)
-// (schedules/panel_layout.h).
-Buf panels_at(void *out, int64_t cols, int64_t depth, bool pairs = false) {
-    return pairs ? Buf(Device::cpu, out, DType::bf16, {panels::panel_count(cols), (depth + 1) / 2, 2 * panels::kPanelCols})
-                 : Buf(Device::cpu, out, DType::f32, {panels::panel_count(cols), depth, panels::kPanelCols});
+// floats, bfloat16 pair panels of pair_panel_elements(cols, depth), or AMX's pair panel of
+// amx_panel_elements(cols, depth).
+Buf panels_at(void *out, int64_t cols, int64_t depth, PanelLayout layout = PanelLayout::float32) {
+    switch (layout) {
+    case PanelLayout::pairs:
+        return Buf(Device::cpu, out, DType::bf16, {panels::panel_count(cols), (depth + 1) / 2, 2 * panels::kPanelCols});
+    case PanelLayout::amx:
+        return Buf(Device::cpu, out, DType::bf16, {panels::amx_panel_pairs(depth), panels::amx_panel_cols(cols), 2});
+    case PanelLayout::float32: break;
+    }
+    return Buf(Device::cpu, out, DType::f32, {panels::panel_count(cols), depth, panels::kPanelCols});
+}
+int64_t panel_bytes(int64_t cols, int64_t depth, PanelLayout layout) {
+    switch (layout) {
+    case PanelLayout::pairs: return pair_panel_elements(cols, depth) * 2;
+    case PanelLayout::amx: return amx_panel_elements(cols, depth) * 2;
+    case PanelLayout::float32: break;
+    }
+    return panel_elements(cols, depth) * 4;
 }
 // `w` packed there by the CPU kernel `packer` (panels or panels_t).
 Buf pack_panels(Exec &exec, const KernelEntry &packer, Buf w, int64_t cols, int64_t depth, void *out,
-                bool pairs = false) {
-    Buf packed = panels_at(out, cols, depth, pairs);
+                PanelLayout layout = PanelLayout::float32) {
+    Buf packed = panels_at(out, cols, depth, layout);
     run(packer, exec, PanelsArgs{.in = w, .out = packed});
     return packed;
 }
 
-// Whether this call's CPU target packs `dtype`'s weights in bfloat16 pair panels.
-bool packs_pairs(const Exec &exec, DType dtype) {
-    return panels::pair_panels(dtype == DType::bf16, cpu_target_bf16_dot_products(exec.cpu_target()));
+// How this call's CPU target packs `dtype`'s weights for `packer`: AMX's panel for the forward's
+// bfloat16 weights (panels) where its products run on AMX, pair panels where they run in pairs.
+PanelLayout panel_layout(const Exec &exec, DType dtype, Family packer) {
+    const int target = exec.cpu_target();
+    if (packer == Family::panels && panels::amx_panels(dtype == DType::bf16, cpu_target_amx_products(target)))
+        return PanelLayout::amx;
+    return panels::pair_panels(dtype == DType::bf16, cpu_target_bf16_dot_products(target)) ? PanelLayout::pairs
+                                                                                           : PanelLayout::float32;
 }
 
 // The recurrent weights as `step` holds them (kernels.inc's weights column): packed once per call
@@ -108,10 +131,9 @@ bool packs_pairs(const Exec &exec, DType dtype) {
 Buf recurrent_weights(Exec &exec, const PlanKernels &kernels, const KernelEntry &step, Family packer, Buf w,
                       Buf matrix, int64_t cols, int64_t depth, std::optional<Scratch> &storage) {
     if (step.weights != Weights::panels) return matrix;
-    const bool pairs = packs_pairs(exec, step.dtype);
-    storage.emplace(exec, pairs ? pair_panel_elements(cols, depth) * 2 : panel_elements(cols, depth) * 4,
-                    Scratch::Fill::none);
-    return pack_panels(exec, kernels[packer], w, cols, depth, storage->data(), pairs);
+    const PanelLayout layout = panel_layout(exec, step.dtype, packer);
+    storage.emplace(exec, panel_bytes(cols, depth, layout), Scratch::Fill::none);
+    return pack_panels(exec, kernels[packer], w, cols, depth, storage->data(), layout);
 }
 
 // W_x = w[0:I, :] as the input projection's kernel holds it (kernels.inc's weights column): on the
@@ -214,10 +236,16 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
     return std::max<int64_t>(1, budget / std::max<int64_t>(1, B * 4 * H * 4));
 }
 
-// The rows of the register tiles of this call's CPU step kernels (schedules/step_tiles.h: the
-// one or two rows past them run in one-row tiles); 0 on a GPU, whose step kernels take any rows.
-int step_tile_rows(const Exec &exec) {
-    return exec.device() == Device::cpu ? cpu_target_knob(exec.cpu_target(), "gemm_step_tile_rows") : 0;
+// The rows of the register tiles of this call's CPU step kernel `step` (schedules/step_tiles.h:
+// the one or two rows past them run in one-row tiles); 0 where the kernel takes any rows in one
+// call: on a GPU, and a forward step on AMX (its 16-row tiles have no one-row twin, and a row past
+// them costs a tile either way).
+int step_tile_rows(const Exec &exec, const KernelEntry &step) {
+    if (exec.device() != Device::cpu) return 0;
+    if (step.family == Family::seq_fwd_step &&
+        panels::amx_panels(step.dtype == DType::bf16, cpu_target_amx_products(exec.cpu_target())))
+        return 0;
+    return cpu_target_knob(exec.cpu_target(), "gemm_step_tile_rows");
 }
 
 // The forward time loop on rows in length order (StepRows::in_order): step t computes its first
@@ -338,7 +366,7 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
                               .gates = gates_buf});
 
     // A step's last one or two rows past its whole register tiles in a call of their own.
-    const int tile_rows = step_tile_rows(exec);
+    const int tile_rows = step_tile_rows(exec, step_kernel);
     zero_idle();  // the first write to an output
     for (int64_t t = 0; t < S; ++t) {
         if (chunk < S && t % chunk == 0) project(t);  // the next chunk's xw, over the last one's
@@ -586,7 +614,7 @@ public:
         const std::optional<Buf> w_h_t_packed = weights_t_panels(step_kernel, I, H, w_h_t_panels_);
         Buf w_h_t = w_h_t_packed ? *w_h_t_packed : Buf::matrix(dev_, w_t_bytes() + I * es_, dt_, 4 * H, H, I + H);
         // A step's last one or two rows past its whole register tiles in a call of their own.
-        const int tile_rows = step_tile_rows(exec_);
+        const int tile_rows = step_tile_rows(exec_, step_kernel);
         KernelCall step(step_kernel, exec_);
         bind(step, SeqBwdStepArgs{.dgates_next = dnext, .w_h_t = w_h_t, .h_grad = per_step[0], .cs_grad = per_step[1],
                                   .dcs_carry = carry_in, .i = per_step[2], .f = per_step[3], .o = per_step[4],
@@ -716,7 +744,7 @@ private:
                                         std::optional<Scratch> &storage) {
         const int64_t H = d_.H;
         if (kernel.weights != Weights::panels) return std::nullopt;
-        if (storage) return panels_at(storage->data(), count, 4 * H, packs_pairs(exec_, dt_));
+        if (storage) return panels_at(storage->data(), count, 4 * H, panel_layout(exec_, dt_, Family::panels_t));
         const Buf rows = Buf::matrix(dev_, offset_bytes(in_.w.data, first * 4 * H, dt_), dt_, count, 4 * H, 4 * H);
         return recurrent_weights(exec_, kernels_, kernel, Family::panels_t, rows, rows, count, 4 * H, storage);
     }

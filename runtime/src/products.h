@@ -27,6 +27,11 @@ inline int64_t pair_panel_elements(int64_t cols, int64_t depth) {
     return saturating_product({panels::panel_count(cols), (depth + 1) / 2, 2 * panels::kPanelCols});
 }
 
+// The same operand in AMX's one pair panel: elements of 2 bytes, its columns and depth in whole tiles.
+inline int64_t amx_panel_elements(int64_t cols, int64_t depth) {
+    return saturating_product({panels::amx_panel_pairs(depth), panels::amx_panel_cols(cols), 2});
+}
+
 // xw[rows, 4H] = x[rows, I] . W_x + b in float32: the input projection of every step of a
 // sequence at once (rows = L*B), of a chunk of its steps, or of one cell step (rows = B): on
 // cuBLAS from w's rows, or by `product` from w_x, W_x = w[0:I, :] as that kernel holds it

@@ -32,6 +32,7 @@ struct X86State {
     int model = 0;           // cpuid(1)'s model: base + extended << 4 (families 6 and 0xf on)
     uint32_t leaf7_ecx = 0;    // cpuid(7, 0).ecx
     uint32_t leaf7_1_eax = 0;  // cpuid(7, 1).eax; 0 where sub-leaf 1 does not exist
+    uint32_t leaf7_edx = 0;    // cpuid(7, 0).edx
 };
 
 // A range of one vendor's CPU models (schedules/cpu_targets.json's "cpus": the CPUs a tuning table
@@ -52,7 +53,7 @@ inline bool x86_is_one_of(const X86State &state, const std::vector<X86Models> &m
 
 // One requirement of a feature: a bit of one register, and its name for messages.
 struct X86Bit {
-    enum Register { leaf1_ecx, leaf7_ebx, xcr0, leaf7_ecx, leaf7_1_eax } reg;
+    enum Register { leaf1_ecx, leaf7_ebx, xcr0, leaf7_ecx, leaf7_1_eax, leaf7_edx } reg;
     uint64_t mask;  // every bit of the mask must be set
     const char *name;
 };
@@ -81,7 +82,8 @@ inline std::optional<std::vector<X86Bit>> x86_requirements(const std::string &fe
                                       {R::leaf7_ebx, 1u << 17, "AVX-512DQ"}, {R::leaf7_ebx, 1u << 30, "AVX-512BW"},
                                       {R::leaf7_ebx, 1u << 31, "AVX-512VL"}};
     if (feature == "avx512_skylake") return skylake;  // -mcpu=skylake-avx512
-    if (feature == "avx512_zen4") {  // -mcpu=znver4: AMD Zen 4 and 5, Intel Sapphire Rapids on
+    if (feature == "avx512_zen4" || feature == "avx512_sapphirerapids") {
+        // -mcpu=znver4: AMD Zen 4 and 5, Intel Sapphire Rapids on
         std::vector<X86Bit> zen4 = skylake;
         zen4.insert(zen4.end(), {{R::leaf7_ebx, 1u << 21, "AVX-512IFMA"},
                                  {R::leaf7_ecx, 1u << 1, "AVX-512VBMI"},
@@ -91,6 +93,15 @@ inline std::optional<std::vector<X86Bit>> x86_requirements(const std::string &fe
                                  {R::leaf7_ecx, 1u << 12, "AVX-512BITALG"},
                                  {R::leaf7_ecx, 1u << 14, "AVX-512VPOPCNTDQ"},
                                  {R::leaf7_1_eax, 1u << 5, "AVX-512BF16"}});
+        if (feature == "avx512_zen4") return zen4;
+        // -mcpu=sapphirerapids: Zen 4's and AVX-512FP16, AVX-VNNI and AMX, whose tile state the OS
+        // must enable (XCR0 bits 17-18; Linux then hands it out per process: cpu_target.cpp)
+        zen4.insert(zen4.end(), {{R::leaf7_edx, 1u << 23, "AVX-512FP16"},
+                                 {R::leaf7_1_eax, 1u << 4, "AVX-VNNI"},
+                                 {R::leaf7_edx, 1u << 24, "AMX-TILE"},
+                                 {R::leaf7_edx, 1u << 22, "AMX-BF16"},
+                                 {R::leaf7_edx, 1u << 25, "AMX-INT8"},
+                                 {R::xcr0, 0x60000, "OS support for AMX state (XCR0 bits 17-18)"}});
         return zen4;
     }
     return std::nullopt;
@@ -106,6 +117,7 @@ inline std::optional<std::vector<std::string>> x86_missing(const X86State &state
                                : b.reg == X86Bit::leaf7_ebx ? state.leaf7_ebx
                                : b.reg == X86Bit::leaf7_ecx ? state.leaf7_ecx
                                : b.reg == X86Bit::leaf7_1_eax ? state.leaf7_1_eax
+                               : b.reg == X86Bit::leaf7_edx ? state.leaf7_edx
                                                             : state.xcr0;
         if ((value & b.mask) != b.mask) missing.push_back(b.name);
     }
@@ -133,6 +145,7 @@ inline X86State read_x86_state() {
         __cpuid_count(7, 0, a, b, c, d);
         s.leaf7_ebx = b;
         s.leaf7_ecx = c;
+        s.leaf7_edx = d;
         const unsigned subleaves = a;  // cpuid(7, 0).eax: the last sub-leaf
         if (subleaves >= 1) {
             __cpuid_count(7, 1, a, b, c, d);

@@ -359,6 +359,10 @@ struct CpuTarget {
                                 // target's table; never chosen automatically
     bool bf16_dot_products = false;  // its bfloat16 kernels' products of two bfloat16 operands run
                                      // as pairs of bfloat16 products (vdpbf16ps on AVX512-BF16)
+    bool amx_products = false;  // its bfloat16 forward products (the input projection, a step's
+                                // h . W_h) run on AMX tiles (tdpbf16ps; Intel Sapphire Rapids on)
+    std::string other_dtypes_as;  // the target whose float32 and float16 kernels it runs ("" for
+                                  // its own): a target that differs in its bfloat16 kernels only
     std::string tuned_for;      // the CPUs its table is for, e.g. "AuthenticAMD family 0x19 models
                                 // 0x10-0x1f, 0x60-0x7f, 0xa0-0xaf" (AMD Zen 4); "" for any CPU.
                                 // Chosen automatically only on them (schedules/cpu_targets.json).
