@@ -260,12 +260,13 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
 
 // A product on AMX tiles (GemmBlocking::amx, generators/common.h: matrix_product): part is one
 // accumulator tile of 16 x 16 float32 at a time (Halide 21 lowers one per loop nest) over all of k
-// in steps of 32 (one tdpbf16ps each), stored (tilestored) into a strip of 16 columns x a row
-// block, which sum then adds to its initial value. The strips run in parallel with the rows
-// inner, so a strip of b (16 columns x all of k: 16 KiB at k = 512) stays in L1 while the row
-// block's tiles read it; a batched product's row blocks of kAmxRowBlockTiles tiles keep a's block
-// in L2 (6400 rows at once swept all of a from memory once per strip). a's copy in whole tiles is
-// made once per call. `amx`: the target has AMX; without (a check target) the same loops run on
+// in steps of 32 (one tdpbf16ps each), stored (tilestored) into a strip of kAmxStripCols columns
+// x a row block, which sum then adds to its initial value. The strips run in parallel with the
+// rows inner, so a strip of b (32 columns x all of k: 32 KiB at k = 512) stays in L1 while the
+// row block's tiles read it; a batched product's row blocks of kAmxRowBlockTiles tiles keep a's
+// block in L2 (6400 rows at once swept all of a from memory once per strip). a's copy in whole
+// tiles is made once per call, in parallel for a batched product (a step's few rows alone: a
+// parallel loop of one or two tasks cost it 4 us a step at B = 8). `amx`: the target has AMX; without (a check target) the same loops run on
 // vectors, so the layouts and the tile edges are tested on any CPU.
 inline void schedule_gemm_amx(GemmFuncs g, const GemmUse &use, const CpuTuning &tuning, bool amx) {
     constexpr int kRows = panels::kAmxTileRows, kCols = panels::kAmxTileCols, kDepth = panels::kAmxTileDepth;
@@ -275,8 +276,9 @@ inline void schedule_gemm_amx(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // The strips in parallel: a batched product's inside each row block, not fused with the row
     // blocks, whose loop's bounds Halide infers past b's last column (a tile of them past, then
     // the panel's extent check fails).
-    g.sum.split(x, xo, xi, kCols, TailStrategy::GuardWithIf);
-    if (use.shape == GemmShape::batched) {
+    g.sum.split(x, xo, xi, panels::kAmxStripCols, TailStrategy::GuardWithIf);
+    const bool batched = use.shape == GemmShape::batched;
+    if (batched) {
         g.sum.split(y, yo, yi, kRows * panels::kAmxRowBlockTiles, TailStrategy::GuardWithIf).reorder(xi, yi, xo, yo);
     } else {
         g.sum.reorder(xi, y, xo);
@@ -287,8 +289,8 @@ inline void schedule_gemm_amx(GemmFuncs g, const GemmUse &use, const CpuTuning &
     Var ayo("ayo"), ayi("ayi");
     g.a_panel.compute_root()
         .split(a_args[1], ayo, ayi, kRows, TailStrategy::RoundUp)
-        .vectorize(a_args[0], 2 * vec, TailStrategy::GuardWithIf)
-        .parallel(ayo);
+        .vectorize(a_args[0], 2 * vec, TailStrategy::GuardWithIf);
+    if (batched) g.a_panel.parallel(ayo);
 
     Func tiles = g.part.in(g.sum);  // the tiles' store: a pure copy, as AMX's lowering requires
     tiles.compute_at(g.sum, xo)

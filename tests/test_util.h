@@ -310,6 +310,7 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
             add(n("amx_tile_depth", pl::kAmxTileDepth) + "_in_I", pl::kAmxTileDepth, inputs);
         }
         add(n("amx_tile_cols", pl::kAmxTileCols) + "_in_4H", pl::kAmxTileCols / 4, units);
+        add(n("amx_strip_cols", pl::kAmxStripCols) + "_in_4H", pl::kAmxStripCols / 4, units);
     }
     if (products == Products::step) {
         add(n("panel", blocklstm::panels::kPanelCols), blocklstm::panels::kPanelCols, units);
