@@ -46,6 +46,17 @@ function(blocklstm_cpu_target_names section out)
     set(${out} "${names}" PARENT_SCOPE)
 endfunction()
 
+# blocklstm_cpu_target_list(VARIABLE DEFAULT DOC): the cache variable VARIABLE, targets by name,
+# DEFAULT unless the user set it. A build left at the default follows schedules/cpu_targets.json
+# when the default changes (the last default kept as VARIABLE_DEFAULT).
+function(blocklstm_cpu_target_list variable default doc)
+    set(${variable} "${default}" CACHE STRING "${doc}")
+    if (DEFINED ${variable}_DEFAULT AND ${variable} STREQUAL ${variable}_DEFAULT)
+        set_property(CACHE ${variable} PROPERTY VALUE "${default}")
+    endif ()
+    set(${variable}_DEFAULT "${default}" CACHE INTERNAL "")
+endfunction()
+
 # blocklstm_select_cpu_targets(): the targets of BLOCKLSTM_CPU_TARGETS (production, best first)
 # and BLOCKLSTM_CPU_CHECK_TARGETS (the tests' check targets), by name ("x86-64-linux-" before a
 # name, as Halide target strings start, is allowed). Sets, in the caller's scope,
