@@ -158,38 +158,61 @@ inline KBlocks k_blocks(const Expr &depth, int k_block) {
     return {count, k_block > 0 ? (depth + count - 1) / count : depth};
 }
 
-// The b(x, k) operand of a forward product on AMX tiles: element (x, k) of the pair panel
-// w(k % 2, x, k / 2) the product's width (schedules/panel_layout.h: amx_panels).
-inline Expr amx_weight(const Func &w, const Expr &x, const Expr &k) { return w(k % 2, x, k / 2); }
-
-// Declares the AMX pair panel of a product with `cols` columns over `depth` k: zero origins (as
-// AMX's lowering needs them) and the extents the runtime allocates, checked on every call.
-template <typename PanelsInput>
-void declare_amx_panels(PanelsInput *w, const Expr &cols, const Expr &depth) {
-    w->dim(0).set_min(0).set_extent(2);
-    w->dim(1).set_min(0).set_extent(panels::amx_panel_cols(cols));
-    w->dim(2).set_min(0).set_extent(panels::amx_panel_pairs(depth));
+// Element (kk, x, k) of AMX's pair panel of b(x, k), `cols` columns over `depth` k: b(x, 2 k + kk)
+// in bfloat16, zero past the last column and k.
+inline Expr amx_pair(const std::function<Expr(Expr x, Expr k)> &b, const Expr &cols, const Expr &depth,
+                     const Var &kk, const Var &x, const Var &k) {
+    Expr k2 = 2 * k + kk;
+    Expr value = cast(BFloat(16), b(min(x, cols - 1), min(k2, depth - 1)));
+    return select(x < cols && k2 < depth, value, cast(BFloat(16), 0));
 }
 
-// sum(x, y) = init(x, y) + sum_k a(k, y) * b(x, k) on AMX tiles (GemmBlocking::amx): a and b
-// bfloat16, b in the AMX pair panel (amx_weight), float32 sums. a_panel(k, y) is a in whole
-// tiles, zero past its last row and k, so the tiles at the edges add exact zeros; part(x, y) the
-// product over all of k (the padded depth; b's panel is zero there too), in the form Halide 21
-// lowers to tileloadd / tdpbf16ps / tilestored (schedules/cpu.h: schedule_gemm_amx).
+// Declares the AMX pair panel of a product with `cols` columns over `depth` k: zero origins (as
+// AMX's lowering needs them) and the extents the runtime allocates, checked on every call
+// (blocked: for amx_product's k blocks).
+template <typename PanelsInput>
+void declare_amx_panels(PanelsInput *w, const Expr &cols, const Expr &depth, bool blocked = false) {
+    w->dim(0).set_min(0).set_extent(2);
+    w->dim(1).set_min(0).set_extent(panels::amx_panel_cols(cols));
+    w->dim(2).set_min(0).set_extent(blocked ? panels::amx_blocked_pairs(depth) : panels::amx_panel_pairs(depth));
+}
+
+// sum(x, y) = init(x, y) + sum_k a(k, y) * b(x, k) on AMX tiles: a bfloat16, b in AMX's pair
+// panel b_pairs(kk, x, k) = b(x, 2 k + kk) (schedules/panel_layout.h: amx_panels), float32 sums.
+// a_panel(k, y) is a in whole tiles, zero past its last row and k, so the tiles at the edges add
+// exact zeros; part(x, y) the product over all of k (the padded depth; b's panel is zero there
+// too), in the form Halide 21 lowers to tileloadd / tdpbf16ps / tilestored (schedules/cpu.h:
+// schedule_gemm_amx). k_block > 0 (w_grad's product, whose depth is the sequence's rows): part(x,
+// y, kb) over block kb of k_block steps of k, sum = init + the blocks' parts, so that a block of a
+// row block's rows and of a strip's columns stay in L2 (all 6400 k at once: each tile read 400
+// KiB from memory); b_pairs then holds amx_blocked_pairs(depth) pair rows. b's pair row is
+// written k_block / 2 * kb + k / 2, not (k_block * kb + k) / 2, which Halide's AMX lowering does
+// not recognise.
 inline schedules::GemmFuncs amx_product(const std::string &name, const std::function<Expr(Expr k, Expr y)> &a,
-                                        const std::function<Expr(Expr x, Expr k)> &b,
-                                        const std::function<Expr(Expr x, Expr y)> &init, const Expr &rows,
-                                        const Expr &depth, const Var &x, const Var &y, std::optional<Func> sum) {
-    Var k("k");
-    RDom kr(0, 2 * panels::amx_panel_pairs(depth), name + "_k");
+                                        const Func &b_pairs, const std::function<Expr(Expr x, Expr y)> &init,
+                                        const Expr &rows, const Expr &depth, int k_block, const Var &x,
+                                        const Var &y, std::optional<Func> sum) {
+    Var k("k"), kb("kb");
+    const bool blocked = k_block > 0;
+    RDom kr(0, blocked ? Expr(k_block) : 2 * panels::amx_panel_pairs(depth), name + "_k");
+    RDom blocks(0, blocked ? (depth + (k_block - 1)) / k_block : Expr(1), name + "_kb");
     schedules::GemmFuncs p{sum ? *sum : Func(name + "_sum"), Func(name + "_part"), Func(name + "_a_tiles"),
-                           Func(name + "_b_unused"), x, y, kr.x, kr.x, std::nullopt};
+                           Func(name + "_b_unused"), x, y, kr.x, blocks.x, std::nullopt};
     p.amx = true;
+    p.amx_k_blocks = blocked;
     Expr a_value = a(min(likely(k), max(depth - 1, 0)), min(likely(y), rows - 1));
     p.a_panel(k, y) = select(likely(k < depth) && likely(y < rows), a_value, cast(a_value.type(), 0));
-    p.part(x, y) = 0.0f;
-    p.part(x, y) += cast<float>(p.a_panel(kr.x, y)) * cast<float>(b(x, kr.x));
-    p.sum(x, y) = cast<float>(init(x, y)) + p.part(x, y);
+    if (!blocked) {
+        p.part(x, y) = 0.0f;
+        p.part(x, y) += cast<float>(p.a_panel(kr.x, y)) * cast<float>(b_pairs(kr.x % 2, x, kr.x / 2));
+        p.sum(x, y) = cast<float>(init(x, y)) + p.part(x, y);
+        return p;
+    }
+    p.part(x, y, kb) = 0.0f;
+    p.part(x, y, kb) += cast<float>(p.a_panel(k_block * kb + kr.x, y)) *
+                        cast<float>(b_pairs(kr.x % 2, x, k_block / 2 * kb + kr.x / 2));
+    p.sum(x, y) = cast<float>(init(x, y));
+    p.sum(x, y) += p.part(x, y, blocks.x);
     return p;
 }
 
@@ -222,7 +245,6 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
                                     const Var &x, const Var &y,
                                     std::optional<Func> sum = std::nullopt,
                                     const std::function<void(Func a_panel, Expr k_extent)> &define_a_panel = nullptr) {
-    if (blocking.amx) return amx_product(name, a, b, init, rows, depth, x, y, sum);
     const int panel_rows = blocking.panel_rows, panel_cols = blocking.panel_cols;
     const bool pairs = blocking.bf16_pairs, by_bits = blocking.bf16_by_bits;
     KBlocks kbs = k_blocks(depth, blocking.k_block);

@@ -128,7 +128,8 @@ inline constexpr const char cs_prev[] = "cs_prev", i[] = "i", cs[] = "cs", f[] =
 // generators/gemm.cpp: the batched products (gemm_nn_bias, gemm_nn, gemm_tn, gemm_tn_panels).
 namespace gemm {
 inline constexpr const char a[] = "a", a_h[] = "a_h", b[] = "b", bias[] = "bias", c_in[] = "c_in",
-                            sums_in[] = "sums_in", accumulate[] = "accumulate", c[] = "c", sums[] = "sums";
+                            sums_in[] = "sums_in", accumulate[] = "accumulate", c[] = "c", sums[] = "sums",
+                            b_pairs[] = "b_pairs";
 }  // namespace gemm
 
 // generators/transpose.cpp and generators/panels.cpp (panels, panels_t).

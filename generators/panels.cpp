@@ -19,8 +19,9 @@ public:
     Output<Buffer<>> *out = nullptr;
 
     bool pairs() const { return panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products); }
-    // The forward's weights (W_x, W_h) for AMX's tiles: one pair panel the product's width.
-    bool amx() const { return !transpose && panels::amx_panels(Type(dtype) == BFloat(16), amx_products); }
+    // The weights of the products on AMX's tiles (W_x, W_h; W_x^T, W_h^T): one pair panel the
+    // product's width.
+    bool amx() const { return panels::amx_panels(Type(dtype) == BFloat(16), amx_products); }
 
     void configure() {
         require_weights({Weights::panels});
@@ -35,9 +36,8 @@ public:
         if (amx()) {  // out(kk, x, k) = b(x, 2 k + kk)
             declare_amx_panels(out, cols, depth);
             Var kk("kk"), x("x"), k("k");
-            Expr k2 = 2 * k + kk;
-            Expr value = (*in)(min(x, cols - 1), min(k2, depth - 1));
-            (*out)(kk, x, k) = select(x < cols && k2 < depth, value, cast(BFloat(16), 0));
+            (*out)(kk, x, k) = amx_pair([&](Expr xx, Expr kx) { return transpose ? (*in)(kx, xx) : (*in)(xx, kx); },
+                                        cols, depth, kk, x, k);
             schedules::schedule_amx_panels(*out, kk, x, k, machine());
             return;
         }

@@ -39,7 +39,7 @@ public:
         // [4H,H] = W_h^T: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
-        w_h_t = add_input<Buffer<>>(a::w_h_t, pairs() ? BFloat(16) : panels ? Float(32) : Type(dtype), panels ? 3 : 2);
+        w_h_t = add_input<Buffer<>>(a::w_h_t, pairs() || amx() ? BFloat(16) : panels ? Float(32) : Type(dtype), panels ? 3 : 2);
         add_cell_arguments();
         dh = add_output<Buffer<>>(a::dh, Float(32), 2);
     }
@@ -50,6 +50,12 @@ public:
     // gradients rounded to bfloat16 as they enter it (schedules/panel_layout.h).
     bool pairs() const {
         return weights == Weights::panels && panels::pair_panels(Type(dtype) == BFloat(16), bf16_dot_products);
+    }
+
+    // W_h^T in AMX's pair panel, dgates[t+1] . W_h^T on AMX tiles, the gate gradients rounded to
+    // bfloat16 as they enter it (schedules/panel_layout.h: amx_panels).
+    bool amx() const {
+        return weights == Weights::panels && panels::amx_panels(Type(dtype) == BFloat(16), amx_products);
     }
 
     // The cell math's inputs besides the recurrent product, and its outputs.
@@ -81,22 +87,28 @@ public:
             return;
         }
 
-        const int panel_cols = declare_panels(w_h_t, dh, weights == Weights::panels, pairs());
-        schedules::GemmFuncs p = matrix_product(
-            "dh",
-            [&](Expr k, Expr yy) {
-                Expr d = (*dgates_next)(k, yy);
-                return pairs() ? cast(BFloat(16), d) : d;
-            },
-            [&](Expr xx, Expr k) { return recurrent_weight(*w_h_t, panel_cols, xx, k, pairs()); },
-            [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); }, B, H, 4 * H,
-            schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
-            /*b_padded=*/panel_cols > 0,
-            x, y, Func(*dh));
+        if (amx()) {
+            declare_amx_panels(w_h_t, H, 4 * H);
+            dh->dim(0).set_min(0);
+            dh->dim(1).set_min(0);
+        }
+        const int panel_cols = amx() ? 0 : declare_panels(w_h_t, dh, weights == Weights::panels, pairs());
+        auto dgates_k = [&](Expr k, Expr yy) {
+            Expr d = (*dgates_next)(k, yy);
+            return pairs() || amx() ? cast(BFloat(16), d) : d;
+        };
+        auto h_grad_init = [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); };
+        schedules::GemmFuncs p =
+            amx() ? amx_product("dh", dgates_k, Func(*w_h_t), h_grad_init, B, 4 * H, /*k_block=*/0, x, y, Func(*dh))
+                  : matrix_product(
+                        "dh", dgates_k,
+                        [&](Expr xx, Expr k) { return recurrent_weight(*w_h_t, panel_cols, xx, k, pairs()); },
+                        h_grad_init, B, H, 4 * H, schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
+                        /*b_padded=*/panel_cols > 0, x, y, Func(*dh));
 
         cell_math((*dh)(j, n), j, g, n);
         schedules::schedule_gemm(
-            p, {.shape = schedules::GemmShape::step, .cols = H, .b_in_panels = panel_cols > 0}, t);
+            p, {.shape = schedules::GemmShape::step, .cols = H, .b_in_panels = panel_cols > 0 || amx()}, t);
         // The cell math (no transcendentals) is inlined into both outputs: recomputing it is
         // cheaper than a [5, B, H] buffer written and read back every step.
         schedules::schedule_gate_blocks_and(*dgates, *dcs_carry_out, j, g, n, t);

@@ -77,16 +77,15 @@ public:
             gates->dim(1).set_min(0);
         }
         const int panel_cols = amx() ? 0 : declare_panels(w_h, gates, weights == Weights::panels, pairs());
-        schedules::GemmFuncs p = matrix_product(
-            "gates", [&](Expr k, Expr yy) { return (*h_prev)(k, yy); },
-            [&](Expr xx, Expr k) {
-                return amx() ? amx_weight(*w_h, xx, k) : recurrent_weight(*w_h, panel_cols, xx, k, pairs());
-            },
-            [&](Expr xx, Expr yy) { return (*xw)(xx, yy); }, B, 4 * H, H,
-            amx() ? schedules::GemmBlocking{.amx = true}
-                  : schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
-            /*b_padded=*/panel_cols > 0,
-            x, y, Func(*gates));
+        auto h_prev_k = [&](Expr k, Expr yy) { return (*h_prev)(k, yy); };
+        auto xw_init = [&](Expr xx, Expr yy) { return (*xw)(xx, yy); };
+        schedules::GemmFuncs p =
+            amx() ? amx_product("gates", h_prev_k, Func(*w_h), xw_init, B, H, /*k_block=*/0, x, y, Func(*gates))
+                  : matrix_product(
+                        "gates", h_prev_k,
+                        [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k, pairs()); }, xw_init,
+                        B, 4 * H, H, schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
+                        /*b_padded=*/panel_cols > 0, x, y, Func(*gates));
 
         gate_math([&](Expr col, Expr row) { return (*gates)(col, row); }, H, j, n);
         schedules::schedule_gemm(p,

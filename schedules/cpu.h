@@ -31,9 +31,11 @@ struct GemmFuncs {
     // where the step has few rows (schedules/step_tiles.h); undefined otherwise.
     Func part_single;
     Expr single;  // the condition: the step's rows are that few
-    // On AMX's tiles (GemmBlocking::amx): part(x, y) is the whole product over k, a_panel(k, y)
-    // a's copy in whole tiles; b_panel and blocks are unused.
+    // On AMX's tiles (generators/common.h: amx_product): part(x, y) is the whole product over k, a_panel(k, y)
+    // a's copy in whole tiles; b_panel is unused. amx_k_blocks: part(x, y, kb) is block kb's
+    // (generators/common.h: amx_product), sum's update adds them over `blocks`.
     bool amx = false;
+    bool amx_k_blocks = false;
 };
 
 // step: few rows (B, once per time step); A is read in place. batched: a product over the whole
@@ -258,10 +260,11 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
         .unroll(y);
 }
 
-// A product on AMX tiles (GemmBlocking::amx, generators/common.h: matrix_product): part is one
-// accumulator tile of 16 x 16 float32 at a time (Halide 21 lowers one per loop nest) over all of k
-// in steps of 32 (one tdpbf16ps each), stored (tilestored) into a strip of kAmxStripCols columns
-// x a row block, which sum then adds to its initial value. The strips run in parallel with the
+// A product on AMX tiles (generators/common.h: amx_product): part is one accumulator tile of 16 x
+// 16 float32 at a time (Halide 21 lowers one per loop nest) over all of k (or of a k block) in
+// steps of 32 (one tdpbf16ps each), stored (tilestored) into a strip of kAmxStripCols columns x a
+// row block, which sum then adds to its initial value (with k blocks: the blocks in turn, each
+// block's strips in parallel). The strips run in parallel with the
 // rows inner, so a strip of b (32 columns x all of k: 32 KiB at k = 512) stays in L1 while the
 // row block's tiles read it; a batched product's row blocks of kAmxRowBlockTiles tiles keep a's
 // block in L2 (6400 rows at once swept all of a from memory once per strip). a's copy in whole
@@ -273,23 +276,37 @@ inline void schedule_gemm_amx(GemmFuncs g, const GemmUse &use, const CpuTuning &
     const int vec = tuning.vector_floats;
     Var x = g.x, y = g.y, xo("xo"), xi("xi"), yo("yo"), yi("yi");
     if (!use.sum_is_output) g.sum.compute_root();
-    // The strips in parallel: a batched product's inside each row block, not fused with the row
-    // blocks, whose loop's bounds Halide infers past b's last column (a tile of them past, then
-    // the panel's extent check fails).
-    g.sum.split(x, xo, xi, panels::kAmxStripCols, TailStrategy::GuardWithIf);
+    // With k blocks sum's update adds the tiles of each block: its initial value alone first.
+    Stage strips = g.sum;
+    if (g.amx_k_blocks) {
+        g.sum.vectorize(x, vec, TailStrategy::GuardWithIf).parallel(y);
+        strips = g.sum.update();
+    }
+    // The strips in parallel: a batched product's inside each row block (and k block), not fused
+    // with the row blocks, whose loop's bounds Halide infers past b's last column (a tile of them
+    // past, then the panel's extent check fails).
+    strips.split(x, xo, xi, panels::kAmxStripCols, TailStrategy::GuardWithIf);
     const bool batched = use.shape == GemmShape::batched;
     if (batched) {
-        g.sum.split(y, yo, yi, kRows * panels::kAmxRowBlockTiles, TailStrategy::GuardWithIf).reorder(xi, yi, xo, yo);
+        strips.split(y, yo, yi, kRows * panels::kAmxRowBlockTiles, TailStrategy::GuardWithIf);
+        if (g.amx_k_blocks) {
+            strips.reorder(xi, yi, xo, g.blocks, yo);
+        } else {
+            strips.reorder(xi, yi, xo, yo);
+        }
     } else {
-        g.sum.reorder(xi, y, xo);
+        strips.reorder(xi, y, xo);
     }
-    g.sum.parallel(xo).vectorize(xi, vec, TailStrategy::GuardWithIf);
+    strips.parallel(xo).vectorize(xi, vec, TailStrategy::GuardWithIf);
 
     const std::vector<Var> a_args = g.a_panel.args();  // (k, y)
-    Var ayo("ayo"), ayi("ayi");
-    g.a_panel.compute_root()
-        .split(a_args[1], ayo, ayi, kRows, TailStrategy::RoundUp)
-        .vectorize(a_args[0], 2 * vec, TailStrategy::GuardWithIf);
+    Var ayo("ayo"), ayi("ayi"), ako("ako"), aki("aki");
+    g.a_panel.compute_root().split(a_args[1], ayo, ayi, kRows, TailStrategy::RoundUp);
+    if (use.a_rows_contiguous) {
+        g.a_panel.vectorize(a_args[0], 2 * vec, TailStrategy::GuardWithIf);
+    } else {  // a read transposed (w_grad's x and h): 16 x 16 blocks, vectors both ways, shuffled
+        g.a_panel.split(a_args[0], ako, aki, kRows, TailStrategy::GuardWithIf).reorder(aki, ayi, ako, ayo).vectorize(aki).vectorize(ayi);
+    }
     if (batched) g.a_panel.parallel(ayo);
 
     Func tiles = g.part.in(g.sum);  // the tiles' store: a pure copy, as AMX's lowering requires
@@ -429,8 +446,10 @@ inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed
     }
 }
 
-// AMX's pair panel out(kk, x, k) = b(x, 2 k + kk) (generators/panels.cpp): a pair of b's rows
-// interleaved, in vectors along x, the pair rows in parallel.
+// AMX's pair panel out(kk, x, k) = b(x, 2 k + kk) (generators/panels.cpp, and w_grad's copy of
+// the gate gradients in generators/gemm.cpp): a pair of b's rows interleaved, in vectors along x,
+// the pair rows in parallel. Where b's columns are w's rows (W^T) the same loops gather: such a
+// panel is packed once per call (1.9 % of BlockLSTMGrad in bfloat16 at 100,64,512).
 inline void schedule_amx_panels_cpu(Func out, Var kk, Var x, Var k, const CpuTuning &tuning) {
     Var xk("xk");
     out.bound(kk, 0, 2).reorder(kk, x, k).fuse(kk, x, xk).vectorize(xk, 2 * tuning.vector_floats, TailStrategy::GuardWithIf).parallel(k);

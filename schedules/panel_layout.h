@@ -34,8 +34,9 @@ Int panel_count(const Int &cols) {
 // panel of half the depth.
 constexpr bool pair_panels(bool bf16_weights, bool bf16_dot_products) { return bf16_weights && bf16_dot_products; }
 
-// On a target with amx_products (schedules/cpu_targets.json) the bfloat16 forward products (the
-// input projection's W_x, a step's W_h) run on AMX tiles, whose bfloat16 product (tdpbf16ps)
+// On a target with amx_products (schedules/cpu_targets.json) the bfloat16 products (the input
+// projection's W_x, a forward step's W_h, a backward step's and h_prev_grad's W_h^T, x_grad's
+// W_x^T; w_grad's gate gradients, copied by its kernel) run on AMX tiles, whose bfloat16 product (tdpbf16ps)
 // multiplies a tile of 16 rows x 32 k of a by 16 pair rows of b: b(x, 2 k + kk) at (kk, x, k),
 // one pair panel the width of the product, as Halide 21's AMX lowering reads it (its pattern
 // does not recognise narrower panels: docs/performance.md). Zero past the last column up to a
@@ -56,6 +57,15 @@ Int amx_panel_cols(const Int &cols) {
 template <typename Int>
 Int amx_panel_pairs(const Int &depth) {  // pair rows: the depth in whole tiles, halved
     return (depth + (kAmxTileDepth - 1)) / kAmxTileDepth * (kAmxTileDepth / 2);
+}
+
+// w_grad's product on AMX (depth: the sequence's rows) runs over k in blocks of this many steps
+// (generators/common.h: amx_product), its pair panel then whole blocks deep: all 6400 k of
+// 100,64,512 at once, BlockLSTMGrad in bfloat16 took 271 ms, in blocks of 512 157 (Emerald Rapids).
+constexpr int kAmxDepthBlock = 512;
+template <typename Int>
+Int amx_blocked_pairs(const Int &depth) {
+    return (depth + (kAmxDepthBlock - 1)) / kAmxDepthBlock * (kAmxDepthBlock / 2);
 }
 
 }  // namespace blocklstm::panels

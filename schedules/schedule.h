@@ -24,7 +24,7 @@ struct Machine {
     // A bfloat16 kernel's products of two bfloat16 operands run in pairs of k (GemmBlocking::
     // bf16_pairs): the CPU target's bf16_dot_products (schedules/cpu_targets.json).
     bool bf16_dot_products = false;
-    // A bfloat16 kernel's forward products run on AMX tiles (GemmBlocking::amx): the CPU target's
+    // A bfloat16 kernel's products run on AMX tiles (generators/common.h: amx_product): the CPU target's
     // amx_products (schedules/cpu_targets.json). On a target without AMX instructions (a check
     // target) the same algorithm runs on its vectors.
     bool amx_products = false;
@@ -80,10 +80,6 @@ struct GemmBlocking {
     bool single_row = false;
     // bfloat16 operands read as float32 by their bits (GPU targets: generators/common.h f32).
     bool bf16_by_bits = false;
-    // bfloat16 a and b in AMX's layout (schedules/panel_layout.h: amx_panels), the product in
-    // whole tiles of kAmxTileRows x kAmxTileCols over all of k at once (generators/common.h:
-    // matrix_product; Halide 21 lowers one accumulator tile per loop nest, no k blocks).
-    bool amx = false;
 };
 
 // bf16_operands: a and b are both bfloat16 (then the target's bf16_dot_products decides the pairs).
@@ -180,7 +176,8 @@ inline void schedule_panels(Halide::Func out, Halide::Var xi, Halide::Var k, Hal
     schedule_panels_cpu(out, xi, k, xo, transposed, pairs, m.cpu);
 }
 
-// The forward's bfloat16 weights in AMX's pair panel out(kk, x, k) (generators/panels.cpp).
+// A bfloat16 operand in AMX's pair panel out(kk, x, k) (generators/panels.cpp: the weights;
+// generators/gemm.cpp: w_grad's gate gradients).
 inline void schedule_amx_panels(Halide::Func out, Halide::Var kk, Halide::Var x, Halide::Var k, const Machine &m) {
     if (m.autoschedule) return;
     schedule_amx_panels_cpu(out, kk, x, k, m.cpu);

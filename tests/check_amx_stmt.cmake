@@ -1,8 +1,8 @@
-# Fails unless every bfloat16 forward product of an AMX target (FILES: the lowered statements of
-# its input projection and step kernels) runs on AMX tiles (tile_matmul: tdpbf16ps): a schedule
-# that no longer stores its accumulator in an AMX tile runs as vector code without a word, which
-# the numerical tests cannot tell apart (docs/design.md). Checked on every build, without an AMX
-# CPU.
+# Fails unless every bfloat16 product of an AMX target (FILES: the lowered statements of its input
+# projection, step, x_grad / h_prev_grad and w_grad kernels) runs on AMX tiles (tile_matmul:
+# tdpbf16ps): a schedule that no longer stores its accumulator in an AMX tile runs as vector code
+# without a word, which the numerical tests cannot tell apart (docs/design.md). Checked on every
+# build, without an AMX CPU.
 cmake_minimum_required(VERSION 3.20)
 set(bad "")
 foreach (file IN LISTS FILES)

@@ -109,11 +109,13 @@ struct GemmArgs {
     Buf &a, &b;
     Buf *bias = nullptr;  // gemm_nn_bias
     Buf &c;
+    Buf *b_pairs = nullptr;  // gemm_tn on AMX: the scratch b is copied into (generators/gemm.cpp)
 };
 inline void bind(KernelCall &call, const GemmArgs &x) {
     namespace a = kernel::args::gemm;
     call.buffer(a::a, x.a).buffer(a::b, x.b).buffer(a::c, x.c);
     if (x.bias) call.buffer(a::bias, *x.bias);
+    if (x.b_pairs) call.buffer(a::b_pairs, *x.b_pairs);
 }
 // gemm_tn_panels, one chunk of w_grad's product: c = (accumulate ? c : 0) + [x | h]^T . b and
 // sums = (accumulate ? sums : 0) + 1^T . b, b the chunk of dgates in panels; c and sums are also

@@ -114,12 +114,11 @@ Buf pack_panels(Exec &exec, const KernelEntry &packer, Buf w, int64_t cols, int6
     return packed;
 }
 
-// How this call's CPU target packs `dtype`'s weights for `packer`: AMX's panel for the forward's
-// bfloat16 weights (panels) where its products run on AMX, pair panels where they run in pairs.
-PanelLayout panel_layout(const Exec &exec, DType dtype, Family packer) {
+// How this call's CPU target packs `dtype`'s weights: AMX's panel for bfloat16 weights where its
+// products run on AMX, pair panels where they run in pairs.
+PanelLayout panel_layout(const Exec &exec, DType dtype) {
     const int target = exec.cpu_target();
-    if (packer == Family::panels && panels::amx_panels(dtype == DType::bf16, cpu_target_amx_products(target)))
-        return PanelLayout::amx;
+    if (panels::amx_panels(dtype == DType::bf16, cpu_target_amx_products(target))) return PanelLayout::amx;
     return panels::pair_panels(dtype == DType::bf16, cpu_target_bf16_dot_products(target)) ? PanelLayout::pairs
                                                                                            : PanelLayout::float32;
 }
@@ -131,7 +130,7 @@ PanelLayout panel_layout(const Exec &exec, DType dtype, Family packer) {
 Buf recurrent_weights(Exec &exec, const PlanKernels &kernels, const KernelEntry &step, Family packer, Buf w,
                       Buf matrix, int64_t cols, int64_t depth, std::optional<Scratch> &storage) {
     if (step.weights != Weights::panels) return matrix;
-    const PanelLayout layout = panel_layout(exec, step.dtype, packer);
+    const PanelLayout layout = panel_layout(exec, step.dtype);
     storage.emplace(exec, panel_bytes(cols, depth, layout), Scratch::Fill::none);
     return pack_panels(exec, kernels[packer], w, cols, depth, storage->data(), layout);
 }
@@ -238,13 +237,11 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
 
 // The rows of the register tiles of this call's CPU step kernel `step` (schedules/step_tiles.h:
 // the one or two rows past them run in one-row tiles); 0 where the kernel takes any rows in one
-// call: on a GPU, and a forward step on AMX (its 16-row tiles have no one-row twin, and a row past
-// them costs a tile either way).
+// call: on a GPU, and a step on AMX (its 16-row tiles have no one-row twin, and a row past them
+// costs a tile either way).
 int step_tile_rows(const Exec &exec, const KernelEntry &step) {
     if (exec.device() != Device::cpu) return 0;
-    if (step.family == Family::seq_fwd_step &&
-        panels::amx_panels(step.dtype == DType::bf16, cpu_target_amx_products(exec.cpu_target())))
-        return 0;
+    if (panels::amx_panels(step.dtype == DType::bf16, cpu_target_amx_products(exec.cpu_target()))) return 0;
     return cpu_target_knob(exec.cpu_target(), "gemm_step_tile_rows");
 }
 
@@ -448,6 +445,15 @@ void batched_product(Exec &exec, const KernelEntry &product, DType dt, int64_t M
                    : Buf::matrix(dev, const_cast<void *>(a), DType::f32, M, K, lda);
     Buf b_buf = b_panels ? *b_panels : Buf::matrix(dev, const_cast<void *>(b), tn ? DType::f32 : dt, K, N, ldb);
     Buf c_buf = Buf::matrix(dev, c, dt, sums_row ? M + 1 : M, N, N);
+    if (tn && dev == Device::cpu && panel_layout(exec, dt) == PanelLayout::amx) {
+        // w_grad on AMX: the kernel copies b, the gate gradients, into AMX's pair panel here, in
+        // whole blocks of k (generators/common.h: amx_product)
+        const int64_t pair_rows = panels::amx_blocked_pairs(K), cols = panels::amx_panel_cols(N);
+        Scratch pairs(exec, saturating_product({pair_rows, cols, 2}) * 2, Scratch::Fill::none);
+        Buf pairs_buf(Device::cpu, pairs.data(), DType::bf16, {pair_rows, cols, 2});
+        run(product, exec, GemmArgs{.a = a_buf, .b = b_buf, .c = c_buf, .b_pairs = &pairs_buf});
+        return;
+    }
     run(product, exec, GemmArgs{.a = a_buf, .b = b_buf, .c = c_buf});
 }
 
@@ -744,7 +750,7 @@ private:
                                         std::optional<Scratch> &storage) {
         const int64_t H = d_.H;
         if (kernel.weights != Weights::panels) return std::nullopt;
-        if (storage) return panels_at(storage->data(), count, 4 * H, panel_layout(exec_, dt_, Family::panels_t));
+        if (storage) return panels_at(storage->data(), count, 4 * H, panel_layout(exec_, dt_));
         const Buf rows = Buf::matrix(dev_, offset_bytes(in_.w.data, first * 4 * H, dt_), dt_, count, 4 * H, 4 * H);
         return recurrent_weights(exec_, kernels_, kernel, Family::panels_t, rows, rows, count, 4 * H, storage);
     }
