@@ -737,6 +737,34 @@ TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
     EXPECT_GT(ran, 0);
 }
 
+// A bfloat16 backward of fewer rows than half an AMX tile runs on the FMAs of the target its AMX
+// target takes float32 and float16 from (runtime/src/ops_sequence.cpp: few_rows_off_amx):
+// bitwise that target's result at 7 rows; at 8 on AMX's tiles, whose products take the gate
+// gradients rounded to bfloat16 (docs/semantics.md), so not bitwise. The check target
+// avx2-fma-f16c@avx512-amx runs it on any AVX2 CPU.
+TEST(CpuTargets, FewRowsOfABfloat16BackwardRunOffAmx) {
+    RestorePin restore;
+    int ran = 0;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (!t.runs_here || !t.amx_products) continue;
+        for (int64_t rows : {int64_t{7}, int64_t{8}}) {
+            SCOPED_TRACE(t.name + " B=" + std::to_string(rows));
+            BLT_SEED(seed, "CpuTargets/few_rows/" + t.name);
+            const Problem p = make_problem(seed, Shape{3, rows, 5, 9, 3, 1.0, 0.0, 1.0, "few rows"}, DType::bf16,
+                                           false, false, Layout::icfo);
+            const Inputs in(p, Device::cpu);
+            blocklstm::set_cpu_target(t.name);
+            const Tensor amx = run_seq_grad(p, in).w_grad;
+            blocklstm::set_cpu_target(t.other_dtypes_as);
+            const Tensor fma = run_seq_grad(p, in).w_grad;
+            const bool bitwise = std::memcmp(amx.view().data, fma.view().data, amx.view().num_bytes()) == 0;
+            EXPECT_EQ(bitwise, rows < 8) << "w_grad on " << t.name << " and on " << t.other_dtypes_as;
+        }
+        ++ran;
+    }
+    if (ran == 0) GTEST_SKIP() << "no target with amx_products runs on this CPU (none compiled, or none runnable)";
+}
+
 // cuda_release_memory gives back the cuBLAS handles, the kernels' cached intermediates and the
 // pools' memory; the calls after it allocate again and give the same bits (the CUDA kernels and
 // cuBLAS's default algorithm are deterministic on one GPU). Its name has "cuda" in it, so that it

@@ -220,6 +220,12 @@ int current_cpu_target() {
 const std::string &cpu_target_name(int index) { return compiled().at(index).name; }
 bool cpu_target_bf16_dot_products(int index) { return compiled().at(index).bf16_dot_products; }
 bool cpu_target_amx_products(int index) { return compiled().at(index).amx_products; }
+int cpu_target_other_dtypes_as(int index) {
+    const std::vector<CpuTarget> &ts = compiled();
+    for (int k = 0; k < static_cast<int>(ts.size()); ++k)
+        if (!ts.at(index).other_dtypes_as.empty() && ts[k].name == ts.at(index).other_dtypes_as) return k;
+    return -1;
+}
 
 int cpu_target_knob(int index, const std::string &knob) {
     const std::string &knobs = compiled().at(index).tuning;  // "name:value,..."

@@ -28,6 +28,8 @@ public:
     Device device() const { return device_; }
     // CPU: the CPU target every kernel of this call runs as (cpu_target.cpp), read once per call.
     int cpu_target() const { return cpu_target_; }
+    // CPU: the rest of the call runs as `target` (the index of a compiled target this CPU runs).
+    void run_as_cpu_target(int target) { cpu_target_ = target; }
     // CUDA: the call's context and stream; a pointer to them is the kernels' user_context.
     const cuda::Call &cuda_call() const { return cuda_; }
     void *user_context() { return &cuda_; }
@@ -56,6 +58,9 @@ const std::string &cpu_target_name(int index);
 bool cpu_target_bf16_dot_products(int index);
 // Whether that target's bfloat16 forward kernels take W_x and W_h in AMX's pair panel.
 bool cpu_target_amx_products(int index);
+// The index of the target whose float32 and float16 kernels that target runs (its
+// other_dtypes_as), or -1.
+int cpu_target_other_dtypes_as(int index);
 // A knob of that target's tuning table (schedules/tuning.h), as its kernels were compiled with.
 int cpu_target_knob(int index, const std::string &knob);
 

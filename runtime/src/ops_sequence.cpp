@@ -804,10 +804,22 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     on_one_team(in.x, [&] { forward_call(op, layout, in, out, forget_bias, cell_clip, use_peephole); });
 }
 
+// A bfloat16 backward of fewer rows than half an AMX tile runs on the FMAs of the target whose
+// float32 kernels the AMX target runs (other_dtypes_as): each of its steps would compute a whole
+// tile of 16 rows (BlockLSTMGrad at 100,1,512: 18.0 ms on AMX, 8.9-10.9 on the FMAs; at B = 8
+// AMX is 1.45x the FMAs at H = 512, 0.93x at H = 128; Emerald Rapids).
+void few_rows_off_amx(Exec &exec, DType dtype, int64_t rows) {
+    if (exec.device() != Device::cpu || dtype != DType::bf16 || rows >= panels::kAmxTileRows / 2) return;
+    if (!cpu_target_amx_products(exec.cpu_target())) return;
+    const int fma = cpu_target_other_dtypes_as(exec.cpu_target());
+    if (fma >= 0) exec.run_as_cpu_target(fma);
+}
+
 void grad_call(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
                const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
     const Checked<SeqDims> c = validate_grad(op, in, act, &out);
     const auto [exec, kernels] = exec_and_kernels(plan::Kind::sequence_grad, c, {use_peephole, layout});
+    few_rows_off_amx(*exec, c.dtype, c.dims.B);
     const StepRows rows = step_rows(c.dims.B, c.dims.L, in.seq_lengths);
     if (rows.in_order()) return grad_steps(*exec, kernels, c, rows, in, act, out, use_peephole);
 
