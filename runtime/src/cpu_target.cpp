@@ -222,8 +222,9 @@ bool cpu_target_bf16_dot_products(int index) { return compiled().at(index).bf16_
 bool cpu_target_amx_products(int index) { return compiled().at(index).amx_products; }
 int cpu_target_other_dtypes_as(int index) {
     const std::vector<CpuTarget> &ts = compiled();
-    for (int k = 0; k < static_cast<int>(ts.size()); ++k)
-        if (!ts.at(index).other_dtypes_as.empty() && ts[k].name == ts.at(index).other_dtypes_as) return k;
+    const std::string &other = ts.at(index).other_dtypes_as;
+    for (int k = 0; k < static_cast<int>(ts.size()) && !other.empty(); ++k)
+        if (ts[k].name == other) return k;
     return -1;
 }
 

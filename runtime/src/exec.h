@@ -56,7 +56,7 @@ int current_cpu_target();
 const std::string &cpu_target_name(int index);
 // Whether that target's bfloat16 kernels take W_h in pair panels (schedules/panel_layout.h).
 bool cpu_target_bf16_dot_products(int index);
-// Whether that target's bfloat16 forward kernels take W_x and W_h in AMX's pair panel.
+// Whether that target's bfloat16 products run on AMX tiles (their weights in AMX's pair panel).
 bool cpu_target_amx_products(int index);
 // The index of the target whose float32 and float16 kernels that target runs (its
 // other_dtypes_as), or -1.
