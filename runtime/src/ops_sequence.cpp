@@ -222,17 +222,30 @@ Checked<SeqDims> validate_grad(const char *op, const SeqInputs &in, const SeqAct
 // 0.87x the time at T,B,I=H 100,32,256, 0.94x at 200,16,256, 0.99x at 100,64,512, level at
 // 100,8,256; chunks of 1 or 4 L2s were no better. BLOCKLSTM_PROJECTION_CHUNK_STEPS=n sets n (the
 // tests' shapes are far below two L2s: they run the chunks that way).
+int64_t l2_cache_bytes() {
+    static const int64_t bytes = [] {
+        const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
+        return l2 > 0 ? static_cast<int64_t>(l2) : int64_t{1} << 20;
+    }();
+    return bytes;
+}
+
 int64_t projection_chunk_steps(int64_t B, int64_t H) {
     static const int64_t fixed = [] {
         const char *env = std::getenv("BLOCKLSTM_PROJECTION_CHUNK_STEPS");
         return env ? std::max<int64_t>(0, std::atoll(env)) : 0;
     }();
     if (fixed > 0) return fixed;
-    static const int64_t budget = [] {
-        const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
-        return 2 * (l2 > 0 ? static_cast<int64_t>(l2) : int64_t{1} << 20);
-    }();
-    return std::max<int64_t>(1, budget / std::max<int64_t>(1, B * 4 * H * 4));
+    return std::max<int64_t>(1, 2 * l2_cache_bytes() / std::max<int64_t>(1, B * 4 * H * 4));
+}
+
+// Steps of a chunk of the ring that the forward's steps write on rows not in length order
+// (ForwardLayout::caller): a chunk of the `row_bytes` a row writes fills at most a core's L2, and
+// is no longer than the projection's, so that the tests' chunks of 2 run chunks of the ring too;
+// at least 2 steps (why: ForwardLayout::caller).
+int64_t ring_chunk_steps(int64_t B, int64_t H, int64_t row_bytes) {
+    return std::max<int64_t>(2, std::min(projection_chunk_steps(B, H),
+                                         l2_cache_bytes() / std::max<int64_t>(1, B * row_bytes)));
 }
 
 // The rows of the register tiles of this call's CPU step kernel `step` (schedules/step_tiles.h:
@@ -245,16 +258,34 @@ int step_tile_rows(const Exec &exec, const KernelEntry &step) {
     return cpu_target_knob(exec.cpu_target(), "gemm_step_tile_rows");
 }
 
+// How forward_steps' tensors hold their rows, where they are not as the op's (the defaults).
+struct ForwardLayout {
+    // false: the caller writes the rows no step writes (from_length_order, zeros included)
+    bool zero_idle_outputs = true;
+    // in.x holds the packed rows of the steps (StepRows::packed), not [T, B, I]
+    bool x_packed = false;
+    // The CPU on rows not in length order: the outputs are the caller's, whose rows are in the
+    // order of `caller`. The steps write a ring of one chunk of steps (ring_chunk_steps: in L2),
+    // packed, whose rows are gathered into the caller's rows (zeros where a row does not run)
+    // when the chunk is done; the next chunk writes over it from its start. Its first step reads
+    // the last step of the chunk before, whose rows start at or past the second step's, n[t-2]
+    // >= n[t] (so a chunk is at least 2 steps), so no step writes a row it or a later step still
+    // reads. Writing every output in length order first and gathering after sent each through
+    // memory three times (BlockLSTM at 200,16,256 with lengths spread over [T/4, T]: the gathers
+    // 12 % of the call).
+    const StepRows *caller = nullptr;
+};
+
 // The forward time loop on rows in length order (StepRows::in_order): step t computes its first
 // n[t] rows, the input projection the packed rows of every step.
-// `zero_idle_outputs` false: the caller writes the rows no step writes (the reordered call's
-// from_length_order does, zeros included).
 void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDims &dims, const StepRows &rows,
                    const SeqInputs &in, const LSTMOutputs<TV> &out, float forget_bias, float cell_clip,
-                   bool zero_idle_outputs = true) {
+                   const ForwardLayout &layout = {}) {
     const Device dev = exec.device();
     const int64_t B = dims.B, I = dims.I, H = dims.H, S = rows.steps, N = rows.total();
+    const int64_t es = static_cast<int64_t>(size_of(dt));
     const bool split = kernels.has(Family::seq_fwd_gates);
+    const StepRows *caller = layout.caller;
 
     // Every output is zero where no step writes: past a row's length (TF leaves i, f, o, ci, co
     // unwritten past seq_len_max). Written once the workspaces are held, so that running out of
@@ -264,10 +295,16 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     const bool only_state = left_out(out.i);
     auto zero_idle = [&] {
         each_output(out, [&](const char *, const TV &t) {
-            if (zero_idle_outputs && !left_out(t)) zero_idle_rows(exec, rows, t);
+            if (left_out(t) || !layout.zero_idle_outputs) return;
+            // The ring's gathers write the rows of every step a row runs; the steps past all of them here.
+            if (caller) return exec.zero_bytes(offset_bytes(t.data, S * B * H, dt), (dims.T - S) * B * H * es);
+            zero_idle_rows(exec, rows, t);
         });
     };
-    if (N == 0) return zero_idle();
+    if (N == 0) {
+        if (caller) each_output(out, [&](const char *, const TV &t) { zero(exec, t); });
+        return zero_idle();
+    }
 
     // xw = x . W_x + b: on the CPU in chunks of steps computed just ahead of the steps that read
     // them, so that a step reads its xw from cache, not from memory (projection_chunk_steps);
@@ -275,8 +312,8 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     // per row against 8H(I+H) multiply-adds), else x itself.
     std::optional<Scratch> x_packed;
     const void *x_rows = in.x.data;
-    if (rows.ragged() && I > 0) {
-        x_packed.emplace(exec, N * I * static_cast<int64_t>(size_of(dt)), Scratch::Fill::none);
+    if (!layout.x_packed && rows.ragged() && I > 0) {
+        x_packed.emplace(exec, N * I * es, Scratch::Fill::none);
         pack_steps(exec, rows, in.x.data, x_packed->data(), I, dt);
         x_rows = x_packed->data();
     }
@@ -302,24 +339,35 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     Buf h_prev(dev, in.h_prev.data, dt, {B, H}), cs_prev(dev, in.cs_prev.data, dt, {B, H});
     Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
     const TV *outs[7] = {&out.i, &out.cs, &out.f, &out.o, &out.ci, &out.co, &out.h};
+    constexpr int kCs = 1, kH = 6;
     std::optional<Scratch> step_only;  // the left-out outputs' [B, H] each
-    if (only_state) step_only.emplace(exec, 5 * B * H * static_cast<int64_t>(size_of(dt)), Scratch::Fill::none);
+    if (only_state) step_only.emplace(exec, 5 * B * H * es, Scratch::Fill::none);
+    // Where the steps write each output (the ring's chunks, or the output itself) and the row
+    // there of step t's first row.
+    const int64_t written = only_state ? 2 : 7;
+    const int64_t ring_steps = caller ? ring_chunk_steps(B, H, written * H * es) : 0;
+    const int64_t ring_rows = ring_steps * B;
+    std::optional<Scratch> ring;
+    if (caller) ring.emplace(exec, written * ring_rows * H * es, Scratch::Fill::none);
+    void *written_to[7];
+    for (int k = 0, unused = 0, in_ring = 0; k < 7; ++k)
+        written_to[k] = left_out(*outs[k]) ? offset_bytes(step_only->data(), unused++ * B * H, dt)
+                        : caller           ? offset_bytes(ring->data(), in_ring++ * ring_rows * H, dt)
+                                           : outs[k]->data;
+    auto first_row = [&](int64_t t) { return caller ? rows.packed[t] - rows.packed[t / ring_steps * ring_steps] : t * B; };
     std::vector<Buf> slices;
-    for (int k = 0, unused = 0; k < 7; ++k)
-        slices.emplace_back(dev, left_out(*outs[k]) ? offset_bytes(step_only->data(), unused++ * B * H, dt) : outs[k]->data,
-                            dt, std::initializer_list<int64_t>{B, H});
+    for (void *to : written_to) slices.emplace_back(dev, to, dt, std::initializer_list<int64_t>{B, H});
     const std::array<Buf *, 7> lstm{&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5], &slices[6]};
-    const int64_t slice = B * H;
     // Every argument of step t at its rows [r0, r0 + count) (all it runs by default), set whatever
     // an earlier pass over the steps left (run_loop's fingerprint pass runs them all before the
     // steps that launch).
     auto step_at = [&](int64_t t, Buf &gates_rows, int64_t r0 = 0, int64_t count = -1) {
         if (count < 0) count = rows.n[t];
-        h_prev.set_data(offset_bytes(t == 0 ? in.h_prev.data : out.h.data, (t == 0 ? 0 : (t - 1) * slice) + r0 * H, dt));
-        cs_prev.set_data(offset_bytes(t == 0 ? in.cs_prev.data : out.cs.data, (t == 0 ? 0 : (t - 1) * slice) + r0 * H, dt));
-        for (int k = 0, unused = 0; k < 7; ++k)
-            slices[k].set_data(left_out(*outs[k]) ? offset_bytes(step_only->data(), unused++ * B * H + r0 * H, dt)
-                                                  : offset_bytes(outs[k]->data, t * slice + r0 * H, dt));
+        const int64_t prev = t == 0 ? r0 : first_row(t - 1) + r0;
+        h_prev.set_data(offset_bytes(t == 0 ? in.h_prev.data : written_to[kH], prev * H, dt));
+        cs_prev.set_data(offset_bytes(t == 0 ? in.cs_prev.data : written_to[kCs], prev * H, dt));
+        for (int k = 0; k < 7; ++k)
+            slices[k].set_data(offset_bytes(written_to[k], (left_out(*outs[k]) ? r0 : first_row(t) + r0) * H, dt));
         xw_t.set_data(xw.floats() + (rows.packed[t] - xw_first + r0) * 4 * H);
         for (Buf *b : {&h_prev, &cs_prev, &xw_t, &gates_rows}) b->set_rows(count);
         for (Buf &b : slices) b.set_rows(count);
@@ -340,7 +388,7 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
         exec.time_loop({0, S, N, B, I, H, static_cast<int64_t>(dt)}, [&] {
             for (int64_t t = 0; t < S; ++t) {
                 float *xw_row = xw.floats() + rows.packed[t] * 4 * H;
-                const void *h = t == 0 ? in.h_prev.data : offset_bytes(out.h.data, (t - 1) * slice, dt);
+                const void *h = t == 0 ? in.h_prev.data : offset_bytes(written_to[kH], first_row(t - 1) * H, dt);
                 products.run(rows.n[t], h, xw_row);
                 step_at(t, xw_t);
                 gates.run();
@@ -364,6 +412,14 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
 
     // A step's last one or two rows past its whole register tiles in a call of their own.
     const int tile_rows = step_tile_rows(exec, step_kernel);
+    // The ring's chunk that ends with step t, into the caller's rows.
+    auto ring_to_caller = [&](int64_t t) {
+        const int64_t t0 = t / ring_steps * ring_steps;
+        for (int k = 0; k < 7; ++k)
+            if (!left_out(*outs[k]))
+                from_length_order_steps(exec, kernels[Family::gather_rows], *caller, t0, t + 1, first_row, written_to[k],
+                                        ring_rows, *outs[k]);
+    };
     zero_idle();  // the first write to an output
     for (int64_t t = 0; t < S; ++t) {
         if (chunk < S && t % chunk == 0) project(t);  // the next chunk's xw, over the last one's
@@ -372,6 +428,7 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
             step_at(t, gates_buf, r0, count);
             step.run();
         });
+        if (caller && ((t + 1) % ring_steps == 0 || t + 1 == S)) ring_to_caller(t);
     }
 }
 
@@ -403,12 +460,25 @@ void forward_call(const char *op, Layout layout, const SeqInputs &in, const LSTM
 
     // Rows not in length order: the call runs on copies of x, h_prev and cs_prev in that order
     // (the rows that run only) and writes its outputs in that order, then in the caller's.
+    const StepRows sorted = in_length_order(rows);
+    const KernelEntry &gather = kernels[Family::gather_rows];
+    if (exec.device() == Device::cpu && !kernels.has(Family::seq_fwd_gates)) {
+        // x's rows that run packed (as forward_steps would pack them), the outputs through the ring.
+        Scratch x_packed(exec, rows.total() * c.dims.I * static_cast<int64_t>(size_of(c.dtype)), Scratch::Fill::none);
+        Reordered cs_prev(exec, in.cs_prev), h_prev(exec, in.h_prev);
+        if (c.dims.I > 0) to_packed_length_order(exec, gather, rows, in.x, x_packed.data());
+        to_length_order(exec, gather, rows, in.cs_prev, cs_prev.storage.data());
+        to_length_order(exec, gather, rows, in.h_prev, h_prev.storage.data());
+        const TV x_view{x_packed.data(), in.x.dtype, {rows.total(), c.dims.I}, in.x.device};
+        const SeqInputs packed_in{in.seq_len_max, x_view, cs_prev.view, h_prev.view, in.w, in.wci, in.wcf, in.wco,
+                                  in.b, nullptr};
+        return forward_steps(exec, kernels, c.dtype, c.dims, sorted, packed_in, out, forget_bias, cell_clip,
+                             {.x_packed = true, .caller = &rows});
+    }
     Reordered x(exec, in.x), cs_prev(exec, in.cs_prev), h_prev(exec, in.h_prev);
     std::vector<Reordered> outs;
     outs.reserve(7);
     each_output(out, [&](const char *, const TV &t) { outs.emplace_back(exec, t); });  // left out: empty
-    const StepRows sorted = in_length_order(rows);
-    const KernelEntry &gather = kernels[Family::gather_rows];
     to_length_order(exec, gather, rows, in.x, x.storage.data());
     to_length_order(exec, gather, rows, in.cs_prev, cs_prev.storage.data());
     to_length_order(exec, gather, rows, in.h_prev, h_prev.storage.data());
@@ -417,7 +487,7 @@ void forward_call(const char *op, Layout layout, const SeqInputs &in, const LSTM
     const LSTMOutputs<TV> sorted_out{outs[0].view, outs[1].view, outs[2].view, outs[3].view,
                                      outs[4].view, outs[5].view, outs[6].view};
     forward_steps(exec, kernels, c.dtype, c.dims, sorted, sorted_in, sorted_out, forget_bias, cell_clip,
-                  /*zero_idle_outputs=*/false);
+                  {.zero_idle_outputs = false});
     std::size_t k = 0;
     each_output(out, [&](const char *, const TV &t) {
         if (!left_out(t)) from_length_order(exec, gather, rows, outs[k].storage.data(), t);
@@ -505,9 +575,13 @@ void weight_grads_in_chunks(Exec &exec, const PlanKernels &kernels, int64_t rows
 // Exec first, so that they are freed before it.
 class GradPass {
 public:
+    // caller: the CPU on rows not in length order (grad_call): x and the activations hold the
+    // packed rows of the steps (StepRows::packed) in length order, and out.x_grad is the caller's,
+    // its rows in the order of `caller`.
     GradPass(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &c, const StepRows &rows,
-             const SeqInputs &in, const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole)
-        : exec_(exec), kernels_(kernels), d_(c.dims), rows_(rows), dt_(c.dtype), dev_(c.device),
+             const SeqInputs &in, const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole,
+             const StepRows *caller = nullptr)
+        : exec_(exec), kernels_(kernels), d_(c.dims), rows_(rows), caller_(caller), dt_(c.dtype), dev_(c.device),
           es_(static_cast<int64_t>(size_of(c.dtype))), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
           b_grad_from_w_grad_(plan::b_grad_with_w_grad(c.device, c.dims.I)), split_(kernels.has(Family::seq_bwd_gates)),
           gate_grads_(split_ ? c.dtype : DType::f32) {}
@@ -522,7 +596,7 @@ public:
     // Zeroes what no phase writes: x_grad where a row does not run, h_prev_grad of rows that run no
     // step, the peephole grads without peepholes. (cs_prev_grad of those rows is their carry, zero.)
     void zero_unwritten() {
-        zero_idle_rows(exec_, rows_, out_.x_grad);
+        if (!caller_) zero_idle_rows(exec_, rows_, out_.x_grad);  // else the gather into the caller's rows
         const int64_t n0 = rows_.n[0];
         if (n0 < d_.B) exec_.zero_bytes(offset_bytes(out_.h_prev_grad.data, n0 * d_.H, dt_), (d_.B - n0) * d_.H * es_);
         if (!use_peephole_) zero(exec_, out_.wci_grad), zero(exec_, out_.wcf_grad), zero(exec_, out_.wco_grad);
@@ -559,12 +633,11 @@ public:
         Buf dgates_t = Buf::gate_blocks(dev_, dgates_->data(), gate_grads_, B, H);
         Scratch dh(exec_, B * H * 4, Scratch::Fill::none);  // one step's gradient of h, reused
         Buf dh_buf = Buf::matrix(dev_, dh.data(), DType::f32, B, H, H);
-        const int64_t slice = B * H;
         // Every per-row argument at rows [r0, r0 + count) of step t.
         auto rows_at = [&](int64_t t, int64_t r0, int64_t count) {
             for (std::size_t k = 0; k < per_step.size(); ++k)
-                per_step[k].set_data(offset_bytes(step_inputs[k]->data, t * slice + r0 * H, dt_));
-            cs_prev.set_data(offset_bytes(t == 0 ? in_.cs_prev.data : act_.cs.data, (t == 0 ? 0 : (t - 1) * slice) + r0 * H, dt_));
+                per_step[k].set_data(offset_bytes(step_inputs[k]->data, (step_row(t) + r0) * H, dt_));
+            cs_prev.set_data(offset_bytes(t == 0 ? in_.cs_prev.data : act_.cs.data, ((t == 0 ? 0 : step_row(t - 1)) + r0) * H, dt_));
             carry_in.set_data(carry[t % 2] + r0 * H);
             carry_out.set_data(carry[(t + 1) % 2] + r0 * H);
             dgates_t.set_data(offset_bytes(dgates_->data(), (rows_.packed[t] + r0) * 4 * H, gate_grads_));
@@ -612,8 +685,7 @@ public:
         // Each step one seq_bwd_step: dh = h_grad[t] + dgates[t+1] . W_h^T and the cell's
         // backward math. W_h^T: in panels straight from the rows of W_h, or the rows of w^T. Where
         // rows stop at t, dgates[t+1] is read from a copy whose rows past step t+1's are zero (a
-        // second call for those rows instead read all of W_h^T again for a row or two: 100,64,256
-        // BlockLSTMGrad with lengths spread over [T/4, T], X -> Y ms).
+        // second call for those rows instead read all of W_h^T again for a row or two).
         const KernelEntry &step_kernel = kernels_[Family::seq_bwd_step];
         Scratch padded(exec_, B * 4 * H * 4);  // zeros past the rows copied in, which only grow
         Buf dnext = Buf::matrix(dev_, padded.data(), DType::f32, B, 4 * H, 4 * H);
@@ -652,13 +724,18 @@ public:
         const KernelEntry &product = kernels_[Family::gemm_nn];
         if (I > 0) {
             std::optional<Scratch> packed;
-            if (rows_.ragged()) packed.emplace(exec_, N * I * es_, Scratch::Fill::none);
+            if (rows_.ragged() || caller_) packed.emplace(exec_, N * I * es_, Scratch::Fill::none);
             void *x_grad = packed ? packed->data() : out_.x_grad.data;
             std::optional<Scratch> w_x_t_storage;
             const std::optional<Buf> w_x_t = weights_t_panels(product, 0, I, w_x_t_storage);
             batched_product(exec_, product, dt_, N, I, 4 * H, dgates_->data(), 4 * H, w_t_ ? w_t_->data() : nullptr,
                             I + H, x_grad, false, gate_grads_, w_x_t ? &*w_x_t : nullptr);
-            if (packed) unpack_steps(exec_, rows_, x_grad, out_.x_grad.data, I, dt_);
+            if (caller_) {  // into the caller's rows, zeros where a row does not run
+                from_length_order_steps(exec_, kernels_[Family::gather_rows], *caller_, 0, d_.T,
+                                        [&](int64_t t) { return rows_.packed[t]; }, x_grad, N, out_.x_grad);
+            } else if (packed) {
+                unpack_steps(exec_, rows_, x_grad, out_.x_grad.data, I, dt_);
+            }
         }
         const std::optional<Buf> w_h_t = weights_t_panels(product, I, H, w_h_t_panels_);
         batched_product(exec_, product, dt_, rows_.n[0], H, 4 * H, dgates_->data(), 4 * H,
@@ -674,7 +751,7 @@ public:
         const int64_t B = d_.B, I = d_.I, H = d_.H, N = rows_.total();
         std::optional<Scratch> x_packed;
         const void *x_rows = in_.x.data;
-        if (rows_.ragged() && I > 0) {
+        if (!caller_ && rows_.ragged() && I > 0) {
             x_packed.emplace(exec_, N * I * es_, Scratch::Fill::none);
             pack_steps(exec_, rows_, in_.x.data, x_packed->data(), I, dt_);
             x_rows = x_packed->data();
@@ -719,12 +796,17 @@ public:
         std::optional<Scratch> cs_packed, cs_prev_packed;
         Buf cs_seq(dev_, act_.cs.data, dt_, {S, B, H});
         Buf cs_prev_all(dev_, in_.cs_prev.data, dt_, {B, H});
-        if (use_peephole_ && rows_.ragged()) {
-            cs_packed.emplace(exec_, N * H * es_, Scratch::Fill::none);
+        if (caller_) cs_seq = Buf(dev_, act_.cs.data, dt_, {1, N, H});  // packed already
+        if (use_peephole_ && (rows_.ragged() || caller_)) {
+            const void *cs_rows = act_.cs.data;
+            if (!caller_) {
+                cs_packed.emplace(exec_, N * H * es_, Scratch::Fill::none);
+                pack_steps(exec_, rows_, act_.cs.data, cs_packed->data(), H, dt_);
+                cs_rows = cs_packed->data();
+            }
             cs_prev_packed.emplace(exec_, N * H * es_, Scratch::Fill::none);
-            pack_steps(exec_, rows_, act_.cs.data, cs_packed->data(), H, dt_);
             pack_prev_steps(in_.cs_prev, act_.cs, cs_prev_packed->data());
-            cs_seq = Buf(dev_, cs_packed->data(), dt_, {1, N, H});
+            cs_seq = Buf(dev_, const_cast<void *>(cs_rows), dt_, {1, N, H});
             cs_prev_all = Buf(dev_, cs_prev_packed->data(), dt_, {N, H});
         }
         Buf carry_final(dev_, carry1_->data(), DType::f32, {B, H});
@@ -740,6 +822,9 @@ public:
 
 private:
     std::byte *w_t_bytes() const { return static_cast<std::byte *>(w_t_->data()); }
+
+    // The row of x and of the activations where step t's rows start.
+    int64_t step_row(int64_t t) const { return caller_ ? rows_.packed[t] : t * d_.B; }
 
     // The transpose of w's rows [first, first + count) (W_x^T: 0, I; W_h^T: I, H), [4H, count], in
     // the panels `kernel` reads (kernels.inc's weights column), packed from those rows of w into
@@ -762,13 +847,14 @@ private:
         exec_.copy_bytes(packed, first.data, rows_.n[0] * H * es_);
         for (int64_t t = 1; t < rows_.steps; ++t)
             exec_.copy_bytes(offset_bytes(packed, rows_.packed[t] * H, dt_),
-                             offset_bytes(steps.data, (t - 1) * d_.B * H, dt_), rows_.n[t] * H * es_);
+                             offset_bytes(steps.data, step_row(t - 1) * H, dt_), rows_.n[t] * H * es_);
     }
 
     Exec &exec_;
     const PlanKernels &kernels_;
     const SeqDims d_;
     const StepRows &rows_;
+    const StepRows *caller_;
     const DType dt_;
     const Device dev_;
     const int64_t es_;  // bytes per element of dtype
@@ -785,8 +871,8 @@ private:
 
 void grad_steps(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &c, const StepRows &rows,
                 const SeqInputs &in, const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out,
-                bool use_peephole) {
-    GradPass pass(exec, kernels, c, rows, in, act, out, use_peephole);
+                bool use_peephole, const StepRows *caller = nullptr) {
+    GradPass pass(exec, kernels, c, rows, in, act, out, use_peephole, caller);
     if (!pass.anything_to_run()) return;
     // The weights' transpose and dgates (the largest workspace, 4H floats per packed row) come
     // before the first write to an output: running out of memory for them leaves the outputs as
@@ -823,27 +909,57 @@ void grad_call(const char *op, Layout layout, const SeqInputs &in, const SeqActi
     const StepRows rows = step_rows(c.dims.B, c.dims.L, in.seq_lengths);
     if (rows.in_order()) return grad_steps(*exec, kernels, c, rows, in, act, out, use_peephole);
 
-    // Rows not in length order: the call runs on copies of its per-row inputs in that order (the
-    // rows that run only) and writes x_grad, cs_prev_grad and h_prev_grad in that order, then in
+    // Rows not in length order: the call runs on copies of its per-row inputs in that order
+    // (the rows that run only) and writes x_grad, cs_prev_grad and h_prev_grad in that order, then in
     // the caller's; the weight gradients do not depend on the order.
-    std::vector<Reordered> ins;
-    ins.reserve(12);
     const KernelEntry &gather = kernels[Family::gather_rows];
-    auto reordered = [&](const TV &t) -> const TV & {
-        ins.emplace_back(*exec, t);
-        to_length_order(*exec, gather, rows, t, ins.back().storage.data());
-        return ins.back().view;
-    };
-    const SeqInputs sorted_in{in.seq_len_max, reordered(in.x), reordered(in.cs_prev), reordered(in.h_prev), in.w,
-                              in.wci, in.wcf, in.wco, in.b, nullptr};
-    const SeqActivations sorted_act{reordered(act.i),  reordered(act.cs), reordered(act.f),
-                                    reordered(act.o),  reordered(act.ci), reordered(act.co),
-                                    reordered(act.h),  reordered(act.cs_grad), reordered(act.h_grad)};
-    Reordered x_grad(*exec, out.x_grad), cs_prev_grad(*exec, out.cs_prev_grad), h_prev_grad(*exec, out.h_prev_grad);
-    const BlockLSTMGradOutputs<TV> sorted_out{x_grad.view, cs_prev_grad.view, h_prev_grad.view, out.w_grad,
-                                              out.wci_grad, out.wcf_grad, out.wco_grad, out.b_grad};
-    grad_steps(*exec, kernels, c, in_length_order(rows), sorted_in, sorted_act, sorted_out, use_peephole);
-    from_length_order(*exec, gather, rows, x_grad.storage.data(), out.x_grad);
+    Reordered cs_prev_grad(*exec, out.cs_prev_grad), h_prev_grad(*exec, out.h_prev_grad);
+    if (exec->device() == Device::cpu && !kernels.has(Family::seq_bwd_gates)) {
+        // x and the activations as the packed rows of the steps (what the batched products read;
+        // the [T, B] copies in length order were each packed again), x_grad straight from its
+        // packed rows into the caller's: at 200,16,256 with lengths spread over [T/4, T] the
+        // copies in length order wrote 1.6x the rows that run.
+        const int64_t N = rows.total();
+        std::vector<Scratch> packed;
+        packed.reserve(10);
+        std::vector<TV> views;
+        views.reserve(10);
+        auto packed_rows = [&](const TV &t) -> const TV & {
+            const int64_t width = t.shape.back();
+            packed.emplace_back(*exec, N * width * static_cast<int64_t>(size_of(t.dtype)), Scratch::Fill::none);
+            if (width > 0) to_packed_length_order(*exec, gather, rows, t, packed.back().data());
+            return views.emplace_back(TV{packed.back().data(), t.dtype, {N, width}, t.device});
+        };
+        Reordered cs_prev(*exec, in.cs_prev), h_prev(*exec, in.h_prev);
+        to_length_order(*exec, gather, rows, in.cs_prev, cs_prev.storage.data());
+        to_length_order(*exec, gather, rows, in.h_prev, h_prev.storage.data());
+        const SeqInputs packed_in{in.seq_len_max, packed_rows(in.x), cs_prev.view, h_prev.view, in.w,
+                                  in.wci, in.wcf, in.wco, in.b, nullptr};
+        const SeqActivations packed_act{packed_rows(act.i),  packed_rows(act.cs), packed_rows(act.f),
+                                        packed_rows(act.o),  packed_rows(act.ci), packed_rows(act.co),
+                                        packed_rows(act.h),  packed_rows(act.cs_grad), packed_rows(act.h_grad)};
+        const BlockLSTMGradOutputs<TV> packed_out{out.x_grad, cs_prev_grad.view, h_prev_grad.view, out.w_grad,
+                                                  out.wci_grad, out.wcf_grad, out.wco_grad, out.b_grad};
+        grad_steps(*exec, kernels, c, in_length_order(rows), packed_in, packed_act, packed_out, use_peephole, &rows);
+    } else {
+        std::vector<Reordered> ins;
+        ins.reserve(12);
+        auto reordered = [&](const TV &t) -> const TV & {
+            ins.emplace_back(*exec, t);
+            to_length_order(*exec, gather, rows, t, ins.back().storage.data());
+            return ins.back().view;
+        };
+        const SeqInputs sorted_in{in.seq_len_max, reordered(in.x), reordered(in.cs_prev), reordered(in.h_prev), in.w,
+                                  in.wci, in.wcf, in.wco, in.b, nullptr};
+        const SeqActivations sorted_act{reordered(act.i),  reordered(act.cs), reordered(act.f),
+                                        reordered(act.o),  reordered(act.ci), reordered(act.co),
+                                        reordered(act.h),  reordered(act.cs_grad), reordered(act.h_grad)};
+        Reordered x_grad(*exec, out.x_grad);
+        const BlockLSTMGradOutputs<TV> sorted_out{x_grad.view, cs_prev_grad.view, h_prev_grad.view, out.w_grad,
+                                                  out.wci_grad, out.wcf_grad, out.wco_grad, out.b_grad};
+        grad_steps(*exec, kernels, c, in_length_order(rows), sorted_in, sorted_act, sorted_out, use_peephole);
+        from_length_order(*exec, gather, rows, x_grad.storage.data(), out.x_grad);
+    }
     from_length_order(*exec, gather, rows, cs_prev_grad.storage.data(), out.cs_prev_grad);
     from_length_order(*exec, gather, rows, h_prev_grad.storage.data(), out.h_prev_grad);
 }

@@ -150,4 +150,26 @@ void from_length_order(Exec &exec, const KernelEntry &kernel, const StepRows &ro
     gather_rows(exec, kernel, index, dst.dtype, dst.shape.back(), src, T * B, dst.data);
 }
 
+void to_packed_length_order(Exec &exec, const KernelEntry &gather, const StepRows &rows, const TensorView &src,
+                            void *dst) {
+    std::vector<int32_t> index(rows.total());
+    for (int64_t t = 0; t < rows.steps; ++t)
+        for (int64_t j = 0; j < rows.n[t]; ++j)
+            index[rows.packed[t] + j] = static_cast<int32_t>(t * rows.B + rows.order[j]);
+    gather_rows(exec, gather, index, src.dtype, src.shape.back(), src.data, steps_of(src) * rows.B, dst);
+}
+
+void from_length_order_steps(Exec &exec, const KernelEntry &gather, const StepRows &rows, int64_t t0, int64_t t1,
+                             const std::function<int64_t(int64_t)> &first, const void *src, int64_t src_rows,
+                             const TensorView &dst) {
+    const int64_t B = rows.B, width = dst.shape.back();
+    std::vector<int32_t> index((t1 - t0) * B, -1);
+    for (int64_t t = t0; t < std::min(t1, rows.steps); ++t) {
+        const int64_t from = first(t);
+        for (int64_t b = 0; b < B; ++b)
+            if (t < rows.length[b]) index[(t - t0) * B + b] = static_cast<int32_t>(from + rows.place[b]);
+    }
+    gather_rows(exec, gather, index, dst.dtype, width, src, src_rows, offset_bytes(dst.data, t0 * B * width, dst.dtype));
+}
+
 }  // namespace blocklstm::detail

@@ -9,6 +9,7 @@
 #include <blocklstm/blocklstm.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace blocklstm::detail {
@@ -70,5 +71,17 @@ void zero_idle_rows(const Exec &exec, const StepRows &rows, const TensorView &t)
 void to_length_order(Exec &exec, const KernelEntry &gather, const StepRows &rows, const TensorView &src, void *dst);
 void from_length_order(Exec &exec, const KernelEntry &gather, const StepRows &rows, const void *src,
                        const TensorView &dst);
+
+// The running rows of a [T, B, width] tensor `src` in the caller's row order, packed in length
+// order into dst (step t's at packed row packed[t]): one launch of `gather`, the rows that run only.
+void to_packed_length_order(Exec &exec, const KernelEntry &gather, const StepRows &rows, const TensorView &src,
+                            void *dst);
+
+// Steps [t0, t1) of `dst`, a [T, B, width] tensor in the caller's row order, from `src` (src_rows
+// rows of width), which holds step t's running rows in length order from its row first(t): one
+// launch of `gather`, zeros where a row does not run.
+void from_length_order_steps(Exec &exec, const KernelEntry &gather, const StepRows &rows, int64_t t0, int64_t t1,
+                             const std::function<int64_t(int64_t)> &first, const void *src, int64_t src_rows,
+                             const TensorView &dst);
 
 }  // namespace blocklstm::detail
