@@ -233,7 +233,7 @@ int bench(const BenchOptions &o) {
                                                "(the kernels index with int32; lower --time, --batch, --input or --cell)",
                                                info->name, a.name, a.shape, elements, INT32_MAX));
             }
-    const double need = bytes_needed(o);
+    const double need = bytes_needed(o) * (o.against_padded ? 2.0 : 1.0);
     const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
     if (have > 0 && need > have)
         throw CliError("bench: the tensors of this shape need " + gib(need) + " GiB, more than this machine's " +
@@ -242,6 +242,9 @@ int bench(const BenchOptions &o) {
     if (cell && !o.lengths.empty())
         throw CliError("bench: --lengths is " + o.lengths + ": expected none for " + o.op +
                        " (seq_lengths are the sequence ops')");
+    if (o.against_padded && o.lengths.empty())
+        throw CliError("bench: --against-padded is given without --lengths: expected --lengths full or spread "
+                       "(the padded call is the one without them)");
     if (o.inference && (cell || is_grad_op(o.op)))
         throw CliError("bench: --inference is for BlockLSTM and BlockLSTMV2: " + o.op +
                        (cell ? " writes all its outputs" : " needs all seven activations"));
@@ -259,6 +262,8 @@ int bench(const BenchOptions &o) {
         std::printf("  seq_lengths %s: %.0f of %lld row-steps run\n",
                     o.lengths == "full" ? "full (every row T)" : "spread uniformly over [ceil(T/4), T]", row_steps(o),
                     static_cast<long long>(o.time * o.batch));
+    if (o.against_padded)
+        std::printf("  each timed call followed by the same call padded (no seq_lengths, every row T steps)\n");
     if (dev == Device::cuda)
         std::printf("  device cuda (%s; GEMMs: %s; steps: %s; graphs: %s), each call timed to the end of its GPU work\n",
                     cuda_device_name().c_str(),
@@ -275,14 +280,21 @@ int bench(const BenchOptions &o) {
                     static_cast<unsigned long long>(o.seed));
     std::fflush(stdout);
 
-    Bench b;
+    Bench b, padded;  // padded: --against-padded's call without seq_lengths
     try {
         b = make_bench(o, dev);
-        if (dev == Device::cuda) {  // a call ends when its GPU work does
-            b.call = [call = b.call] {
-                call();
-                cuda_synchronize();
-            };
+        if (o.against_padded) {
+            BenchOptions without = o;
+            without.lengths.clear();
+            padded = make_bench(without, dev);
+        }
+        for (Bench *each : {&b, &padded}) {
+            if (dev == Device::cuda && each->call) {  // a call ends when its GPU work does
+                each->call = [call = each->call] {
+                    call();
+                    cuda_synchronize();
+                };
+            }
         }
     } catch (const std::bad_alloc &) {
         throw CliError("bench: cannot allocate the " + gib(need) + " GiB of tensors of this shape");
@@ -292,6 +304,7 @@ int bench(const BenchOptions &o) {
     std::vector<double> warm;
     const auto warm_start = Clock::now();
     for (;;) {
+        if (padded.call) padded.call();
         const auto t0 = Clock::now();
         b.call();
         warm.push_back(ms_between(t0, Clock::now()));
@@ -310,12 +323,18 @@ int bench(const BenchOptions &o) {
     std::fflush(stdout);
 
     Progress progress(reps, estimate * reps > 2000.0);
-    std::vector<double> times;
+    std::vector<double> times, padded_times, ratios;
     times.reserve(static_cast<std::size_t>(reps));
     for (int k = 0; k < reps; ++k) {
         const auto t0 = Clock::now();
         b.call();
         times.push_back(ms_between(t0, Clock::now()));
+        if (padded.call) {
+            const auto t1 = Clock::now();
+            padded.call();
+            padded_times.push_back(ms_between(t1, Clock::now()));
+            ratios.push_back(times.back() / std::max(padded_times.back(), 1e-9));
+        }
         progress.update(k + 1);
     }
 
@@ -324,10 +343,13 @@ int bench(const BenchOptions &o) {
     const double hi = *std::max_element(times.begin(), times.end());
     const double gflops = med > 0.0 ? flops / (med * 1e6) : 0.0;
     if (o.print_reps) {
-        std::printf("  reps_ms=");
-        for (std::size_t k = 0; k < times.size(); ++k)
-            std::printf("%s%.6f", k ? "," : "", times[k]);
-        std::printf("\n");
+        for (const auto &[name, list] : {std::pair{"reps_ms", &times}, {"padded_reps_ms", &padded_times}}) {
+            if (list->empty()) continue;
+            std::printf("  %s=", name);
+            for (std::size_t k = 0; k < list->size(); ++k)
+                std::printf("%s%.6f", k ? "," : "", (*list)[k]);
+            std::printf("\n");
+        }
     }
     std::printf("  median %12.6f ms\n  min    %12.6f ms\n  max    %12.6f ms\n", med, lo, hi);
     if (dev == Device::cuda && cuda_graphs()) {  // evidence of the path the time loops took
@@ -338,6 +360,13 @@ int bench(const BenchOptions &o) {
                     static_cast<unsigned long long>(g.failures));
     }
     std::printf("  FLOPs per call %.6g (docs/performance.md: %s)\n", flops, flop_formula(o.op).c_str());
+    if (padded.call) {
+        const double padded_med = median(padded_times), ratio = median(ratios);
+        std::printf("  padded (no seq_lengths), alternating: median %.6f ms; with / without lengths: %.3f\n",
+                    padded_med, ratio);
+        std::printf("median_ms=%.6f gflops=%.3f padded_median_ms=%.6f ratio=%.4f\n", med, gflops, padded_med, ratio);
+        return 0;
+    }
     std::printf("median_ms=%.6f gflops=%.3f\n", med, gflops);
     return 0;
 }

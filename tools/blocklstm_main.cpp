@@ -60,7 +60,8 @@ constexpr CommandHelp kCommands[] = {
      "                       [--dtype float32|float16|bfloat16] [--use-peephole]\n"
      "                       [--device cpu|cuda]\n"
      "                       [--reps N] [--warmup N] [--threads N] [--seed S] [--print-reps]\n"
-     "                       [--cpu-target TARGET] [--lengths full|spread] [--inference]\n",
+     "                       [--cpu-target TARGET] [--lengths full|spread [--against-padded]]\n"
+     "                       [--inference]\n",
      "  bench <OpName> Time one op on random inputs of the given shape (the grad ops on the\n"
      "                 activations of the matching forward op) after a warm-up; print the median,\n"
      "                 min and max and, as the last line, \"median_ms=<float> gflops=<float>\".\n"
@@ -78,6 +79,10 @@ constexpr CommandHelp kCommands[] = {
      "                 (as BLOCKLSTM_CPU_TARGET does for every command). --lengths gives the\n"
      "                 sequence ops seq_lengths: full, every row T steps; spread, each row's\n"
      "                 length uniform in [ceil(T/4), T] (from --seed); FLOPs count the steps run.\n"
+     "                 --against-padded alternates each timed call with the same call without\n"
+     "                 seq_lengths (every row T steps) and adds \"padded_median_ms=<float>\n"
+     "                 ratio=<float>\" to the last line: the median over the pairs of calls of\n"
+     "                 the call's time over the padded call's.\n"
      "                 --inference leaves out BlockLSTM(V2)'s i, f, o, ci, co: only cs and h written.\n"},
     {"list", "blocklstm list [--kernels] [--plans]\n",
      "  list           The op variants this build runs (op x backend x dtype x peephole), the CPU\n"
@@ -249,6 +254,7 @@ int parse_and_run(int argc, char **argv, const std::string &command) {
     bench->add_flag("--print-reps", b.print_reps);
     bench->add_option("--cpu-target", b.cpu_target);
     bench->add_option("--lengths", b.lengths)->check(CLI::IsMember({"full", "spread"}));
+    bench->add_flag("--against-padded", b.against_padded);
     bench->add_flag("--inference", b.inference);
     threads(bench);
 

@@ -62,6 +62,10 @@ struct BenchOptions {
     // seq_lengths of the sequence ops: "" none (TF's op); "full" every row T; "spread" each row's
     // length uniform in [ceil(T/4), T] (from the seed)
     std::string lengths;
+    // With `lengths`: each timed call alternates with the same call padded (no seq_lengths), and
+    // the ratio of the two is printed: on a machine whose speed wanders, a ratio from one process
+    // and alternating calls, not from two runs minutes apart
+    bool against_padded = false;
     // The sequence forward ops' i, f, o, ci, co left out: only cs and h written (inference)
     bool inference = false;
 };

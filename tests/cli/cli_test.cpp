@@ -919,6 +919,42 @@ TEST(Bench, PrintRepsGivesEveryTimedCall) {
     EXPECT_NEAR(stat_line(r.out, "max"), v[3], 1e-6) << r.out;
 }
 
+// The comma-separated list printed as "  <name>=a,b,...".
+std::vector<double> printed_list(const std::string &out, const std::string &name) {
+    std::smatch m;
+    std::vector<double> v;
+    if (!std::regex_search(out, m, std::regex("\\n  " + name + "=([0-9.,]+)\\n"))) return v;
+    std::stringstream list(m[1].str());
+    for (std::string item; std::getline(list, item, ',');) v.push_back(std::stod(item));
+    return v;
+}
+
+// --against-padded: every timed call paired with the padded one, the last line's padded median
+// and ratio those of the printed calls (the median of the pairs' ratios, not of the medians).
+TEST(Bench, AgainstPaddedPairsEveryCallWithThePaddedOne) {
+    for (const char *op : {"BlockLSTM", "BlockLSTMGradV2"}) {
+        std::vector<std::string> args = bench_args(op, "float32", false, {7, 5, 3, 4});
+        args.insert(args.end(), {"--reps", "5", "--lengths", "spread", "--against-padded", "--print-reps"});
+        const Result r = run_cli(args);
+        SCOPED_TRACE(op);
+        ASSERT_EQ(r.code, 0) << describe(r);
+        const std::vector<double> with = printed_list(r.out, "reps_ms"), padded = printed_list(r.out, "padded_reps_ms");
+        ASSERT_EQ(with.size(), 5u) << r.out;
+        ASSERT_EQ(padded.size(), 5u) << r.out;
+        std::vector<double> ratios;
+        for (std::size_t k = 0; k < 5; ++k) ratios.push_back(with[k] / padded[k]);
+        std::sort(ratios.begin(), ratios.end());
+        std::vector<double> sorted_padded = padded;
+        std::sort(sorted_padded.begin(), sorted_padded.end());
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"( padded_median_ms=([0-9.]+) ratio=([0-9.]+)\n$)")))
+            << r.out;
+        EXPECT_NEAR(std::stod(m[1]), sorted_padded[2], 1e-6) << r.out;
+        EXPECT_NEAR(std::stod(m[2]), ratios[2], 1e-4 + 1e-3 * ratios[2]) << r.out;
+        EXPECT_NE(r.out.find("median_ms="), std::string::npos) << r.out;
+    }
+}
+
 TEST(Bench, DefaultRepsAndWarmup) {
     const Result r = run_cli(bench_args("BlockLSTM", "float32", false));
     ASSERT_EQ(r.code, 0) << describe(r);
@@ -984,6 +1020,7 @@ TEST(Bench, BadArgumentsExitTwoAndNameTheOption) {
         {with({"bench", "BlockLSTMv3", "--time", "3"}, shape), "BlockLSTMv3"},
         {with({"bench", "BlockLSTM", "BlockLSTMGrad", "--time", "3"}, shape), "BlockLSTMGrad"},
         {with({"bench", "BlockLSTM", "--time", "3", "--seed", "-1"}, shape), "--seed"},  // not wrapped to 2^64-1
+        {with({"bench", "BlockLSTM", "--time", "3", "--against-padded"}, shape), "--against-padded"},
         {with({"bench", "BlockLSTM", "--time", "3", "--seed", "99999999999999999999999"}, shape), "--seed"},
         // The library's int32 limit, before any tensor is allocated: w [I+H, 4H] at H = 23200.
         {{"bench", "BlockLSTM", "--time", "1", "--batch", "1", "--input", "1", "--cell", "23200", "--dtype", "float16"},
