@@ -550,15 +550,21 @@ class LSTM(_PeepholeModule):
         if packed:
             if lengths is not None:
                 raise ValueError("LSTM: lengths is for a padded input: a PackedSequence carries its own")
-            padded, lengths = nn.utils.rnn.pad_packed_sequence(input)  # [T, B, I], the batch in its order
+            # The rows in the packed data's order, longest first (as nn.LSTM runs them): the kernels
+            # take rows in length order as they are, with no reordering of their own, and the
+            # output packs back without a gather by row.
+            order, unorder = input.sorted_indices, input.unsorted_indices
+            padded, lengths = nn.utils.rnn.pad_packed_sequence(
+                nn.utils.rnn.PackedSequence(input.data, input.batch_sizes))  # [T, B, I], longest first
             _check_input("LSTM", padded, self.weight_ih_l0, self.input_size, (3,))
-            output, state = self._padded(padded, hx, lengths.to(padded.device), batched=True)
-            # Packed as the input: its sorted order and batch sizes (the rows' lengths are the same).
-            sorted_out = output.index_select(1, input.sorted_indices) if input.sorted_indices is not None else output
-            data = nn.utils.rnn.pack_padded_sequence(sorted_out, lengths[input.sorted_indices.cpu()]
-                                                     if input.sorted_indices is not None else lengths).data
-            return nn.utils.rnn.PackedSequence(data, input.batch_sizes, input.sorted_indices,
-                                               input.unsorted_indices), state
+            if order is not None and isinstance(hx, (tuple, list)) and all(
+                    isinstance(t, torch.Tensor) and t.dim() == 3 and t.shape[1] == order.numel() for t in hx):
+                hx = tuple(t.index_select(1, order) for t in hx)  # else _padded names what is wrong
+            output, (h_n, c_n) = self._padded(padded, hx, lengths.to(padded.device), batched=True)
+            if unorder is not None:  # the state in the caller's batch order, as nn.LSTM returns it
+                h_n, c_n = h_n.index_select(1, unorder), c_n.index_select(1, unorder)
+            data = nn.utils.rnn.pack_padded_sequence(output, lengths).data
+            return nn.utils.rnn.PackedSequence(data, input.batch_sizes, order, unorder), (h_n, c_n)
         _check_input("LSTM", input, self.weight_ih_l0, self.input_size, (2, 3))
         batched = input.dim() == 3  # unbatched [T, I]: one batch row, as nn.LSTM
         x = (input.transpose(0, 1) if self.batch_first else input) if batched else input.unsqueeze(1)

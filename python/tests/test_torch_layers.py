@@ -130,10 +130,10 @@ def test_packed_sequence_in_and_out_as_nn_lstm(enforce_sorted, device):
     ref, ours = twins(I, H, device, num_layers=2, bidirectional=True)
     x = torch.randn(T, len(lengths), I, device=device)
     xs = [x.clone().requires_grad_() for _ in range(2)]
-    h0 = torch.randn(4, len(lengths), H, device=device)
+    h0, c0 = torch.randn(4, len(lengths), H, device=device), torch.randn(4, len(lengths), H, device=device)
     packs = [nn.utils.rnn.pack_padded_sequence(t, lengths, enforce_sorted=enforce_sorted) for t in xs]
-    y1, (h1, c1) = ref(packs[0], (h0, h0))
-    y2, (h2, c2) = ours(packs[1], (h0, h0))
+    y1, (h1, c1) = ref(packs[0], (h0, c0))
+    y2, (h2, c2) = ours(packs[1], (h0, c0))
     assert isinstance(y2, nn.utils.rnn.PackedSequence)
     assert torch.equal(y2.batch_sizes, y1.batch_sizes)
     for a, b in ((y1.sorted_indices, y2.sorted_indices), (y1.unsorted_indices, y2.unsorted_indices)):
