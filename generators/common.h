@@ -304,6 +304,15 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
         p.single = rows <= step_tiles::kOneRowTilesMax;
         part = select(p.single, p.part_single(x, y, blocks), part);
     }
+    if (blocking.half_tile_rows > 0) {
+        // And again for a step whose rows fill at most half a tile (3 or 4 of 8), which the
+        // schedule runs in tiles of half the rows (schedules/step_tiles.h).
+        p.part_half = Func(name + "_part_half_tile");
+        p.part_half(x, y, kb) = 0.0f;
+        p.part_half(x, y, kb) += a_kk * b_kk;
+        p.half = step_tiles::in_half_tiles(rows, 2 * blocking.half_tile_rows);
+        part = select(p.half, p.part_half(x, y, blocks), part);
+    }
     if (blocking.k_block > 0 && !blocking.init_apart) {
         // Blocked k (the CPU): the initial value joins the first block's update, so that no pass
         // of its own writes c before the products do (a parallel loop that zeroed w_grad and

@@ -31,6 +31,10 @@ struct GemmFuncs {
     // where the step has few rows (schedules/step_tiles.h); undefined otherwise.
     Func part_single;
     Expr single;  // the condition: the step's rows are that few
+    // A step's product in tiles of half the rows (GemmBlocking::half_tile_rows): part's twin, which
+    // sum reads where the step's rows fill at most half a tile (step_tiles.h).
+    Func part_half;
+    Expr half;  // the condition (step_tiles::in_half_tiles)
     // On AMX's tiles (generators/common.h: amx_product): part(x, y) is the whole product over k, a_panel(k, y)
     // a's copy in whole tiles; b_panel is unused. amx_k_blocks: part(x, y, kb) is block kb's
     // (generators/common.h: amx_product), sum's update adds them over `blocks`.
@@ -85,6 +89,11 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // projection, or zero) is added in the first k block's update (generators/common.h).
     if (!use.sum_is_output) g.sum.compute_root();
     Stage update = g.sum.update();
+    // The half-tile twin (part_half) is computed at a loop `yh` over half tiles, which every
+    // branch of the specializations below has: Halide infers its rows in each branch, also in
+    // those that never read it, and there they must fit its bound (half a tile) too.
+    const int half_rows = g.part_half.defined() ? tile_rows / 2 : 0;
+    Var yh("yh");
     if (g.part_single.defined()) {
         // One or two rows (B = 1: speech and streaming models; a step's last rows, which the
         // runtime calls apart) read part_single, in tiles of one row: the general tiles would
@@ -92,17 +101,35 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         // below, which the specialization would otherwise copy.
         Stage one = update.specialize(g.single);
         one.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
-            .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf)
-            .reorder(xi, yi, yo, xo, yb, g.blocks)
+            .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
+        if (half_rows > 0) one.split(yi, yh, yi, 1);
+        one.reorder(half_rows > 0 ? std::vector<VarOrRVar>{xi, yi, yh, yo, xo, yb, g.blocks}
+                                  : std::vector<VarOrRVar>{xi, yi, yo, xo, yb, g.blocks})
             .split(xi, xl, xv, vec)
             .vectorize(xv)
             .fuse(xo, yb, tile)
             .parallel(tile);
     }
+    if (half_rows > 0) {
+        // 3 or 4 rows (B = 3 or 4; a step of spread lengths near its end) read part_half, in tiles
+        // of half the rows, laid out as the general tiles below.
+        Stage half = update.specialize(g.half);
+        half.tile(x, y, xo, yo, xi, yi, tile_cols, half_rows, TailStrategy::GuardWithIf)
+            .split(yo, yb, yo, 2 * tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf)
+            .split(yi, yh, yi, half_rows)
+            .reorder(xi, yi, yh, yo, xo, yb, g.blocks)
+            .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
+            .vectorize(xv)
+            .unroll(yi)
+            .unroll(yh)
+            .fuse(xo, yb, tile)
+            .parallel(tile);
+    }
     update.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
-        .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf)
-        .reorder(xi, yi, yo, xo, yb, g.blocks)
-        .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
+        .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
+    if (half_rows > 0) update.split(yi, yh, yi, half_rows).reorder(xi, yi, yh, yo, xo, yb, g.blocks).unroll(yh);
+    else update.reorder(xi, yi, yo, xo, yb, g.blocks);
+    update.split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
         .vectorize(xv)
         .unroll(yi);
     // A batched product's tile fully unrolled, in its accumulators' zeroing too: with a loop over
@@ -214,9 +241,11 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     schedule_accumulators(g, g.part, inner_tiles, tile_cols, tile_rows, batched, /*single_row=*/false, vec);
     if (g.part_single.defined())
         schedule_accumulators(g, g.part_single, inner_tiles, tile_cols, 1, false, /*single_row=*/true, vec);
+    if (half_rows > 0) schedule_accumulators(g, g.part_half, yh, tile_cols, half_rows, false, /*single_row=*/false, vec);
 }
 
-// part (or, single_row, part_single): a register tile of tile_cols x tile_rows accumulators, at `at`.
+// part (or, single_row, part_single; or part_half, whose rows are those of one half tile): a
+// register tile of tile_cols x tile_rows accumulators, at `at`.
 inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int tile_cols, int tile_rows, bool batched,
                                   bool single_row, int vec) {
     Var x = g.x, y = g.y, xl("xl"), xv("xv");

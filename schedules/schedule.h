@@ -9,6 +9,7 @@
 #include "Halide.h"
 #include "schedules/cpu.h"
 #include "schedules/cuda.h"
+#include "schedules/step_tiles.h"
 
 namespace blocklstm::schedules {
 
@@ -78,6 +79,9 @@ struct GemmBlocking {
     // A step's product also in tiles of a single row, run where the step has one or two rows
     // (a specialization; schedules/step_tiles.h): they do not compute a whole tile's rows.
     bool single_row = false;
+    // A step's product also in register tiles of this many rows (0: none), run where the step's
+    // rows fill at most half a tile (a specialization; schedules/step_tiles.h).
+    int half_tile_rows = 0;
     // bfloat16 operands read as float32 by their bits (GPU targets: generators/common.h f32).
     bool bf16_by_bits = false;
 };
@@ -87,7 +91,9 @@ inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m, bool bf16_o
     if (m.gpu())
         return {.k_block = shape == GemmShape::step ? m.cuda.step_k_block : 0, .init_apart = true, .bf16_by_bits = true};
     const bool pairs = bf16_operands && m.bf16_dot_products;
-    if (shape == GemmShape::step) return {.k_block = m.cpu.gemm_step_k_block, .bf16_pairs = pairs, .single_row = true};
+    if (shape == GemmShape::step)
+        return {.k_block = m.cpu.gemm_step_k_block, .bf16_pairs = pairs, .single_row = true,
+                .half_tile_rows = step_tiles::half_tile_rows(m.cpu.gemm_step_tile_rows)};
     return {.k_block = m.cpu.gemm_k_block, .panel_rows = m.cpu.gemm_tile_rows,
             .panel_cols = m.cpu.gemm_tile_cols(), .bf16_pairs = pairs};
 }

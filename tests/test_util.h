@@ -23,6 +23,7 @@
 #include "generators/interface.h"
 #include "schedules/tuning.h"
 #include "schedules/panel_layout.h"
+#include "schedules/step_tiles.h"
 #include "test_env.h"
 
 namespace blt {
@@ -261,15 +262,18 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
     };
     // `set(shape, v)` puts v into the dimension the tile size `unit` applies to; a shape already
     // derived from another tile keeps its first name.
-    auto add = [&](const std::string &what, int64_t unit, void (*set)(Shape &, int64_t)) {
-        const std::pair<const char *, int64_t> at[] = {
-            {"below", unit - 1}, {"equal", unit}, {"multiple", 2 * unit}, {"multiple_plus_one", 2 * unit + 1}};
+    auto add_at = [&](const std::string &what, std::initializer_list<std::pair<const char *, int64_t>> at,
+                      void (*set)(Shape &, int64_t)) {
         for (const auto &[where, v] : at) {
             Shape s{2, 3, 5, 9, 2, 1, 0.0, 1.0, "tile boundary"};
             set(s, v);
             if (v < 1 || seen(s)) continue;
             cases.push_back({what + "_" + where, s});
         }
+    };
+    auto add = [&](const std::string &what, int64_t unit, void (*set)(Shape &, int64_t)) {
+        add_at(what, {{"below", unit - 1}, {"equal", unit}, {"multiple", 2 * unit}, {"multiple_plus_one", 2 * unit + 1}},
+               set);
     };
     auto batch = [](Shape &s, int64_t v) { s.B = v; };
     auto rows = [](Shape &s, int64_t v) { s.T = s.L = 1, s.B = v; };  // L*B = v
@@ -284,6 +288,9 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
         if (products == Products::step) {
             add(n("step_tile_rows", g.gemm_step_tile_rows), g.gemm_step_tile_rows, batch);
             add(n("tile_cols", g.gemm_tile_cols()), g.gemm_tile_cols(), units);
+            // Half tiles (schedules/step_tiles.h): a step of half a tile, whole and one row short.
+            const int64_t half = blocklstm::step_tiles::half_tile_rows(g.gemm_step_tile_rows);
+            if (half > 0) add_at(n("step_half_tile_rows", half), {{"whole", half}, {"short", half - 1}}, batch);
         } else if (products == Products::batched) {
             const int64_t row_block = int64_t{g.gemm_tile_rows} * g.gemm_row_block_tiles;
             add(n("tile_rows", g.gemm_tile_rows), g.gemm_tile_rows, rows);
