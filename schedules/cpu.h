@@ -481,12 +481,19 @@ inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed
 }
 
 // AMX's pair panel out(kk, x, k) = b(x, 2 k + kk) (generators/panels.cpp, and w_grad's copy of
-// the gate gradients in generators/gemm.cpp): a pair of b's rows interleaved, in vectors along x,
-// the pair rows in parallel. Where b's columns are w's rows (W^T) the same loops gather: such a
-// panel is packed once per call (1.9 % of BlockLSTMGrad in bfloat16 at 100,64,512).
+// the gate gradients in generators/gemm.cpp): a pair of b's rows loaded in vectors along x and
+// stored as one interleaved vector, the pair rows in parallel. Halide interleaves the two stores
+// only where it knows out's x stride is the pair's 2: the runtime packs every pair panel dense, so
+// the schedule requires it (with the stride unknown each 16-bit lane was a store of its own: the
+// packing was 70 % of a one-step BlockLSTM at B = 16, H = 256, and 9 % of BlockLSTMGrad at
+// 50,64,512). Where b's columns are w's rows (W^T) the loads gather: such a panel is packed once
+// per call (3 % of BlockLSTMGrad at 50,64,512).
 inline void schedule_amx_panels_cpu(Func out, Var kk, Var x, Var k, const CpuTuning &tuning) {
-    Var xk("xk");
-    out.bound(kk, 0, 2).reorder(kk, x, k).fuse(kk, x, xk).vectorize(xk, 2 * tuning.vector_floats, TailStrategy::GuardWithIf).parallel(k);
+    out.bound(kk, 0, 2).reorder(kk, x, k).parallel(k);
+    out.specialize(out.output_buffer().dim(1).stride() == 2)
+        .vectorize(x, tuning.vector_floats, TailStrategy::GuardWithIf)
+        .unroll(kk);
+    out.specialize_fail("an AMX pair panel is packed dense: its x stride is 2");
 }
 
 }  // namespace blocklstm::schedules

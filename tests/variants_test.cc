@@ -737,28 +737,59 @@ TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
     EXPECT_GT(ran, 0);
 }
 
-// A bfloat16 backward of fewer rows than half an AMX tile runs on the FMAs of the target its AMX
-// target takes float32 and float16 from (runtime/src/ops_sequence.cpp: few_rows_off_amx):
-// bitwise that target's result at 7 rows; at 8 on AMX's tiles, whose products take the gate
-// gradients rounded to bfloat16 (docs/semantics.md), so not bitwise. The check target
-// avx2-fma-f16c@avx512-amx runs it on any AVX2 CPU.
-TEST(CpuTargets, FewRowsOfABfloat16BackwardRunOffAmx) {
+// A bfloat16 call of an AMX target runs on the FMAs of the target it takes float32 and float16
+// from where AMX's tiles do not pay (runtime/src/ops_sequence.cpp: amx_pays): counted by
+// amx_call_count() on the tiles only, and bitwise that target's outputs off them. Each threshold
+// is checked on both sides. The check target avx2-fma-f16c@avx512-amx runs it on any AVX2 CPU.
+TEST(CpuTargets, Bfloat16CallsRunOffAmxWhereItDoesNotPay) {
+    if (const char *env = std::getenv("BLOCKLSTM_AMX"); env && std::string(env) == "always")
+        GTEST_SKIP() << "BLOCKLSTM_AMX=always keeps every call on AMX's tiles";
     RestorePin restore;
+    struct Case {
+        Op op;
+        Shape shape;
+        bool on_amx;
+    };
+    const std::vector<Case> cases = {
+        // forward: on AMX where H >= 512 or B * H >= 768
+        {Op::seq, {3, 2, 5, 383, 3, 1.0, 0.0, 1.0, "B*H 766"}, false},
+        {Op::seq, {3, 2, 5, 384, 3, 1.0, 0.0, 1.0, "B*H 768"}, true},
+        {Op::seq, {3, 1, 5, 511, 3, 1.0, 0.0, 1.0, "H 511"}, false},
+        {Op::seq, {3, 1, 5, 512, 3, 1.0, 0.0, 1.0, "H 512"}, true},
+        // backward: on AMX from 8 rows and 256 rows of w_grad's product (L * B)
+        {Op::seq_grad, {40, 7, 5, 9, 40, 1.0, 0.0, 1.0, "B 7"}, false},
+        {Op::seq_grad, {32, 8, 5, 9, 32, 1.0, 0.0, 1.0, "B 8, L*B 256"}, true},
+        {Op::seq_grad, {31, 8, 5, 9, 31, 1.0, 0.0, 1.0, "L*B 248"}, false},
+    };
     int ran = 0;
     for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
         if (!t.runs_here || !t.amx_products) continue;
-        for (int64_t rows : {int64_t{7}, int64_t{8}}) {
-            SCOPED_TRACE(t.name + " B=" + std::to_string(rows));
-            BLT_SEED(seed, "CpuTargets/few_rows/" + t.name);
-            const Problem p = make_problem(seed, Shape{3, rows, 5, 9, 3, 1.0, 0.0, 1.0, "few rows"}, DType::bf16,
-                                           false, false, Layout::icfo);
+        for (const Case &c : cases) {
+            SCOPED_TRACE(t.name + " " + describe(c.shape));
+            BLT_SEED(seed, "CpuTargets/off_amx/" + t.name);
+            const Problem p = make_problem(seed, c.shape, DType::bf16, false, false, Layout::icfo);
             const Inputs in(p, Device::cpu);
-            blocklstm::set_cpu_target(t.name);
-            const Tensor amx = run_seq_grad(p, in).w_grad;
-            blocklstm::set_cpu_target(t.other_dtypes_as);
-            const Tensor fma = run_seq_grad(p, in).w_grad;
-            const bool bitwise = std::memcmp(amx.view().data, fma.view().data, amx.view().num_bytes()) == 0;
-            EXPECT_EQ(bitwise, rows < 8) << "w_grad on " << t.name << " and on " << t.other_dtypes_as;
+            auto outputs = [&](const std::string &target) {
+                blocklstm::set_cpu_target(target);
+                std::vector<Tensor> all;
+                if (c.op == Op::seq) {
+                    blocklstm::LSTMOutputs<Tensor> o = run_fwd(p, in);
+                    for (Tensor *x : {&o.i, &o.cs, &o.f, &o.o, &o.ci, &o.co, &o.h}) all.push_back(std::move(*x));
+                } else {
+                    blocklstm::BlockLSTMGradOutputs<Tensor> o = run_seq_grad(p, in);
+                    for (Tensor *x : {&o.x_grad, &o.cs_prev_grad, &o.h_prev_grad, &o.w_grad, &o.b_grad})
+                        all.push_back(std::move(*x));
+                }
+                return all;
+            };
+            const uint64_t before = blocklstm::amx_call_count();
+            const std::vector<Tensor> amx = outputs(t.name);
+            EXPECT_EQ(blocklstm::amx_call_count() - before, c.on_amx ? 1u : 0u) << "calls on AMX's tiles";
+            if (c.on_amx) continue;
+            const std::vector<Tensor> fma = outputs(t.other_dtypes_as);
+            for (std::size_t k = 0; k < amx.size(); ++k)
+                EXPECT_EQ(std::memcmp(amx[k].view().data, fma[k].view().data, amx[k].view().num_bytes()), 0)
+                    << "output " << k << " on " << t.name << " and on " << t.other_dtypes_as;
         }
         ++ran;
     }

@@ -3,6 +3,7 @@
 // and the peephole grads (backward) are batched over the whole sequence.
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -443,6 +444,45 @@ struct Reordered {
           view(left_out(like) ? TV{} : TV{storage.data(), like.dtype, like.shape, like.device}) {}
 };
 
+// A bfloat16 call of an AMX target runs on the FMAs of the target whose float32 kernels that
+// target runs (other_dtypes_as) where AMX's tiles do not pay for themselves; BLOCKLSTM_AMX=always
+// keeps every call on the tiles (the tests' small shapes run AMX's kernels that way). Measured on
+// an Emerald Rapids (`blocklstm bench`, least of 3; the FMAs' time / AMX's, at T,B,I=H):
+// - forward: a step's product computes whole tiles of 16 rows, while the FMAs' cost follows the
+//   rows until W_h (float32 in their panels) outgrows L2: on the FMAs where B * H < 768 at H < 512
+//   (100,1,256 0.61x; 50,4,128 0.85x; 100,2,256 0.92x; 100,1,384 0.80x), on AMX above (100,3,256
+//   1.12x; 50,8,128 1.02x; 100,2,384 1.39x; 100,1,512 1.33x).
+// - backward: fewer than 8 rows (100,1,512: 18.0 ms on AMX, 8.9-11.5 on the FMAs), or fewer than
+//   half a depth block of w_grad's product in all (L * B rows; AMX computes the depth in whole
+//   blocks of panels::kAmxDepthBlock): 10,8,256 0.54x; 10,16,256 0.90x; 2,64,512 0.95x against
+//   32,8,256 1.11x; 20,16,256 1.51x; 5,64,512 1.63x.
+enum class Pass { forward, backward };
+
+bool amx_pays(Pass pass, const SeqDims &d) {
+    if (pass == Pass::forward) return d.H >= 512 || d.B * d.H >= 768;
+    return d.B >= panels::kAmxTileRows / 2 && d.L * d.B >= panels::kAmxDepthBlock / 2;
+}
+
+bool amx_always() {
+    static const bool always = [] {
+        const char *env = std::getenv("BLOCKLSTM_AMX");
+        return env && std::string(env) == "always";
+    }();
+    return always;
+}
+
+std::atomic<uint64_t> amx_calls{0};
+
+void off_amx_where_it_does_not_pay(Exec &exec, DType dtype, Pass pass, const SeqDims &d) {
+    if (exec.device() != Device::cpu || dtype != DType::bf16 || !cpu_target_amx_products(exec.cpu_target())) return;
+    if (amx_always() || amx_pays(pass, d)) {
+        amx_calls.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    const int fma = cpu_target_other_dtypes_as(exec.cpu_target());
+    if (fma >= 0) exec.run_as_cpu_target(fma);
+}
+
 // A sequence op's call, on one team of OpenMP threads where the CPU loops run on them
 // (thread_pool.h: run_in_one_team; a GPU call as it is).
 void on_one_team(const TV &x, const std::function<void()> &call) {
@@ -455,6 +495,7 @@ void forward_call(const char *op, Layout layout, const SeqInputs &in, const LSTM
     const Checked<SeqDims> c = validate_forward(op, in, &out);
     const auto [exec_ptr, kernels] = exec_and_kernels(plan::Kind::forward, c, {use_peephole, layout});
     Exec &exec = *exec_ptr;
+    off_amx_where_it_does_not_pay(exec, c.dtype, Pass::forward, c.dims);
     const StepRows rows = step_rows(c.dims.B, c.dims.L, in.seq_lengths);
     if (rows.in_order()) return forward_steps(exec, kernels, c.dtype, c.dims, rows, in, out, forget_bias, cell_clip);
 
@@ -890,22 +931,11 @@ void run_forward(const char *op, Layout layout, const SeqInputs &in, const LSTMO
     on_one_team(in.x, [&] { forward_call(op, layout, in, out, forget_bias, cell_clip, use_peephole); });
 }
 
-// A bfloat16 backward of fewer rows than half an AMX tile runs on the FMAs of the target whose
-// float32 kernels the AMX target runs (other_dtypes_as): each of its steps would compute a whole
-// tile of 16 rows (BlockLSTMGrad at 100,1,512: 18.0 ms on AMX, 8.9-10.9 on the FMAs; at B = 8
-// AMX is 1.45x the FMAs at H = 512, 0.93x at H = 128; Emerald Rapids).
-void few_rows_off_amx(Exec &exec, DType dtype, int64_t rows) {
-    if (exec.device() != Device::cpu || dtype != DType::bf16 || rows >= panels::kAmxTileRows / 2) return;
-    if (!cpu_target_amx_products(exec.cpu_target())) return;
-    const int fma = cpu_target_other_dtypes_as(exec.cpu_target());
-    if (fma >= 0) exec.run_as_cpu_target(fma);
-}
-
 void grad_call(const char *op, Layout layout, const SeqInputs &in, const SeqActivations &act,
                const BlockLSTMGradOutputs<TV> &out, bool use_peephole) {
     const Checked<SeqDims> c = validate_grad(op, in, act, &out);
     const auto [exec, kernels] = exec_and_kernels(plan::Kind::sequence_grad, c, {use_peephole, layout});
-    few_rows_off_amx(*exec, c.dtype, c.dims.B);
+    off_amx_where_it_does_not_pay(*exec, c.dtype, Pass::backward, c.dims);
     const StepRows rows = step_rows(c.dims.B, c.dims.L, in.seq_lengths);
     if (rows.in_order()) return grad_steps(*exec, kernels, c, rows, in, act, out, use_peephole);
 
@@ -1027,6 +1057,8 @@ bool cuda_seq_lengths() {
 using detail::Layout;
 using detail::SeqActivations;
 using detail::SeqInputs;
+
+uint64_t amx_call_count() { return detail::amx_calls.load(std::memory_order_relaxed); }
 
 void BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
                const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs, const TV *seq_lengths) {

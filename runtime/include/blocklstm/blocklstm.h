@@ -385,6 +385,12 @@ BLOCKLSTM_API void set_cpu_target(const std::string &target);
 BLOCKLSTM_API std::string cpu_target_in_use();
 BLOCKLSTM_API bool cpu_target_pinned();
 
+// A bfloat16 sequence op on a target with amx_products runs its products on AMX's tiles where its
+// shape pays for them, else on the FMAs of that target's other_dtypes_as (docs/performance.md:
+// 'Where AMX pays'); BLOCKLSTM_AMX=always in the environment keeps every call on the tiles.
+// amx_call_count(): the op calls of this process that ran on the tiles.
+BLOCKLSTM_API uint64_t amx_call_count();
+
 // ---- Threads and memory --------------------------------------------------------------------
 
 // Threads of the CPU kernels (Halide's thread pool); 0 = one per core (the default, or the
