@@ -310,7 +310,7 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
         p.part_half = Func(name + "_part_half_tile");
         p.part_half(x, y, kb) = 0.0f;
         p.part_half(x, y, kb) += a_kk * b_kk;
-        p.half = step_tiles::in_half_tiles(rows, 2 * blocking.half_tile_rows);
+        p.half = step_tiles::in_half_tiles(rows, blocking.half_tile_rows);
         part = select(p.half, p.part_half(x, y, blocks), part);
     }
     if (blocking.k_block > 0 && !blocking.init_apart) {

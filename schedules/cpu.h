@@ -12,6 +12,7 @@
 
 #include "Halide.h"
 #include "schedules/panel_layout.h"
+#include "schedules/step_tiles.h"
 #include "schedules/tuning.h"
 
 namespace blocklstm::schedules {
@@ -92,7 +93,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // The half-tile twin (part_half) is computed at a loop `yh` over half tiles, which every
     // branch of the specializations below has: Halide infers its rows in each branch, also in
     // those that never read it, and there they must fit its bound (half a tile) too.
-    const int half_rows = g.part_half.defined() ? tile_rows / 2 : 0;
+    const int half_rows = g.part_half.defined() ? step_tiles::half_tile_rows(tile_rows) : 0;
     Var yh("yh");
     if (g.part_single.defined()) {
         // One or two rows (B = 1: speech and streaming models; a step's last rows, which the

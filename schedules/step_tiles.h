@@ -20,12 +20,16 @@ constexpr int kOneRowTilesMax = 2;
 // at T,I=H 100,256 on an Emerald Rapids: B = 3 3.5 ms, B = 4 4.4, B = 8 5.1), while a half tile
 // costs about half (B = 4 0.71x the time, 3 0.93x; BlockLSTMGrad 0.89x). Not past whole tiles:
 // three half tiles for 12 rows were slower than two whole ones (1.1x at H = 512, each half tile
-// streaming W_h's panel from L2 as a whole tile does). Tiles of 4 rows or fewer have no half.
-constexpr int half_tile_rows(int tile_rows) { return tile_rows / 2 > kOneRowTilesMax ? tile_rows / 2 : 0; }
+// streaming W_h's panel from L2 as a whole tile does). Tiles of 4 rows or fewer have no half, nor
+// tiles of an odd number of rows, which two half tiles would not fill exactly.
+constexpr int half_tile_rows(int tile_rows) {
+    return tile_rows % 2 == 0 && tile_rows / 2 > kOneRowTilesMax ? tile_rows / 2 : 0;
+}
+// Whether a step of `rows` rows runs in half tiles of `half_rows` rows (half_tile_rows; 0: none).
 // (A template, so that the kernels' condition, a Halide Expr of the step's rows, is this one.)
 template <typename Rows>
-constexpr auto in_half_tiles(const Rows &rows, int tile_rows) {
-    return rows > kOneRowTilesMax && rows <= half_tile_rows(tile_rows);
+constexpr auto in_half_tiles(const Rows &rows, int half_rows) {
+    return rows > kOneRowTilesMax && rows <= half_rows;
 }
 
 // The rows of a step in whole tiles of `tile_rows` rows: `rows` itself, or, where the rows past

@@ -715,6 +715,21 @@ TEST(CpuTargets, EachPinRunsItsOwnCode) {
     if (compared == 0) GTEST_SKIP() << "this CPU runs no two targets that must round differently";
 }
 
+// Half tiles (schedules/step_tiles.h) split an even tile of more than 4 rows in two; a step of 3
+// to half a tile's rows runs in them. The tile-boundary cases run every table's half tile.
+TEST(StepTiles, HalfTilesOfEvenTilesPastFourRows) {
+    namespace st = blocklstm::step_tiles;
+    EXPECT_EQ(st::half_tile_rows(8), 4);
+    EXPECT_EQ(st::half_tile_rows(12), 6);
+    EXPECT_EQ(st::half_tile_rows(6), 3);
+    EXPECT_EQ(st::half_tile_rows(7), 0) << "an odd tile has no half";
+    EXPECT_EQ(st::half_tile_rows(4), 0) << "2 rows run in one-row tiles";
+    EXPECT_EQ(st::half_tile_rows(0), 0);
+    for (int64_t rows = 0; rows <= 9; ++rows)
+        EXPECT_EQ(st::in_half_tiles(rows, st::half_tile_rows(8)), rows >= 3 && rows <= 4) << rows << " rows";
+    EXPECT_FALSE(st::in_half_tiles(int64_t{3}, st::half_tile_rows(7)));
+}
+
 // In one process, every CPU target this CPU runs computes the sequence ops within the tolerance
 // of the float64 reference (the multi-block shape: panels, tiles and k blocks past their edges).
 TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
