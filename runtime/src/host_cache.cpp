@@ -9,6 +9,8 @@
 #include <mutex>
 #include <unordered_map>
 
+#include <malloc.h>
+
 #include "runtime/src/exec.h"
 
 namespace blocklstm {
@@ -35,6 +37,7 @@ public:
 
     void release(void *p) noexcept {
         if (!p) return;
+        if (malloc_usable_size(p) < kSmallest) return std::free(p);  // never kept: no lock
         try {
             if (keep(p)) return;
         } catch (...) {
