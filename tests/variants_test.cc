@@ -766,9 +766,12 @@ TEST(CpuTargets, Bfloat16CallsRunOffAmxWhereItDoesNotPay) {
         bool on_amx;
     };
     const std::vector<Case> cases = {
-        // forward: on AMX where H >= 512 or B * H >= 768
+        // forward: on AMX where H >= 512, or B * H >= 768 over 3 steps or more, or B * H >= 2048
         {Op::seq, {3, 2, 5, 383, 3, 1.0, 0.0, 1.0, "B*H 766"}, false},
         {Op::seq, {3, 2, 5, 384, 3, 1.0, 0.0, 1.0, "B*H 768"}, true},
+        {Op::seq, {2, 2, 5, 384, 2, 1.0, 0.0, 1.0, "B*H 768, L 2"}, false},
+        {Op::seq, {2, 8, 5, 255, 2, 1.0, 0.0, 1.0, "B*H 2040, L 2"}, false},
+        {Op::seq, {1, 8, 5, 256, 1, 1.0, 0.0, 1.0, "B*H 2048, L 1"}, true},
         {Op::seq, {3, 1, 5, 511, 3, 1.0, 0.0, 1.0, "H 511"}, false},
         {Op::seq, {3, 1, 5, 512, 3, 1.0, 0.0, 1.0, "H 512"}, true},
         // backward: on AMX from 8 rows and 256 rows of w_grad's product (L * B)

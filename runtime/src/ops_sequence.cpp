@@ -451,7 +451,10 @@ struct Reordered {
 // - forward: a step's product computes whole tiles of 16 rows, while the FMAs' cost follows the
 //   rows until W_h (float32 in their panels) outgrows L2: on the FMAs where B * H < 768 at H < 512
 //   (100,1,256 0.61x; 50,4,128 0.85x; 100,2,256 0.92x; 100,1,384 0.80x), on AMX above (100,3,256
-//   1.12x; 50,8,128 1.02x; 100,2,384 1.39x; 100,1,512 1.33x).
+//   1.12x; 50,8,128 1.02x; 100,2,384 1.39x; 100,1,512 1.33x). A call of one or two steps pays
+//   the weights' packing for AMX's panels for those steps alone: on the FMAs there below
+//   B * H = 2048 (1,8,128 0.85x; 2,8,128 0.95x against 1,16,128 1.04x; 1,8,256 1.12x; 5,8,128
+//   1.11x).
 // - backward: fewer than 8 rows (100,1,512: 18.0 ms on AMX, 8.9-11.5 on the FMAs), or fewer than
 //   half a depth block of w_grad's product in all (L * B rows; AMX computes the depth in whole
 //   blocks of panels::kAmxDepthBlock): 10,8,256 0.54x; 10,16,256 0.90x; 2,64,512 0.95x against
@@ -459,7 +462,7 @@ struct Reordered {
 enum class Pass { forward, backward };
 
 bool amx_pays(Pass pass, const SeqDims &d) {
-    if (pass == Pass::forward) return d.H >= 512 || d.B * d.H >= 768;
+    if (pass == Pass::forward) return d.H >= 512 || (d.B * d.H >= 768 && (d.L >= 3 || d.B * d.H >= 2048));
     return d.B >= panels::kAmxTileRows / 2 && d.L * d.B >= panels::kAmxDepthBlock / 2;
 }
 
