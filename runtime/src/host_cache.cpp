@@ -37,7 +37,9 @@ public:
 
     void release(void *p) noexcept {
         if (!p) return;
-        if (malloc_usable_size(p) < kSmallest) return std::free(p);  // never kept: no lock
+        // Only blocks of kSmallest bytes or more are tracked (allocate_or_throw), and a block's
+        // usable size is at least its size: a smaller one was never tracked, so no lock.
+        if (malloc_usable_size(p) < kSmallest) return std::free(p);
         try {
             if (keep(p)) return;
         } catch (...) {
