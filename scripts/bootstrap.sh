@@ -170,7 +170,7 @@ case "$action" in
         # The tuner's two end-to-end runs are left out too (80 s and 79 s under ASan, the pass's
         # third-longest test): their time is the search's kernels compiling inside libHalide,
         # which is not sanitized, and the tuner is a developer's tool, not what applications
-        # link; its search and table code stays under ASan in the tune_search tests.
+        # link; its search and table code stays under ASan in the TuneSearch tests.
         ctest_args=(-E '^consumer\.|^tuning\.(autoscheduler_baselines|tune_writes_a_table_and_resumes)$')
         ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
             run_suites "$sanitize_dir" $suites harness gpu_schedules
