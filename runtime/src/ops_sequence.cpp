@@ -221,8 +221,12 @@ Checked<SeqDims> validate_grad(const char *op, const SeqInputs &in, const SeqAct
 // float32 a step) fills twice the L2 cache of a core (sysconf; 1 MiB where it is not known).
 // Measured on a Zen 5 (1 MiB L2, 2 threads, BlockLSTMV2 against one product for every step):
 // 0.87x the time at T,B,I=H 100,32,256, 0.94x at 200,16,256, 0.99x at 100,64,512, level at
-// 100,8,256; chunks of 1 or 4 L2s were no better. BLOCKLSTM_PROJECTION_CHUNK_STEPS=n sets n (the
-// tests' shapes are far below two L2s: they run the chunks that way).
+// 100,8,256; chunks of 1 or 4 L2s were no better. And at least kProjectionChunkRowsMin rows: each
+// chunk's product streams all of W_x, and on a Zen 3 (512 KiB L2) two L2s were 2 steps (128 rows)
+// at B = 64, H = 512, a product at 94 GFLOP/s where 6400 rows make 142 (bench/gemm_ab.sh); 512
+// rows took BlockLSTM there to 0.90x the time at 100,64,512 and 0.92x at 200,16,256 and
+// 100,32,256 (docs/tuning.md). BLOCKLSTM_PROJECTION_CHUNK_STEPS=n sets n (the tests' shapes are
+// far below these chunks: they run the chunks that way).
 int64_t l2_cache_bytes() {
     static const int64_t bytes = [] {
         const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -231,13 +235,16 @@ int64_t l2_cache_bytes() {
     return bytes;
 }
 
+constexpr int64_t kProjectionChunkRowsMin = 512;
+
 int64_t projection_chunk_steps(int64_t B, int64_t H) {
     static const int64_t fixed = [] {
         const char *env = std::getenv("BLOCKLSTM_PROJECTION_CHUNK_STEPS");
         return env ? std::max<int64_t>(0, std::atoll(env)) : 0;
     }();
     if (fixed > 0) return fixed;
-    return std::max<int64_t>(1, 2 * l2_cache_bytes() / std::max<int64_t>(1, B * 4 * H * 4));
+    const int64_t in_l2 = 2 * l2_cache_bytes() / std::max<int64_t>(1, B * 4 * H * 4);
+    return std::max({int64_t{1}, in_l2, (kProjectionChunkRowsMin + B - 1) / std::max<int64_t>(1, B)});
 }
 
 // Steps of a chunk of the ring that the forward's steps write on rows not in length order
