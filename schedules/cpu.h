@@ -81,7 +81,7 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
 inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &tuning) {
     const bool batched = use.shape == GemmShape::batched;
     const int vec = tuning.vector_floats;
-    const int tile_cols = tuning.gemm_tile_cols();
+    const int tile_cols = batched ? tuning.gemm_tile_cols() : tuning.gemm_step_tile_cols();
     const int tile_rows = batched ? tuning.gemm_tile_rows : tuning.gemm_step_tile_rows;
     Var xo("xo"), yo("yo"), xi("xi"), yi("yi"), xv("xv"), xl("xl"), yb("yb"), tile("tile");
     Var x = g.x, y = g.y;

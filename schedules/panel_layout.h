@@ -11,14 +11,15 @@ namespace blocklstm::panels {
 constexpr int kPanelCols = 16;
 
 // A register tile of a product reads all of its columns, past the operand's last column at the
-// edge (the panels hold zeros there). Tiles are 8 (SSE4.1), 16 (AVX2) or 32 (AVX-512) columns
-// wide, and every geometry's tile width must divide kPanelGroupCols (schedules/cpu.h checks it
-// when a kernel is generated). Panels are allocated in groups of kPanelGroupCols columns: a tile
-// whose width divides the group width lies inside one group, so the tile holding the last column
-// ends at or before the end of that column's group, and no tile of any geometry reads a panel
-// that was not allocated. (Counting panels by kPanelCols alone let AVX-512's 32-column tiles read
-// one panel too far whenever the column count was not a multiple of 32.)
-constexpr int kPanelGroupCols = 32;
+// edge (the panels hold zeros there). Tiles are 8 (SSE4.1), 16 or 24 (AVX2: the batched and the
+// step products) or 32 (AVX-512) columns wide, and every geometry's tile width must divide
+// kPanelGroupCols (schedules/tuning.h checks it when a kernel is generated). Panels are allocated
+// in groups of kPanelGroupCols columns: a tile whose width divides the group width lies inside one
+// group, so the tile holding the last column ends at or before the end of that column's group, and
+// no tile of any geometry reads a panel that was not allocated. (Counting panels by kPanelCols
+// alone let AVX-512's 32-column tiles read one panel too far whenever the column count was not a
+// multiple of 32.) 96 = 3 x 32 admits tiles of 3 AVX2 vectors, for 3 % more panels at 4H = 2048.
+constexpr int kPanelGroupCols = 96;
 static_assert(kPanelGroupCols % kPanelCols == 0, "a panel group is whole panels");
 
 // Panels of an operand with `cols` columns: int64_t in the runtime, Halide::Expr in the generators.

@@ -27,9 +27,11 @@ struct CpuTuning {
     // A batched product's register tile: rows x vectors accumulators, plus one vector of B per
     // column vector and one broadcast, must fit the vector registers (16 below AVX-512, 32 with it).
     int gemm_tile_rows = 0;
-    int gemm_tile_vectors = 0;  // the tile's columns, in vectors (per-step products too)
-    // A per-step product's tile rows: the batch B, usually a multiple of 4 and often small.
+    int gemm_tile_vectors = 0;  // the tile's columns, in vectors
+    // A per-step product's register tile: rows (the batch B, usually a multiple of 4 and often
+    // small) x vectors of accumulators, under the same register rule.
     int gemm_step_tile_rows = 0;
+    int gemm_step_tile_vectors = 0;
     // Steps of k per block of a batched product: its B panel (tile columns x k block) is meant
     // to stay in L1.
     int gemm_k_block = 0;
@@ -48,6 +50,7 @@ struct CpuTuning {
     int column_sum_vectors = 0;
 
     int gemm_tile_cols() const { return vector_floats * gemm_tile_vectors; }
+    int gemm_step_tile_cols() const { return vector_floats * gemm_step_tile_vectors; }
     // Vector registers of the instruction set whose vectors these are.
     int registers() const { return vector_floats >= 16 ? 32 : 16; }
 };
@@ -99,8 +102,9 @@ inline const std::vector<Knob<CpuTuning>> &cpu_knobs() {
     static const std::vector<Knob<CpuTuning>> knobs{
         {"vector_floats", &CpuTuning::vector_floats, 4, 16, {}, 0, {P::batched, P::step, P::sums}},
         {"gemm_tile_rows", &CpuTuning::gemm_tile_rows, 1, 32, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 3, {P::batched}},
-        {"gemm_tile_vectors", &CpuTuning::gemm_tile_vectors, 1, 8, {1, 2, 4}, 0, {P::batched, P::step}},
+        {"gemm_tile_vectors", &CpuTuning::gemm_tile_vectors, 1, 8, {1, 2, 4}, 0, {P::batched}},
         {"gemm_step_tile_rows", &CpuTuning::gemm_step_tile_rows, 1, 32, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 2, {P::step}},
+        {"gemm_step_tile_vectors", &CpuTuning::gemm_step_tile_vectors, 1, 8, {1, 2, 3, 4}, 9, {P::step}, 2},
         {"gemm_k_block", &CpuTuning::gemm_k_block, 16, 8192, {128, 192, 256, 384, 512, 768, 1024}, 1, {P::batched}},
         {"gemm_step_k_block", &CpuTuning::gemm_step_k_block, 16, 8192, {256, 512, 1024, 2048, 4096}, 7, {P::step}},
         {"gemm_row_block_tiles", &CpuTuning::gemm_row_block_tiles, 1, 256, {4, 8, 16, 32}, 5, {P::batched, P::step}},
@@ -141,18 +145,27 @@ inline std::string cpu_rule_broken(const CpuTuning &t) {
     // targets are (schedules/cpu_targets.json, cmake/BlocklstmCpuTargets.cmake).
     // The geometry rule (schedules/panel_layout.h): a register tile lies inside one panel group,
     // so no tile reads a weight panel the runtime did not allocate.
-    if (panels::kPanelGroupCols % t.gemm_tile_cols() != 0)
-        return "register tiles of gemm_tile_vectors " + std::to_string(t.gemm_tile_vectors) + " x " +
-               std::to_string(t.vector_floats) + " = " + std::to_string(t.gemm_tile_cols()) +
-               " columns do not divide a panel group of " + std::to_string(panels::kPanelGroupCols) +
-               " columns";
+    for (const auto &[name, vectors] : {std::pair<const char *, int>{"gemm_tile_vectors", t.gemm_tile_vectors},
+                                        {"gemm_step_tile_vectors", t.gemm_step_tile_vectors}}) {
+        const int cols = t.vector_floats * vectors;
+        if (panels::kPanelGroupCols % cols != 0)
+            return "register tiles of " + std::string(name) + " " + std::to_string(vectors) + " x " +
+                   std::to_string(t.vector_floats) + " = " + std::to_string(cols) +
+                   " columns do not divide a panel group of " + std::to_string(panels::kPanelGroupCols) +
+                   " columns";
+    }
     // The accumulators, a vector of B per column vector and a broadcast live in registers.
-    for (const auto &[name, rows] : {std::pair<const char *, int>{"gemm_tile_rows", t.gemm_tile_rows},
-                                     {"gemm_step_tile_rows", t.gemm_step_tile_rows}}) {
-        const int live = rows * t.gemm_tile_vectors + t.gemm_tile_vectors + 1;
+    struct Tile {
+        const char *rows_name, *vectors_name;
+        int rows, vectors;
+    };
+    for (const Tile &tile : {Tile{"gemm_tile_rows", "gemm_tile_vectors", t.gemm_tile_rows, t.gemm_tile_vectors},
+                             Tile{"gemm_step_tile_rows", "gemm_step_tile_vectors", t.gemm_step_tile_rows,
+                                  t.gemm_step_tile_vectors}}) {
+        const int live = tile.rows * tile.vectors + tile.vectors + 1;
         if (live > t.registers())
-            return std::string(name) + " " + std::to_string(rows) + " x gemm_tile_vectors " +
-                   std::to_string(t.gemm_tile_vectors) + " accumulators need " + std::to_string(live) +
+            return std::string(tile.rows_name) + " " + std::to_string(tile.rows) + " x " + tile.vectors_name + " " +
+                   std::to_string(tile.vectors) + " accumulators need " + std::to_string(live) +
                    " vector registers, more than the " + std::to_string(t.registers()) + " there are";
     }
     return "";

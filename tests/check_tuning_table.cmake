@@ -33,11 +33,16 @@ function(expect stmt what pattern)
     message(STATUS "ok: ${what}")
 endfunction()
 
-# A test table; an optional fifth argument gives gemm_columns_inner (default 0).
+# A test table; an optional fifth argument gives gemm_columns_inner (default 0), a sixth
+# gemm_step_tile_vectors (default: left out, so the knob's fallback, 2).
 function(write_table file tile_rows tile_vectors k_block)
     set(columns_inner 0)
+    set(step_vectors "")
     if (ARGC GREATER 4)
         set(columns_inner "${ARGV4}")
+    endif ()
+    if (ARGC GREATER 5)
+        set(step_vectors " \"gemm_step_tile_vectors\": ${ARGV5},")
     endif ()
     file(WRITE "${file}" "{
   \"table\": \"x86-64-avx2\",
@@ -45,7 +50,7 @@ function(write_table file tile_rows tile_vectors k_block)
   \"tuned_on\": \"a test table\",
   \"knobs\": {
     \"vector_floats\": 8, \"gemm_tile_rows\": ${tile_rows}, \"gemm_tile_vectors\": ${tile_vectors},
-    \"gemm_step_tile_rows\": 4, \"gemm_k_block\": ${k_block}, \"gemm_step_k_block\": 2048,
+    \"gemm_step_tile_rows\": 4,${step_vectors} \"gemm_k_block\": ${k_block}, \"gemm_step_k_block\": 2048,
     \"gemm_row_block_tiles\": 16, \"gemm_column_chunks\": 2, \"gemm_columns_inner\": ${columns_inner},
     \"column_sum_vectors\": 16
   }
@@ -107,7 +112,13 @@ endfunction()
 # A table that breaks the geometry rule: 5 vectors of 8 = 40 columns do not divide a panel group.
 write_table("${WORK}/broken.json" 2 5 128)
 expect_refused("${WORK}/broken.json" broken "a broken table is refused, naming the table and the rule"
-               "tuning table x86-64-avx2: register tiles of gemm_tile_vectors 5 x 8 = 40 columns do not divide a panel group of 32 columns")
+               "tuning table x86-64-avx2: register tiles of gemm_tile_vectors 5 x 8 = 40 columns do not divide a panel group of 96 columns")
+
+# A table whose step tiles do not fit the registers: 4 rows x 4 vectors need 16 accumulators, 4
+# vectors of W_h and a broadcast, 21 of AVX2's 16.
+write_table("${WORK}/step_registers.json" 4 2 128 0 4)
+expect_refused("${WORK}/step_registers.json" step_registers "step tiles past the registers are refused"
+               "tuning table x86-64-avx2: gemm_step_tile_rows 4 x gemm_step_tile_vectors 4 accumulators need 21 vector registers, more than the 16 there are")
 
 # A table whose batched tiles have a multiple of a vector's floats in rows (8 with AVX2): Halide
 # would read the products' outputs back with aligned loads (schedules/schedule.h: machine).

@@ -287,7 +287,7 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
     for (const sch::CpuTuning &g : tables) {
         if (products == Products::step) {
             add(n("step_tile_rows", g.gemm_step_tile_rows), g.gemm_step_tile_rows, batch);
-            add(n("tile_cols", g.gemm_tile_cols()), g.gemm_tile_cols(), units);
+            add(n("tile_cols", g.gemm_step_tile_cols()), g.gemm_step_tile_cols(), units);
             // Half tiles (schedules/step_tiles.h): a step of half a tile, whole and one row short.
             const int64_t half = blocklstm::step_tiles::half_tile_rows(g.gemm_step_tile_rows);
             if (half > 0) add_at(n("step_half_tile_rows", half), {{"whole", half}, {"short", half - 1}}, batch);

@@ -63,8 +63,13 @@ blocklstm::CpuTarget cpu_target_to_tune(const std::string &wanted) {
         if (t.name == name) found = &t;
     if (!found && !Halide::Target::validate_target_string(name))
         throw std::invalid_argument("--target: '" + name + "' is not a Halide target (e.g. x86-64-linux-avx2-fma-f16c)");
+    // Compared as targets, not strings: Halide writes a target's features in its own order
+    // (x86-64-linux-avx2-f16c-fma for the manifest's x86-64-linux-avx2-fma-f16c), and the tuner
+    // passes its target to its autoscheduler children in that form.
     for (const blocklstm::CpuTarget &t : targets)
-        if (!found && !t.check_only && t.halide_target == name && t.tuned_for_this_cpu) found = &t;
+        if (!found && !t.check_only && Halide::Target(t.halide_target) == Halide::Target(name) &&
+            t.tuned_for_this_cpu)
+            found = &t;
     if (!found) {
         std::string names;
         for (const blocklstm::CpuTarget &t : targets)
