@@ -143,25 +143,26 @@ inline std::string cpu_rule_broken(const CpuTuning &t) {
         return "vector_floats " + std::to_string(t.vector_floats) + " is not 4, 8 or 16";
     // That they are the vectors of the instruction set that runs the table is checked where the
     // targets are (schedules/cpu_targets.json, cmake/BlocklstmCpuTargets.cmake).
-    // The geometry rule (schedules/panel_layout.h): a register tile lies inside one panel group,
-    // so no tile reads a weight panel the runtime did not allocate.
-    for (const auto &[name, vectors] : {std::pair<const char *, int>{"gemm_tile_vectors", t.gemm_tile_vectors},
-                                        {"gemm_step_tile_vectors", t.gemm_step_tile_vectors}}) {
-        const int cols = t.vector_floats * vectors;
-        if (panels::kPanelGroupCols % cols != 0)
-            return "register tiles of " + std::string(name) + " " + std::to_string(vectors) + " x " +
-                   std::to_string(t.vector_floats) + " = " + std::to_string(cols) +
-                   " columns do not divide a panel group of " + std::to_string(panels::kPanelGroupCols) +
-                   " columns";
-    }
-    // The accumulators, a vector of B per column vector and a broadcast live in registers.
+    // The batched and the step products' register tiles.
     struct Tile {
         const char *rows_name, *vectors_name;
         int rows, vectors;
     };
-    for (const Tile &tile : {Tile{"gemm_tile_rows", "gemm_tile_vectors", t.gemm_tile_rows, t.gemm_tile_vectors},
-                             Tile{"gemm_step_tile_rows", "gemm_step_tile_vectors", t.gemm_step_tile_rows,
-                                  t.gemm_step_tile_vectors}}) {
+    const Tile tiles[] = {{"gemm_tile_rows", "gemm_tile_vectors", t.gemm_tile_rows, t.gemm_tile_vectors},
+                          {"gemm_step_tile_rows", "gemm_step_tile_vectors", t.gemm_step_tile_rows,
+                           t.gemm_step_tile_vectors}};
+    // The geometry rule (schedules/panel_layout.h): a register tile lies inside one panel group,
+    // so no tile reads a weight panel the runtime did not allocate.
+    for (const Tile &tile : tiles) {
+        const int cols = t.vector_floats * tile.vectors;
+        if (panels::kPanelGroupCols % cols != 0)
+            return "register tiles of " + std::string(tile.vectors_name) + " " + std::to_string(tile.vectors) +
+                   " x " + std::to_string(t.vector_floats) + " = " + std::to_string(cols) +
+                   " columns do not divide a panel group of " + std::to_string(panels::kPanelGroupCols) +
+                   " columns";
+    }
+    // The accumulators, a vector of B per column vector and a broadcast live in registers.
+    for (const Tile &tile : tiles) {
         const int live = tile.rows * tile.vectors + tile.vectors + 1;
         if (live > t.registers())
             return std::string(tile.rows_name) + " " + std::to_string(tile.rows) + " x " + tile.vectors_name + " " +
