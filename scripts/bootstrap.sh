@@ -158,15 +158,16 @@ case "$action" in
         run_suites "$build_dir" $suites $cpu_suites harness python consumer gpu_schedules
 
         # The sanitizer pass: the same suites, with the runtime, the tool and the tests built with
-        # ASan and UBSan, over kernels for one CPU target (the sanitizers see the C++, not the
-        # generated kernels) and without CUDA (nothing runs it here). consumer.find_package
-        # cannot run there: it links the sanitized library into an unsanitized program, and ASan
-        # must be the first library a program loads.
+        # ASan and UBSan, over kernels for one CPU target and without CUDA (nothing runs it here).
+        # The sanitizers see the C++, not the generated kernels, so the pass links build/'s
+        # (BLOCKLSTM_KERNELS_FROM) instead of generating them again. consumer.find_package cannot
+        # run there: it links the sanitized library into an unsanitized program, and ASan must be
+        # the first library a program loads.
         echo "bootstrap: sanitizer pass (ASan + UBSan; skipped there: consumer.find_package, an unsanitized program, and the tuner's two runs)"
         sanitize_dir=${BLOCKLSTM_SANITIZE_BUILD_DIR:-$root/build-sanitize}
         configure_and_build "$sanitize_dir" -DCMAKE_BUILD_TYPE=Debug \
             -DBLOCKLSTM_SANITIZE=address,undefined -DBLOCKLSTM_CUDA=OFF \
-            -DBLOCKLSTM_CPU_TARGETS=sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS=
+            -DBLOCKLSTM_CPU_TARGETS=sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS= -DBLOCKLSTM_KERNELS_FROM="$build_dir"
         # The tuner's two end-to-end runs are left out too (80 s and 79 s under ASan, the pass's
         # third-longest test): their time is the search's kernels compiling inside libHalide,
         # which is not sanitized, and the tuner is a developer's tool, not what applications
@@ -176,15 +177,16 @@ case "$action" in
             run_suites "$sanitize_dir" $suites harness gpu_schedules
 
         # ThreadSanitizer over the thread-safety suite (threads sharing inputs and the host cache,
-        # the thread count changed between calls) and the thread pool's test: the runtime and the suite built with TSan over
-        # kernels for one CPU target; only the suite is built. TSan sees the runtime's own C++, not
+        # the thread count changed between calls) and the thread pool's test: the runtime and the
+        # suite built with TSan over build/'s kernels for one CPU target; only the suite is built. TSan sees the runtime's own C++, not
         # the generated kernels; Halide's thread pool orders its threads with atomics TSan cannot
         # see, so its reports are suppressed (tests/tsan.supp).
         echo "bootstrap: ThreadSanitizer pass (the thread_safety suite, build-tsan/)"
         tsan_dir=${BLOCKLSTM_TSAN_BUILD_DIR:-$root/build-tsan}
         build_targets="thread_safety_test thread_pool_test" configure_and_build "$tsan_dir" -DCMAKE_BUILD_TYPE=Debug \
             -DBLOCKLSTM_SANITIZE=thread -DBLOCKLSTM_CUDA=OFF -DBLOCKLSTM_OPENCL_CHECK=OFF \
-            -DBLOCKLSTM_BUILD_TOOLS=OFF -DBLOCKLSTM_CPU_TARGETS=sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS=
+            -DBLOCKLSTM_BUILD_TOOLS=OFF -DBLOCKLSTM_CPU_TARGETS=sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS= \
+            -DBLOCKLSTM_KERNELS_FROM="$build_dir"
         # thread_pool.halide_pool is left out: there every loop runs on Halide's pool, whose
         # ordering TSan cannot see (above), and a task's stack data reads as racing with the next;
         # so are the loops on OpenMP's threads (libgomp is not built with TSan either).
