@@ -101,7 +101,8 @@ public:
         // products: the float32 operand (the gate gradients of x_grad's and w_grad's products) is
         // rounded to bfloat16 as it is packed; on AMX as it is copied into whole tiles or b_pairs.
         const schedules::GemmBlocking blocking =
-            schedules::gemm_blocking(batched, t, /*bf16_operands=*/Type(dtype) == BFloat(16));
+            schedules::gemm_blocking(batched, t, /*bf16_operands=*/Type(dtype) == BFloat(16),
+                                     /*projection=*/form == GemmForm::nn_bias);
         auto operand = [&](Expr e) { return blocking.bf16_pairs || amx() ? cast(BFloat(16), e) : e; };
         // A float32 c is the accumulator itself; a float16 c is one rounding of it.
         const bool c_is_f32 = c->types()[0] == Float(32);

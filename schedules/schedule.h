@@ -86,15 +86,19 @@ struct GemmBlocking {
     bool bf16_by_bits = false;
 };
 
-// bf16_operands: a and b are both bfloat16 (then the target's bf16_dot_products decides the pairs).
-inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m, bool bf16_operands = false) {
+// bf16_operands: a and b are both bfloat16 (then the target's bf16_dot_products decides the pairs);
+// projection: the forward's input projection (its k block may be its own).
+inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m, bool bf16_operands = false,
+                                  bool projection = false) {
     if (m.gpu())
         return {.k_block = shape == GemmShape::step ? m.cuda.step_k_block : 0, .init_apart = true, .bf16_by_bits = true};
     const bool pairs = bf16_operands && m.bf16_dot_products;
     if (shape == GemmShape::step)
         return {.k_block = m.cpu.gemm_step_k_block, .bf16_pairs = pairs, .single_row = true,
                 .half_tile_rows = step_tiles::half_tile_rows(m.cpu.gemm_step_tile_rows)};
-    return {.k_block = m.cpu.gemm_k_block, .panel_rows = m.cpu.gemm_tile_rows,
+    const int k_block = projection && m.cpu.gemm_projection_k_block > 0 ? m.cpu.gemm_projection_k_block
+                                                                        : m.cpu.gemm_k_block;
+    return {.k_block = k_block, .panel_rows = m.cpu.gemm_tile_rows,
             .panel_cols = m.cpu.gemm_tile_cols(), .bf16_pairs = pairs};
 }
 

@@ -35,6 +35,12 @@ struct CpuTuning {
     // Steps of k per block of a batched product: its B panel (tile columns x k block) is meant
     // to stay in L1.
     int gemm_k_block = 0;
+    // Steps of k per block of the forward's input projection (x . W_x, depth I), where it differs
+    // from the other batched products' (0, a table that leaves it out: gemm_k_block). On a Zen 3
+    // the two-layer bidirectional module's second layer (I = 2H = 1024) ran its projection at
+    // 0.56x the rate of I = 512 in two blocks of 512, while the backward's deep products lost with
+    // blocks of 1024.
+    int gemm_projection_k_block = 0;
     // Steps of k per block of a per-step product (each block is one parallel loop).
     int gemm_step_k_block = 0;
     // Register tiles per row block (the rows a packed B panel is reused for), and column chunks:
@@ -106,6 +112,7 @@ inline const std::vector<Knob<CpuTuning>> &cpu_knobs() {
         {"gemm_step_tile_rows", &CpuTuning::gemm_step_tile_rows, 1, 32, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 2, {P::step}},
         {"gemm_step_tile_vectors", &CpuTuning::gemm_step_tile_vectors, 1, 8, {1, 2, 3, 4}, 9, {P::step}, 2},
         {"gemm_k_block", &CpuTuning::gemm_k_block, 16, 8192, {128, 192, 256, 384, 512, 768, 1024}, 1, {P::batched}},
+        {"gemm_projection_k_block", &CpuTuning::gemm_projection_k_block, 0, 8192, {0, 1024, 2048}, 10, {P::batched}, 0},
         {"gemm_step_k_block", &CpuTuning::gemm_step_k_block, 16, 8192, {256, 512, 1024, 2048, 4096}, 7, {P::step}},
         {"gemm_row_block_tiles", &CpuTuning::gemm_row_block_tiles, 1, 256, {4, 8, 16, 32}, 5, {P::batched, P::step}},
         {"gemm_column_chunks", &CpuTuning::gemm_column_chunks, 1, 64, {1, 2, 4}, 6, {P::batched}},

@@ -297,6 +297,8 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
             add(n("row_block", row_block), row_block, rows);
             add(n("tile_cols", g.gemm_tile_cols()), g.gemm_tile_cols(), units_and_inputs);
             add(n("k_block", g.gemm_k_block) + "_in_I", g.gemm_k_block, inputs);
+            if (g.gemm_projection_k_block > 0)
+                add(n("projection_k_block", g.gemm_projection_k_block) + "_in_I", g.gemm_projection_k_block, inputs);
             add(n("k_block", g.gemm_k_block) + "_in_4H", g.gemm_k_block / 4, units);
             add(n("k_block", g.gemm_k_block) + "_in_LB", g.gemm_k_block, rows);
         }
