@@ -178,9 +178,9 @@ case "$action" in
 
         # ThreadSanitizer over the thread-safety suite (threads sharing inputs and the host cache,
         # the thread count changed between calls) and the thread pool's test: the runtime and the
-        # suite built with TSan over build/'s kernels for one CPU target; only the suite is built. TSan sees the runtime's own C++, not
-        # the generated kernels; Halide's thread pool orders its threads with atomics TSan cannot
-        # see, so its reports are suppressed (tests/tsan.supp).
+        # suite built with TSan over build/'s kernels for one CPU target; only the suite is built.
+        # TSan sees the runtime's own C++, not the generated kernels; Halide's thread pool orders
+        # its threads with atomics TSan cannot see, so its reports are suppressed (tests/tsan.supp).
         echo "bootstrap: ThreadSanitizer pass (the thread_safety suite, build-tsan/)"
         tsan_dir=${BLOCKLSTM_TSAN_BUILD_DIR:-$root/build-tsan}
         build_targets="thread_safety_test thread_pool_test" configure_and_build "$tsan_dir" -DCMAKE_BUILD_TYPE=Debug \
