@@ -164,10 +164,15 @@ case "$action" in
         # run there: it links the sanitized library into an unsanitized program, and ASan must be
         # the first library a program loads.
         echo "bootstrap: sanitizer pass (ASan + UBSan; skipped there: consumer.find_package, an unsanitized program, and the tuner's two runs)"
+        # The trees below link build/'s kernels, unless build/ was configured with tuning tables
+        # of its own (BLOCKLSTM_TUNING): its kernels are then not the checked-in tables' that these
+        # trees' one target reads, and they generate their own.
+        kernels_from=$build_dir
+        grep -q -E '^BLOCKLSTM_TUNING(:[A-Z]+)?=.' "$build_dir/CMakeCache.txt" && kernels_from=""
         sanitize_dir=${BLOCKLSTM_SANITIZE_BUILD_DIR:-$root/build-sanitize}
         configure_and_build "$sanitize_dir" -DCMAKE_BUILD_TYPE=Debug \
             -DBLOCKLSTM_SANITIZE=address,undefined -DBLOCKLSTM_CUDA=OFF \
-            -DBLOCKLSTM_CPU_TARGETS=sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS= -DBLOCKLSTM_KERNELS_FROM="$build_dir"
+            -DBLOCKLSTM_CPU_TARGETS=sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS= -DBLOCKLSTM_KERNELS_FROM="$kernels_from"
         # The tuner's two end-to-end runs are left out too (80 s and 79 s under ASan, the pass's
         # third-longest test): their time is the search's kernels compiling inside libHalide,
         # which is not sanitized, and the tuner is a developer's tool, not what applications
@@ -186,7 +191,7 @@ case "$action" in
         build_targets="thread_safety_test thread_pool_test" configure_and_build "$tsan_dir" -DCMAKE_BUILD_TYPE=Debug \
             -DBLOCKLSTM_SANITIZE=thread -DBLOCKLSTM_CUDA=OFF -DBLOCKLSTM_OPENCL_CHECK=OFF \
             -DBLOCKLSTM_BUILD_TOOLS=OFF -DBLOCKLSTM_CPU_TARGETS=sse41 -DBLOCKLSTM_CPU_CHECK_TARGETS= \
-            -DBLOCKLSTM_KERNELS_FROM="$build_dir"
+            -DBLOCKLSTM_KERNELS_FROM="$kernels_from"
         # thread_pool.halide_pool is left out: there every loop runs on Halide's pool, whose
         # ordering TSan cannot see (above), and a task's stack data reads as racing with the next;
         # so are the loops on OpenMP's threads (libgomp is not built with TSan either).
