@@ -8,6 +8,7 @@
 #include <blocklstm/ops.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <optional>
@@ -101,25 +102,49 @@ ref::LSTMOut ref_forward(const Problem &p, const std::vector<int64_t> &lengths) 
     return f;
 }
 
+// The ops run into outputs that hold NaN in every byte (0xFF: NaN in float32, float16 and
+// bfloat16), not into the allocating forms' fresh zeroed tensors: the zeros past each row's length
+// must be written by the op, not left from the allocation.
+Tensor nan_filled(blocklstm::Device device, DType dtype, std::vector<int64_t> shape) {
+    Tensor t(dtype, std::move(shape));
+    std::memset(t.data(), 0xFF, t.num_bytes());
+    return device == blocklstm::Device::cpu ? t : on_device(t, device);
+}
+
 blocklstm::LSTMOutputs<Tensor> run_forward(const Problem &p, const Inputs &in, const TensorView *lengths) {
     const auto fb = static_cast<float>(p.s.forget_bias), clip = static_cast<float>(p.s.cell_clip);
+    const std::vector<int64_t> seq{p.s.T, p.s.B, p.s.H};
+    auto nan = [&] { return nan_filled(in.x.device(), p.dtype, seq); };
+    blocklstm::LSTMOutputs<Tensor> out{nan(), nan(), nan(), nan(), nan(), nan(), nan()};
+    const blocklstm::LSTMOutputs<TensorView> views{out.i, out.cs, out.f, out.o, out.ci, out.co, out.h};
     if (p.layout == Layout::icfo)
-        return blocklstm::BlockLSTM(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
-                                    {fb, clip, p.peephole}, lengths);
-    return blocklstm::BlockLSTMV2(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
-                                  {clip, p.peephole}, lengths);
+        blocklstm::BlockLSTM(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, views,
+                             {fb, clip, p.peephole}, lengths);
+    else
+        blocklstm::BlockLSTMV2(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, views,
+                               {clip, p.peephole}, lengths);
+    return out;
 }
 
 blocklstm::BlockLSTMGradOutputs<Tensor> run_grad(const Problem &p, const Inputs &in, const TensorView *lengths) {
-    using Fn = blocklstm::BlockLSTMGradOutputs<Tensor> (*)(
-        int64_t, const TensorView &, const TensorView &, const TensorView &, const TensorView &, const TensorView &,
-        const TensorView &, const TensorView &, const TensorView &, const TensorView &, const TensorView &,
-        const TensorView &, const TensorView &, const TensorView &, const TensorView &, const TensorView &,
-        const TensorView &, const TensorView &, const blocklstm::GradAttrs &, const TensorView *);
+    using Fn = void (*)(int64_t, const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+                        const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+                        const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+                        const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+                        const TensorView &, const blocklstm::BlockLSTMGradOutputs<TensorView> &,
+                        const blocklstm::GradAttrs &, const TensorView *);
     const Fn fn = p.layout == Layout::icfo ? static_cast<Fn>(&blocklstm::BlockLSTMGrad)
                                            : static_cast<Fn>(&blocklstm::BlockLSTMGradV2);
-    return fn(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, in.i, in.cs, in.f, in.o, in.ci,
-              in.co, in.h, in.cs_grad, in.h_grad, {p.peephole}, lengths);
+    const int64_t T = p.s.T, B = p.s.B, I = p.s.I, H = p.s.H;
+    auto nan = [&](std::vector<int64_t> shape) { return nan_filled(in.x.device(), p.dtype, std::move(shape)); };
+    blocklstm::BlockLSTMGradOutputs<Tensor> out{nan({T, B, I}), nan({B, H}), nan({B, H}), nan({I + H, 4 * H}),
+                                                nan({H}),       nan({H}),    nan({H}),    nan({4 * H})};
+    fn(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, in.i, in.cs, in.f, in.o, in.ci, in.co,
+       in.h, in.cs_grad, in.h_grad,
+       {out.x_grad, out.cs_prev_grad, out.h_prev_grad, out.w_grad, out.wci_grad, out.wcf_grad, out.wco_grad,
+        out.b_grad},
+       {p.peephole}, lengths);
+    return out;
 }
 
 // A problem whose forward activations are the reference's with lengths.

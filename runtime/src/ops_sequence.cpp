@@ -422,11 +422,10 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     const int tile_rows = step_tile_rows(exec, step_kernel);
     // The ring's chunk that ends with step t, into the caller's rows.
     auto ring_to_caller = [&](int64_t t) {
-        const int64_t t0 = t / ring_steps * ring_steps;
+        std::vector<StepsInLengthOrder> tensors;
         for (int k = 0; k < 7; ++k)
-            if (!left_out(*outs[k]))
-                from_length_order_steps(exec, kernels[Family::gather_rows], *caller, t0, t + 1, first_row, written_to[k],
-                                        ring_rows, *outs[k]);
+            if (!left_out(*outs[k])) tensors.push_back({written_to[k], outs[k]});
+        from_length_order_steps(*caller, t / ring_steps * ring_steps, t + 1, first_row, tensors);
     };
     zero_idle();  // the first write to an output
     for (int64_t t = 0; t < S; ++t) {
@@ -782,8 +781,8 @@ public:
             batched_product(exec_, product, dt_, N, I, 4 * H, dgates_->data(), 4 * H, w_t_ ? w_t_->data() : nullptr,
                             I + H, x_grad, false, gate_grads_, w_x_t ? &*w_x_t : nullptr);
             if (caller_) {  // into the caller's rows, zeros where a row does not run
-                from_length_order_steps(exec_, kernels_[Family::gather_rows], *caller_, 0, d_.T,
-                                        [&](int64_t t) { return rows_.packed[t]; }, x_grad, N, out_.x_grad);
+                from_length_order_steps(*caller_, 0, d_.T, [&](int64_t t) { return rows_.packed[t]; },
+                                        {{x_grad, &out_.x_grad}});
             } else if (packed) {
                 unpack_steps(exec_, rows_, x_grad, out_.x_grad.data, I, dt_);
             }

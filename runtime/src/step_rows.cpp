@@ -1,7 +1,10 @@
 #include "runtime/src/step_rows.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
+
+#include "HalideRuntime.h"
 
 #include "runtime/src/buf.h"
 #include "runtime/src/exec.h"
@@ -159,17 +162,44 @@ void to_packed_length_order(Exec &exec, const KernelEntry &gather, const StepRow
     gather_rows(exec, gather, index, src.dtype, src.shape.back(), src.data, steps_of(src) * rows.B, dst);
 }
 
-void from_length_order_steps(Exec &exec, const KernelEntry &gather, const StepRows &rows, int64_t t0, int64_t t1,
-                             const std::function<int64_t(int64_t)> &first, const void *src, int64_t src_rows,
-                             const TensorView &dst) {
-    const int64_t B = rows.B, width = dst.shape.back();
-    std::vector<int32_t> index((t1 - t0) * B, -1);
-    for (int64_t t = t0; t < std::min(t1, rows.steps); ++t) {
-        const int64_t from = first(t);
-        for (int64_t b = 0; b < B; ++b)
-            if (t < rows.length[b]) index[(t - t0) * B + b] = static_cast<int32_t>(from + rows.place[b]);
+namespace {
+
+struct StepsToCaller {
+    const StepRows *rows;
+    int64_t t0, steps;
+    const int64_t *first;  // first(t0 + s) for the steps s that run
+    const StepsInLengthOrder *tensors;
+};
+
+// Task i: every row of step t0 + i % steps of tensor i / steps.
+int copy_step_rows(void *, int i, uint8_t *closure) {
+    const auto &c = *reinterpret_cast<const StepsToCaller *>(closure);
+    const StepRows &rows = *c.rows;
+    const StepsInLengthOrder &tensor = c.tensors[i / c.steps];
+    const int64_t s = i % c.steps, t = c.t0 + s;
+    const auto row_bytes = static_cast<size_t>(tensor.dst->shape.back()) * size_of(tensor.dst->dtype);
+    char *to = static_cast<char *>(tensor.dst->data) + static_cast<size_t>(t * rows.B) * row_bytes;
+    for (int64_t b = 0; b < rows.B; ++b, to += row_bytes) {
+        if (t < rows.length[b])
+            std::memcpy(to, static_cast<const char *>(tensor.src) + static_cast<size_t>(c.first[s] + rows.place[b]) * row_bytes,
+                        row_bytes);
+        else
+            std::memset(to, 0, row_bytes);
     }
-    gather_rows(exec, gather, index, dst.dtype, width, src, src_rows, offset_bytes(dst.data, t0 * B * width, dst.dtype));
+    return 0;
+}
+
+}  // namespace
+
+void from_length_order_steps(const StepRows &rows, int64_t t0, int64_t t1,
+                             const std::function<int64_t(int64_t)> &first,
+                             const std::vector<StepsInLengthOrder> &tensors) {
+    if (t1 <= t0 || tensors.empty() || rows.B == 0) return;
+    std::vector<int64_t> firsts(static_cast<size_t>(t1 - t0), 0);
+    for (int64_t t = t0; t < std::min(t1, rows.steps); ++t) firsts[static_cast<size_t>(t - t0)] = first(t);
+    StepsToCaller c{&rows, t0, t1 - t0, firsts.data(), tensors.data()};
+    halide_do_par_for(nullptr, copy_step_rows, 0, static_cast<int>(static_cast<int64_t>(tensors.size()) * (t1 - t0)),
+                      reinterpret_cast<uint8_t *>(&c));
 }
 
 }  // namespace blocklstm::detail
