@@ -421,11 +421,11 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     // A step's last one or two rows past its whole register tiles in a call of their own.
     const int tile_rows = step_tile_rows(exec, step_kernel);
     // The ring's chunk that ends with step t, into the caller's rows.
+    std::vector<StepsInLengthOrder> in_ring;
+    for (int k = 0; k < 7; ++k)
+        if (caller && !left_out(*outs[k])) in_ring.push_back({written_to[k], outs[k]});
     auto ring_to_caller = [&](int64_t t) {
-        std::vector<StepsInLengthOrder> tensors;
-        for (int k = 0; k < 7; ++k)
-            if (!left_out(*outs[k])) tensors.push_back({written_to[k], outs[k]});
-        from_length_order_steps(*caller, t / ring_steps * ring_steps, t + 1, first_row, tensors);
+        from_length_order_steps(*caller, t / ring_steps * ring_steps, t + 1, first_row, in_ring);
     };
     zero_idle();  // the first write to an output
     for (int64_t t = 0; t < S; ++t) {
