@@ -95,6 +95,15 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // those that never read it, and there they must fit its bound (half a tile) too.
     const int half_rows = g.part_half.defined() ? step_tiles::half_tile_rows(tile_rows) : 0;
     Var yh("yh");
+    // A step's one-row twin over a group of `one_row_tiles` column tiles (tuning.h: whole weight
+    // panels), a loop `xo2` of the group's tiles under the rows `yo` in every branch: Halide
+    // computes each twin at a loop that all branches have and takes its region over all of them,
+    // so part is computed at xo2 (one tile in either branch; the general branch's groups are one
+    // tile) and part_single at yo (the group's columns in the one-row branch).
+    const int one_row_tiles =
+        g.part_single.defined() && use.b_in_panels && half_rows == 0 ? tuning.gemm_one_row_task_tiles() : 1;
+    const bool one_row_groups = one_row_tiles > 1;
+    Var xoo("xoo"), xo2("xo2");
     if (g.part_single.defined()) {
         // One or two rows (B = 1: speech and streaming models; a step's last rows, which the
         // runtime calls apart) read part_single, in tiles of one row: the general tiles would
@@ -104,11 +113,17 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         one.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
             .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
         if (half_rows > 0) one.split(yi, yh, yi, 1);
-        one.reorder(half_rows > 0 ? std::vector<VarOrRVar>{xi, yi, yh, yo, xo, yb, g.blocks}
-                                  : std::vector<VarOrRVar>{xi, yi, yo, xo, yb, g.blocks})
-            .split(xi, xl, xv, vec)
+        if (one_row_groups) {
+            one.split(xo, xoo, xo2, one_row_tiles, TailStrategy::GuardWithIf)
+                .reorder(xi, yi, xo2, yo, xoo, yb, g.blocks)
+                .fuse(xoo, yb, tile);
+        } else {
+            one.reorder(half_rows > 0 ? std::vector<VarOrRVar>{xi, yi, yh, yo, xo, yb, g.blocks}
+                                      : std::vector<VarOrRVar>{xi, yi, yo, xo, yb, g.blocks})
+                .fuse(xo, yb, tile);
+        }
+        one.split(xi, xl, xv, vec)
             .vectorize(xv)
-            .fuse(xo, yb, tile)
             .parallel(tile);
     }
     if (half_rows > 0) {
@@ -129,6 +144,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     update.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
         .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
     if (half_rows > 0) update.split(yi, yh, yi, half_rows).reorder(xi, yi, yh, yo, xo, yb, g.blocks).unroll(yh);
+    else if (one_row_groups) update.split(xo, xoo, xo2, 1).reorder(xi, yi, xo2, yo, xoo, yb, g.blocks);
     else update.reorder(xi, yi, yo, xo, yb, g.blocks);
     update.split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
         .vectorize(xv)
@@ -222,7 +238,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     } else {
         // a's rows are read in place; row blocks x column tiles in parallel, so a product with
         // few rows (B, per step) still spreads its 4H columns over the cores.
-        update.fuse(xo, yb, tile).parallel(tile);
+        update.fuse(one_row_groups ? xoo : xo, yb, tile).parallel(tile);
         if (g.k_pair) {  // h_prev's pairs, zero past depth: B x H bfloat16 per step
             const std::vector<Var> a_args = g.a_panel.args();  // (kk, y, k, 0)
             g.a_panel.compute_root().bound(a_args[0], 0, 2).unroll(a_args[0]);
@@ -239,9 +255,11 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     }
 
     // Accumulators: tile_cols/vec x tile_rows vector registers, constant extent even at the edges.
-    schedule_accumulators(g, g.part, inner_tiles, tile_cols, tile_rows, batched, /*single_row=*/false, vec);
+    schedule_accumulators(g, g.part, one_row_groups ? xo2 : inner_tiles, tile_cols, tile_rows, batched,
+                          /*single_row=*/false, vec);
     if (g.part_single.defined())
-        schedule_accumulators(g, g.part_single, inner_tiles, tile_cols, 1, false, /*single_row=*/true, vec);
+        schedule_accumulators(g, g.part_single, inner_tiles, one_row_tiles * tile_cols, 1, false, /*single_row=*/true,
+                              vec);
     if (half_rows > 0) schedule_accumulators(g, g.part_half, yh, tile_cols, half_rows, false, /*single_row=*/false, vec);
 }
 
@@ -272,7 +290,7 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
         return;
     }
     if (single_row) {
-        // One row: two partial sums per vector (even and odd k), so four FMA chains run at once.
+        // One row: two partial sums per vector (even and odd k), so twice the FMA chains run at once.
         RVar ko("ko"), ki("ki");
         Var u("u");
         Func partial = part.update().split(g.k, ko, ki, 2, TailStrategy::GuardWithIf).rfactor(ki, u);

@@ -22,10 +22,19 @@ constexpr int kPanelCols = 16;
 constexpr int kPanelGroupCols = 96;
 static_assert(kPanelGroupCols % kPanelCols == 0, "a panel group is whole panels");
 
+// And this many columns past the last group: a step's one-row twin runs over groups of whole
+// panels (schedules/tuning.h: gemm_one_row_task_tiles; AVX2's 48 columns where its other tiles
+// are 24), and Halide checks the weights' bounds over the regions of every branch of a kernel,
+// so the twin's region at the general branch's last tile, never read, reaches past that tile by
+// up to this many columns. Zero, as every column past the operand's last.
+constexpr int kOneRowSlackCols = 48;
+static_assert(kOneRowSlackCols % kPanelCols == 0, "the slack is whole panels");
+
 // Panels of an operand with `cols` columns: int64_t in the runtime, Halide::Expr in the generators.
 template <typename Int>
 Int panel_count(const Int &cols) {
-    return (cols + (kPanelGroupCols - 1)) / kPanelGroupCols * (kPanelGroupCols / kPanelCols);
+    return (cols + (kPanelGroupCols - 1)) / kPanelGroupCols * (kPanelGroupCols / kPanelCols) +
+           kOneRowSlackCols / kPanelCols;
 }
 
 // The bfloat16 weights of a step's product (the forward's W_h, the backward's W_h^T) are packed in
