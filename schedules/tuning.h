@@ -61,9 +61,9 @@ struct CpuTuning {
     // fewest whose columns are whole weight panels (AVX2's 24-column tiles: two, 48 columns), if
     // their accumulators (two partial sums a vector) fit the registers and the panels' slack
     // (panels::kOneRowSlackCols) covers them. One row streams W_h's panels from L3 at every step,
-    // and a tile that ends inside a panel reads both of its panels in part: on a Zen 3 at B = 1
-    // one-row tiles of 32 columns made BlockLSTM 0.91x and BlockLSTMGrad 0.86-0.88x the time of
-    // 24-column ones.
+    // and a tile that ends inside a panel reads both of its panels in part: on a Zen 3 one-row
+    // tasks of 48 columns made BlockLSTM 0.86-0.88x and BlockLSTMGrad 0.87-0.90x the time of
+    // 24-column ones at 100,1,512 (docs/tuning.md).
     int gemm_one_row_task_tiles() const {
         const int cols = gemm_step_tile_cols();
         int tiles = 1;
