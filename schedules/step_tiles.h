@@ -4,6 +4,7 @@
 // a call of their own where that pays. Free of Halide, so that the runtime includes it too.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 namespace blocklstm::step_tiles {
@@ -32,13 +33,24 @@ constexpr auto in_half_tiles(const Rows &rows, int half_rows) {
     return rows > kOneRowTilesMax && rows <= half_rows;
 }
 
+// The most rows past a step's whole tiles of `tile_rows` rows that run alone, in one-row tiles
+// (at most kOneRowTilesMax, the twin's rows), rather than in one more tile: a row alone costs
+// about as much as three rows of a tile (0.29-0.37 of an 8-row tile, above), so rows past run
+// alone where three times them is fewer than a tile's rows. 8-row tiles: 1 or 2 rows. AVX2's
+// 4-row tiles: 1 row, measured on a Zen 3 (BlockLSTM at T 100, I = H 256 and 512, least of 5
+// alternations): one row past alone 0.82-1.02x the time of one call in whole tiles (B = 5, 9,
+// 13), two rows past alone 0.97-1.20x (B = 6, 10, 14).
+constexpr int64_t rows_past_alone_max(int64_t tile_rows) {
+    return tile_rows > 0 ? std::min<int64_t>(kOneRowTilesMax, (tile_rows - 1) / 3) : 0;
+}
+
 // The rows of a step in whole tiles of `tile_rows` rows: `rows` itself, or, where the rows past
-// the last whole tile are kOneRowTilesMax or fewer, the rows before them, and those rows then go
-// in a call of their own (one-row tiles). 17 rows in 8-row tiles: 16, then 1 (the 17th alone costs
-// 0.3-0.4 of the third tile it would take).
+// the last whole tile are rows_past_alone_max or fewer, the rows before them, and those rows then
+// go in a call of their own (one-row tiles). 17 rows in 8-row tiles: 16, then 1 (the 17th alone
+// costs 0.3-0.4 of the third tile it would take).
 constexpr int64_t rows_in_whole_tiles(int64_t rows, int64_t tile_rows) {
     const int64_t past = tile_rows > 0 ? rows % tile_rows : 0;
-    return rows > tile_rows && past > 0 && past <= kOneRowTilesMax ? rows - past : rows;
+    return rows > tile_rows && past > 0 && past <= rows_past_alone_max(tile_rows) ? rows - past : rows;
 }
 
 // The calls of a step of `rows` rows: run(first row, rows) for the rows in whole tiles, then

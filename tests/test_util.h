@@ -197,8 +197,9 @@ inline const std::vector<Shape> &variant_shapes() {
         {2, 1, 31, 64, 1, 1, 0.0, 0.0, "B = 1, L < T"},
         {5, 17, 5, 16, 5, 3, 1.0, 1.0, "large weights, clip active, B = 17"},
         // A CPU step of one or two rows runs in one-row tiles, and the rows past a step's whole
-        // register tiles, where one or two, in a call of their own (schedules/step_tiles.h): B = 9
-        // and 17 leave one row past 8- and 4-row tiles, B = 10 two.
+        // register tiles, where few, in a call of their own (schedules/step_tiles.h): B = 9 and 17
+        // leave one row past 8- and 4-row tiles, B = 10 two (alone past 8-row tiles, in a tile
+        // past 4-row ones).
         {3, 2, 5, 12, 3, 1, 0.0, 1.0, "B = 2, one-row tiles"},
         {3, 10, 4, 9, 3, 1, 0.0, 1.0, "B = 10, two rows past the tiles"},
         // GEMMs past one block: L*B = 102 rows > one 96-row block (6-row tiles), and for the

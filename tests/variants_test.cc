@@ -730,6 +730,27 @@ TEST(StepTiles, HalfTilesOfEvenTilesPastFourRows) {
     EXPECT_FALSE(st::in_half_tiles(int64_t{3}, st::half_tile_rows(7)));
 }
 
+// The rows past a step's whole tiles run alone (one-row tiles) only where they cost less than one
+// more tile: one or two past 8-row tiles, one past AVX2's 4-row tiles, none past tiles of 3 or fewer.
+TEST(StepTiles, RowsPastTheTilesRunAloneWhereCheaperThanATile) {
+    namespace st = blocklstm::step_tiles;
+    EXPECT_EQ(st::rows_past_alone_max(8), 2);
+    EXPECT_EQ(st::rows_past_alone_max(4), 1);
+    EXPECT_EQ(st::rows_past_alone_max(3), 0);
+    EXPECT_EQ(st::rows_past_alone_max(16), 2) << "at most the one-row twin's rows";
+    EXPECT_EQ(st::rows_past_alone_max(0), 0);
+    EXPECT_EQ(st::rows_in_whole_tiles(17, 8), 16);
+    EXPECT_EQ(st::rows_in_whole_tiles(10, 8), 8);
+    EXPECT_EQ(st::rows_in_whole_tiles(11, 8), 11);
+    EXPECT_EQ(st::rows_in_whole_tiles(9, 4), 8);
+    EXPECT_EQ(st::rows_in_whole_tiles(10, 4), 10) << "two rows past 4-row tiles take a tile";
+    EXPECT_EQ(st::rows_in_whole_tiles(1, 4), 1) << "no whole tile: the call's own one-row tiles";
+    EXPECT_EQ(st::rows_in_whole_tiles(8, 4), 8);
+    std::vector<std::pair<int64_t, int64_t>> calls;
+    st::each_call(13, 4, [&](int64_t r0, int64_t n) { calls.emplace_back(r0, n); });
+    EXPECT_EQ(calls, (std::vector<std::pair<int64_t, int64_t>>{{0, 12}, {12, 1}}));
+}
+
 // In one process, every CPU target this CPU runs computes the sequence ops within the tolerance
 // of the float64 reference (the multi-block shape: panels, tiles and k blocks past their edges).
 TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
