@@ -41,13 +41,16 @@ bool request_tile_state() {
 }  // namespace
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        std::fprintf(stderr, "usage: amx_product M N K   (M, N multiples of 16, K of 32; HL_NUM_THREADS threads)\n");
+    if (argc != 4 && argc != 5) {
+        std::fprintf(stderr, "usage: amx_product M N K [PAD]   (M, N multiples of 16, K of 32; b's pair rows PAD\n"
+                             "       columns longer than N, never read; HL_NUM_THREADS threads)\n");
         return 2;
     }
     const int M = std::atoi(argv[1]), N = std::atoi(argv[2]), K = std::atoi(argv[3]);
-    if (M <= 0 || N <= 0 || K <= 0 || M % 16 || N % 16 || K % 32) {
-        std::fprintf(stderr, "amx_product: M and N must be positive multiples of 16 and K of 32, got %d %d %d\n", M, N, K);
+    const int pad = argc == 5 ? std::atoi(argv[4]) : 0;
+    if (M <= 0 || N <= 0 || K <= 0 || M % 16 || N % 16 || K % 32 || pad < 0 || pad % 16) {
+        std::fprintf(stderr, "amx_product: M and N must be positive multiples of 16, K of 32 and PAD of 16 (or 0), got %d %d %d %d\n",
+                     M, N, K, pad);
         return 2;
     }
     if (!cpu_has_amx_bf16()) {
@@ -86,7 +89,7 @@ int main(int argc, char **argv) {
     for (int d = 0; d < 3; ++d) b.dim(d).set_min(0);
     c.compile_jit(Target("x86-64-linux-avx512_sapphirerapids"));
 
-    Buffer<bfloat16_t> a_buf(K, M), b_buf(2, N, K / 2);
+    Buffer<bfloat16_t> a_buf(K, M), b_buf(2, N + pad, K / 2);
     std::srand(1);
     auto uniform = [] { return bfloat16_t(float(std::rand()) / RAND_MAX - 0.5f); };
     a_buf.for_each_value([&](bfloat16_t &v) { v = uniform(); });
@@ -121,7 +124,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < calls; ++i) c.realize(out);
         best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
     }
-    std::printf("amx_product %d x %d x %d: %.1f us, %.1f GFLOP/s (relative error %.2g, bound %.2g)\n", M, N, K,
-                best * 1e6, 2.0 * M * N * K / best / 1e9, worst, bound);
+    std::printf("amx_product %d x %d x %d, pair rows of %d columns: %.1f us, %.1f GFLOP/s (relative error %.2g, bound %.2g)\n", M, N, K,
+                N + pad, best * 1e6, 2.0 * M * N * K / best / 1e9, worst, bound);
     return 0;
 }

@@ -50,7 +50,8 @@ constexpr bool pair_panels(bool bf16_weights, bool bf16_dot_products) { return b
 // multiplies a tile of 16 rows x 32 k of a by 16 pair rows of b: b(x, 2 k + kk) at (kk, x, k),
 // one pair panel the width of the product, as Halide 21's AMX lowering reads it (its pattern
 // does not recognise narrower panels: docs/performance.md). Zero past the last column up to a
-// whole strip (kAmxStripCols) and past the last k up to a whole tile's depth (kAmxTileDepth).
+// whole strip (kAmxStripCols) and kAmxRowSlackCols more, and past the last k up to a whole tile's
+// depth (kAmxTileDepth).
 constexpr int kAmxTileRows = 16, kAmxTileCols = 16, kAmxTileDepth = 32;
 // The columns of a product's parallel task (schedules/cpu.h: schedule_gemm_amx), two tiles: a
 // step at B = 8, H = 128 took 5.9 us against 11.3 in strips of one tile, at B = 64, H = 512 181
@@ -60,9 +61,15 @@ constexpr int kAmxStripCols = 2 * kAmxTileCols;
 // schedule_gemm_amx): 256 rows of a at k = 512 are 256 KiB, half an L2 of 2 MiB.
 constexpr int kAmxRowBlockTiles = 16;
 constexpr bool amx_panels(bool bf16_weights, bool amx_products) { return bf16_weights && amx_products; }
+// And one tile's columns more, never read: a pair row of whole strips is an even number of cache
+// lines (8 KiB at 4H = 2048), so the 16 pair rows one tile load reads fell into one set of the
+// L1 (a power of two apart) and a strip of b never stayed there; a row of an odd number of lines
+// puts them in 16 sets. A product of 1024 x 2048 x 512 ran at 550 GFLOP/s on one core, 950 with
+// the odd row (bench/amx_product.sh --pad-cols 16; Intel Xeon with AMX, 2026-12-01).
+constexpr int kAmxRowSlackCols = kAmxTileCols;
 template <typename Int>
 Int amx_panel_cols(const Int &cols) {
-    return (cols + (kAmxStripCols - 1)) / kAmxStripCols * kAmxStripCols;
+    return (cols + (kAmxStripCols - 1)) / kAmxStripCols * kAmxStripCols + kAmxRowSlackCols;
 }
 template <typename Int>
 Int amx_panel_pairs(const Int &depth) {  // pair rows: the depth in whole tiles, halved
