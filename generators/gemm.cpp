@@ -50,8 +50,11 @@ public:
         const Type f32_type = Float(32);
         require_weights({Weights::none, Weights::panels});
         const bool panels = weights == Weights::panels, w_grad_chunk = panels && form == GemmForm::tn;
-        const bool a_is_f32 = form == GemmForm::nn || w_grad_chunk;
-        const bool b_is_f32 = form == GemmForm::tn || panels;
+        // The gate gradients (nn's a, tn's b) in float32, or bfloat16 on AMX
+        // (schedules/panel_layout.h: bf16_gate_grads).
+        const bool gate_grads_f32 = !panels::bf16_gate_grads(Type(dtype) == BFloat(16), amx_products);
+        const bool a_is_f32 = (form == GemmForm::nn && gate_grads_f32) || w_grad_chunk;
+        const bool b_is_f32 = (form == GemmForm::tn && gate_grads_f32) || panels;
         const bool c_is_f32 = form == GemmForm::nn_bias || w_grad_chunk;
         a = add_input<Buffer<>>(n::a, a_is_f32 ? f32_type : Type(dtype), 2);
         if (w_grad_chunk) a_h = add_input<Buffer<>>(n::a_h, f32_type, 2);

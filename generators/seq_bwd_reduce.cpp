@@ -20,8 +20,10 @@ public:
 
     void configure() {
         namespace a = args::seq_bwd_reduce;
-        // [L*B, 4H], float32 or the dtype (generators/interface.h: GateGrads)
-        dgates = add_input<Buffer<>>(a::dgates, gate_grads == GateGrads::dtype ? Type(dtype) : Float(32), 2);
+        // [L*B, 4H], float32 or the dtype (generators/interface.h: GateGrads; bfloat16 on AMX:
+        // schedules/panel_layout.h: bf16_gate_grads)
+        const bool in_dtype = gate_grads == GateGrads::dtype || panels::bf16_gate_grads(Type(dtype) == BFloat(16), amx_products);
+        dgates = add_input<Buffer<>>(a::dgates, in_dtype ? Type(dtype) : Float(32), 2);
         cs = add_input<Buffer<>>(a::cs, dtype, 3);              // [L,B,H]
         cs_prev = add_input<Buffer<>>(a::cs_prev, dtype, 2);    // [B,H]
         dcs_carry = add_input<Buffer<>>(a::dcs_carry, Float(32), 2);

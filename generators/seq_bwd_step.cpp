@@ -28,14 +28,14 @@ public:
         namespace a = args::seq_bwd_step;
         if (gate_grads == GateGrads::dtype && product == RecurrentProduct::inside)
             throw std::invalid_argument("seq_bwd_step: gate_grads=dtype needs product=outside (the product "
-                                        "inside reads dgates[t+1] as float32)");
+                                        "inside reads dgates[t+1] as float32, but for bfloat16 on AMX)");
         if (product == RecurrentProduct::outside) {
             require_weights({Weights::none});
             dh_product = add_input<Buffer<>>(a::dh_product, Float(32), 2);  // [B,H]
             add_cell_arguments();
             return;
         }
-        dgates_next = add_input<Buffer<>>(a::dgates_next, Float(32), 2);  // [B,4H], zeros at t = L-1
+        dgates_next = add_input<Buffer<>>(a::dgates_next, gate_grads_type(), 2);  // [B,4H], zeros at t = L-1
         // [4H,H] = W_h^T: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
@@ -44,7 +44,13 @@ public:
         dh = add_output<Buffer<>>(a::dh, Float(32), 2);
     }
 
-    Type gate_grads_type() const { return gate_grads == GateGrads::dtype ? Type(dtype) : Float(32); }
+    // float32, or the dtype: the split steps' (gate_grads=dtype), and bfloat16 on AMX
+    // (schedules/panel_layout.h: bf16_gate_grads).
+    Type gate_grads_type() const {
+        const bool in_dtype = gate_grads == GateGrads::dtype ||
+                              (weights == Weights::panels && panels::bf16_gate_grads(Type(dtype) == BFloat(16), amx_products));
+        return in_dtype ? Type(dtype) : Float(32);
+    }
 
     // W_h^T in bfloat16 pair panels, dgates[t+1] . W_h^T in pairs of bfloat16 products, the gate
     // gradients rounded to bfloat16 as they enter it (schedules/panel_layout.h).
@@ -95,7 +101,7 @@ public:
         const int panel_cols = amx() ? 0 : declare_panels(w_h_t, dh, weights == Weights::panels, pairs());
         auto dgates_k = [&](Expr k, Expr yy) {
             Expr d = (*dgates_next)(k, yy);
-            return pairs() || amx() ? cast(BFloat(16), d) : d;
+            return pairs() || amx() ? cast(BFloat(16), d) : f32(d);
         };
         auto h_grad_init = [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); };
         schedules::GemmFuncs p =

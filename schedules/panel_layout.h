@@ -61,6 +61,12 @@ constexpr int kAmxStripCols = 2 * kAmxTileCols;
 // schedule_gemm_amx): 256 rows of a at k = 512 are 256 KiB, half an L2 of 2 MiB.
 constexpr int kAmxRowBlockTiles = 16;
 constexpr bool amx_panels(bool bf16_weights, bool amx_products) { return bf16_weights && amx_products; }
+// There the bfloat16 backward also stores the gate gradients (dgates) in bfloat16, as TF's kernel
+// stores dicfo in the op's dtype: every product that reads them (each step's dh, x_grad's,
+// h_prev_grad's, w_grad's) rounded them to bfloat16 as it copied them into AMX's tiles anyway, so
+// only b_grad and the peephole grads, sums of them, see the rounding; the steps write half the
+// bytes and the copies read half.
+constexpr bool bf16_gate_grads(bool bf16, bool amx_products) { return bf16 && amx_products; }
 // And one tile's columns more, never read: a pair row of whole strips is an even number of cache
 // lines (8 KiB at 4H = 2048), so the 16 pair rows one tile load reads fell into one set of the
 // L1 (a power of two apart) and a strip of b never stayed there; a row of an odd number of lines

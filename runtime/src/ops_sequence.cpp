@@ -124,6 +124,13 @@ PanelLayout panel_layout(const Exec &exec, DType dtype) {
                                                                                            : PanelLayout::float32;
 }
 
+// What the backward's CPU kernels store the gate gradients (dgates) in on this call's CPU target:
+// bfloat16 where its bfloat16 products run on AMX (schedules/panel_layout.h: bf16_gate_grads).
+DType cpu_gate_grads(const Exec &exec, DType dtype) {
+    return panels::bf16_gate_grads(dtype == DType::bf16, cpu_target_amx_products(exec.cpu_target())) ? DType::bf16
+                                                                                                    : DType::f32;
+}
+
 // The recurrent weights as `step` holds them (kernels.inc's weights column): packed once per call
 // into float32 panels of panels::kPanelCols columns by the plan's `packer` (generators/panels.cpp;
 // panels: b(x, k) = w(x, k), panels_t: b(x, k) = w(k, x)) — bfloat16 pair panels where the CPU
@@ -550,7 +557,7 @@ void forward_call(const char *op, Layout layout, const SeqInputs &in, const LSTM
 // c[M,N] = a . b with the Halide GEMM kernel `product` (gemm_nn: a float32, b dtype; gemm_tn:
 // a = the transpose of `a_t`, dtype, b float32), or with cuBLAS where it takes the operands.
 // The gate gradients' operand (gemm_nn's a, gemm_tn's b) is in `gate_grads`: float32, or the
-// dtype (the split steps'), which only cuBLAS takes.
+// dtype: the split steps' (CUDA), which only cuBLAS takes, or bfloat16 on AMX (cpu_gate_grads).
 // sums_row (tn, Halide only): c has one more row, M, holding the column sums of b.
 // b_panels: b as `product` holds it where that is packed panels (the CPU's gemm_nn; b unused).
 void batched_product(Exec &exec, const KernelEntry &product, DType dt, int64_t M, int64_t N, int64_t K,
@@ -559,11 +566,11 @@ void batched_product(Exec &exec, const KernelEntry &product, DType dt, int64_t M
     const bool tn = product.family == Family::gemm_tn;
     const Operand a_op{a, tn ? dt : gate_grads, lda, tn}, b_op{b, tn ? gate_grads : dt, ldb};
     if (!sums_row && !b_panels && cublas_gemm(exec, M, N, K, a_op, b_op, c, dt, N, 0.0f)) return;
-    if (gate_grads != DType::f32) cublas_lost_during_call();
     const Device dev = exec.device();
+    if (gate_grads != DType::f32 && dev == Device::cuda) cublas_lost_during_call();
     Buf a_buf = tn ? Buf::matrix(dev, const_cast<void *>(a), dt, K, M, lda)
-                   : Buf::matrix(dev, const_cast<void *>(a), DType::f32, M, K, lda);
-    Buf b_buf = b_panels ? *b_panels : Buf::matrix(dev, const_cast<void *>(b), tn ? DType::f32 : dt, K, N, ldb);
+                   : Buf::matrix(dev, const_cast<void *>(a), gate_grads, M, K, lda);
+    Buf b_buf = b_panels ? *b_panels : Buf::matrix(dev, const_cast<void *>(b), tn ? gate_grads : dt, K, N, ldb);
     Buf c_buf = Buf::matrix(dev, c, dt, sums_row ? M + 1 : M, N, N);
     if (tn && dev == Device::cpu && panel_layout(exec, dt) == PanelLayout::amx) {
         // w_grad on AMX: the kernel copies b, the gate gradients, into AMX's pair panel here, in
@@ -634,7 +641,7 @@ public:
         : exec_(exec), kernels_(kernels), d_(c.dims), rows_(rows), caller_(caller), dt_(c.dtype), dev_(c.device),
           es_(static_cast<int64_t>(size_of(c.dtype))), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
           b_grad_from_w_grad_(plan::b_grad_with_w_grad(c.device, c.dims.I)), split_(kernels.has(Family::seq_bwd_gates)),
-          gate_grads_(split_ ? c.dtype : DType::f32) {}
+          gate_grads_(split_ ? c.dtype : c.device == Device::cpu ? cpu_gate_grads(exec, c.dtype) : DType::f32) {}
 
     // With no step to run (L = 0, B = 0 or every length 0) every gradient is zero. False: nothing to run.
     bool anything_to_run() {
@@ -737,8 +744,9 @@ public:
         // rows stop at t, dgates[t+1] is read from a copy whose rows past step t+1's are zero (a
         // second call for those rows instead read all of W_h^T again for a row or two).
         const KernelEntry &step_kernel = kernels_[Family::seq_bwd_step];
-        Scratch padded(exec_, B * 4 * H * 4);  // zeros past the rows copied in, which only grow
-        Buf dnext = Buf::matrix(dev_, padded.data(), DType::f32, B, 4 * H, 4 * H);
+        const int64_t gs = static_cast<int64_t>(size_of(gate_grads_));
+        Scratch padded(exec_, B * 4 * H * gs);  // zeros past the rows copied in, which only grow
+        Buf dnext = Buf::matrix(dev_, padded.data(), gate_grads_, B, 4 * H, 4 * H);
         const std::optional<Buf> w_h_t_packed = weights_t_panels(step_kernel, I, H, w_h_t_panels_);
         Buf w_h_t = w_h_t_packed ? *w_h_t_packed : Buf::matrix(dev_, w_t_bytes() + I * es_, dt_, 4 * H, H, I + H);
         // A step's last one or two rows past its whole register tiles in a call of their own.
@@ -751,14 +759,14 @@ public:
 
         for (int64_t t = S - 1; t >= 0; --t) {
             const auto [n, m] = running(t);
-            float *next = dgates_->floats() + (t + 1 < S ? rows_.packed[t + 1] : 0) * 4 * H;
+            void *next = offset_bytes(dgates_->data(), (t + 1 < S ? rows_.packed[t + 1] : 0) * 4 * H, gate_grads_);
             if (m < n) {
                 exec_.zero_bytes(carry[t % 2] + m * H, (n - m) * H * 4);
-                if (m > 0) exec_.copy_bytes(padded.data(), next, m * 4 * H * 4);
-                next = padded.floats();
+                if (m > 0) exec_.copy_bytes(padded.data(), next, m * 4 * H * gs);
+                next = padded.data();
             }
             step_tiles::each_call(n, tile_rows, [&](int64_t r0, int64_t count) {
-                dnext.set_data(next + r0 * 4 * H);
+                dnext.set_data(offset_bytes(next, r0 * 4 * H, gate_grads_));
                 dnext.set_rows(count);
                 rows_at(t, r0, count);
                 step.run();
