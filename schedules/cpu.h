@@ -315,7 +315,8 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
 
 // A product on AMX tiles (generators/common.h: amx_product): part is one accumulator tile of 16 x
 // 16 float32 at a time (Halide 21 lowers one per loop nest) over all of k (or of a k block) in
-// steps of 32 (one tdpbf16ps each), stored (tilestored) into a strip of kAmxStripCols columns x a
+// steps of 32 (one tdpbf16ps each), stored (tilestored) into a strip of kAmxStripCols columns (a
+// step's product: kAmxStepStripCols) x a
 // row block, which sum then adds to its initial value (with k blocks: the blocks in turn, each
 // block's strips in parallel). The strips run in parallel with the
 // rows inner, so a strip of b (32 columns x all of k: 32 KiB at k = 512) stays in L1 while the
@@ -338,8 +339,8 @@ inline void schedule_gemm_amx(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // The strips in parallel: a batched product's inside each row block (and k block), not fused
     // with the row blocks, whose loop's bounds Halide infers past b's last column (a tile of them
     // past, then the panel's extent check fails).
-    strips.split(x, xo, xi, panels::kAmxStripCols, TailStrategy::GuardWithIf);
     const bool batched = use.shape == GemmShape::batched;
+    strips.split(x, xo, xi, batched ? panels::kAmxStripCols : panels::kAmxStepStripCols, TailStrategy::GuardWithIf);
     if (batched) {
         strips.split(y, yo, yi, kRows * panels::kAmxRowBlockTiles, TailStrategy::GuardWithIf);
         if (g.amx_k_blocks) {

@@ -50,13 +50,19 @@ constexpr bool pair_panels(bool bf16_weights, bool bf16_dot_products) { return b
 // multiplies a tile of 16 rows x 32 k of a by 16 pair rows of b: b(x, 2 k + kk) at (kk, x, k),
 // one pair panel the width of the product, as Halide 21's AMX lowering reads it (its pattern
 // does not recognise narrower panels: docs/performance.md). Zero past the last column up to a
-// whole strip (kAmxStripCols) and kAmxRowSlackCols more, and past the last k up to a whole tile's
-// depth (kAmxTileDepth).
+// whole strip of a step's product (kAmxStepStripCols, the widest) and kAmxRowSlackCols more, and
+// past the last k up to a whole tile's depth (kAmxTileDepth).
 constexpr int kAmxTileRows = 16, kAmxTileCols = 16, kAmxTileDepth = 32;
 // The columns of a product's parallel task (schedules/cpu.h: schedule_gemm_amx), two tiles: a
 // step at B = 8, H = 128 took 5.9 us against 11.3 in strips of one tile, at B = 64, H = 512 181
 // against 214 (Halide's JIT, 2 threads, an Emerald Rapids).
 constexpr int kAmxStripCols = 2 * kAmxTileCols;
+// A step's product in strips of four tiles (half the tasks; a's tile loaded once for four of b):
+// bfloat16 BlockLSTM 0.95x the time at 100,64,512, 100,8,256 and 100,1,512, 0.97-0.99x at
+// 50,8,128 and 100,32,256, BlockLSTMGrad level; the batched products in strips of four too lost
+// 2-6 % in the backward (least of 5 and 3 alternations, an Intel Xeon with AMX, 2026-12-01).
+constexpr int kAmxStepStripCols = 4 * kAmxTileCols;
+static_assert(kAmxStepStripCols % kAmxStripCols == 0, "a panel of whole step strips is whole strips");
 // A batched product's rows go to AMX in blocks of this many tiles (schedules/cpu.h:
 // schedule_gemm_amx): 256 rows of a at k = 512 are 256 KiB, half an L2 of 2 MiB.
 constexpr int kAmxRowBlockTiles = 16;
@@ -75,7 +81,7 @@ constexpr bool bf16_gate_grads(bool bf16, bool amx_products) { return bf16 && am
 constexpr int kAmxRowSlackCols = kAmxTileCols;
 template <typename Int>
 Int amx_panel_cols(const Int &cols) {
-    return (cols + (kAmxStripCols - 1)) / kAmxStripCols * kAmxStripCols + kAmxRowSlackCols;
+    return (cols + (kAmxStepStripCols - 1)) / kAmxStepStripCols * kAmxStepStripCols + kAmxRowSlackCols;
 }
 template <typename Int>
 Int amx_panel_pairs(const Int &depth) {  // pair rows: the depth in whole tiles, halved

@@ -319,11 +319,14 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
             add(n("amx_row_block", row_block), row_block, rows);
             add(n("amx_tile_depth", pl::kAmxTileDepth) + "_in_I", pl::kAmxTileDepth, inputs);
         }
+        // A step's product runs in strips of kAmxStepStripCols columns, the batched ones in strips
+        // of kAmxStripCols.
+        const int strip = products == Products::step ? pl::kAmxStepStripCols : pl::kAmxStripCols;
         add(n("amx_tile_cols", pl::kAmxTileCols) + "_in_4H", pl::kAmxTileCols / 4, units);
-        add(n("amx_strip_cols", pl::kAmxStripCols) + "_in_4H", pl::kAmxStripCols / 4, units);
+        add(n("amx_strip_cols", strip) + "_in_4H", strip / 4, units);
         // The backward's products: dh and h_prev_grad H columns wide, x_grad I, all 4H deep.
         add(n("amx_tile_cols", pl::kAmxTileCols) + "_in_H", pl::kAmxTileCols, units);
-        add(n("amx_strip_cols", pl::kAmxStripCols) + "_in_H", pl::kAmxStripCols, units);
+        add(n("amx_strip_cols", strip) + "_in_H", strip, units);
         add(n("amx_tile_depth", pl::kAmxTileDepth) + "_in_4H", pl::kAmxTileDepth / 4, units);
         if (products == Products::batched) {
             add(n("amx_tile_cols", pl::kAmxTileCols) + "_in_I", pl::kAmxTileCols, inputs);
