@@ -7,8 +7,10 @@
 // (GNU libgomp), as in a process with PyTorch; an op call's loops on one OpenMP team.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -23,6 +25,10 @@
 
 #include "HalideRuntime.h"
 #include "runtime/src/thread_pool.h"
+
+namespace blocklstm::detail {
+extern void (*team_member_before_serve)();  // thread_pool.cpp, built here with its test hooks
+}
 
 namespace {
 
@@ -302,6 +308,49 @@ TEST(ThreadPool, OneTeamRunsEveryLoopOfACall) {
         EXPECT_TRUE(c.each_once());
     });
     if (pool_is("openmp")) blocklstm::detail::use_openmp_threads(true);
+    set_pool_threads(0);
+}
+
+// A team member held between seeing a loop's epoch and serving the loop until the call is over
+// (as a preempted thread is) still leaves the team: serve reads the epoch again, which by then is
+// the caller's final one, so a member that had read `done` before that read waited for an epoch
+// that never came, and the caller for it in the team's barrier (an example under a loaded ctest
+// hung so). The test hook holds the member there; a hang is reported by the watchdog.
+TEST(ThreadPool, OneTeamMemberHeldUntilTheCallEndsLeavesTheTeam) {
+    if (switched_off()) GTEST_SKIP() << "BLOCKLSTM_THREAD_POOL=halide: the loops run on Halide's pool";
+    using blocklstm::detail::run_in_one_team;
+    ASSERT_EQ(blocklstm::detail::use_openmp_threads(true).rfind("libgomp", 0), 0u) << "the libgomp this program links";
+    set_pool_threads(2);
+    static std::atomic<int> held;
+    static std::atomic<bool> body_returned;
+    held = 0;
+    body_returned = false;
+    blocklstm::detail::team_member_before_serve = [] {
+        if (held.fetch_add(1) != 0) return;
+        while (!body_returned.load()) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the caller's final epoch meanwhile
+    };
+    std::atomic<bool> finished{false};
+    std::thread watchdog([&] {
+        for (int s = 0; s < 100 && !finished.load(); ++s) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        if (!finished.load()) {
+            std::fprintf(stderr, "OneTeamMemberHeldUntilTheCallEndsLeavesTheTeam: the call has not ended after 10 s: "
+                                 "the held member never left the team\n");
+            std::abort();
+        }
+    });
+    run_in_one_team([&] {
+        Counts c(0, 2);  // the caller runs the held member's share too
+        EXPECT_EQ(par_for(c), 0);
+        EXPECT_TRUE(c.each_once());
+        while (held.load() == 0) std::this_thread::yield();  // the member saw the loop's epoch
+        body_returned = true;
+    });
+    finished = true;
+    watchdog.join();
+    blocklstm::detail::team_member_before_serve = nullptr;
+    EXPECT_EQ(held.load(), 1) << "the member served once more after the hold: the call's final epoch";
+    if (!pool_is("openmp")) blocklstm::detail::use_openmp_threads(false);
     set_pool_threads(0);
 }
 

@@ -332,15 +332,32 @@ int run_on_team_call(TeamCall &call, void *user_context, halide_task_t task, int
     return call.board.run(loop, [] {});
 }
 
+}  // namespace
+
+#ifdef BLOCKLSTM_THREAD_POOL_TEST_HOOKS
+void (*team_member_before_serve)() = nullptr;  // tests/thread_pool_test.cc holds a member there
+#endif
+
+namespace {
+
 // A member other than 0: the call's loops until it is done (its epoch moves once more after).
+// `done` is read after the epoch that serve returns, never before it: serve reads the epoch again,
+// and a member preempted between an earlier check of `done` and that read could come back with the
+// caller's final epoch already in `seen`, then wait for one that never comes while the caller waits
+// for it in the team's barrier (seen once in 34 runs of a training example beside a loaded ctest).
+// The caller stores `done` before its final epoch (both seq_cst), so a member that read that
+// epoch reads `done` true.
 void serve_until_done(TeamCall &call, int member) {
     const bool was_in_task = in_task;
     in_task = true;  // a loop forked from a task runs on the fallback
     uint64_t seen = 0;  // a fresh board's: a member that comes late serves the loop published already
     for (;;) {
         while (call.board.epoch.load(std::memory_order_relaxed) == seen) cpu_relax();
-        if (call.done.load(std::memory_order_seq_cst)) break;
+#ifdef BLOCKLSTM_THREAD_POOL_TEST_HOOKS
+        if (team_member_before_serve) team_member_before_serve();
+#endif
         seen = call.board.serve(member - 1);
+        if (call.done.load(std::memory_order_seq_cst)) break;
     }
     in_task = was_in_task;
 }
