@@ -456,7 +456,8 @@ inline blocklstm::LSTMBlockCellGradOutputs<Tensor> run_cell_grad(const Problem &
 //    a clip, whose cell state grows to ~6 and is rounded back in at every step (3.3e-2 observed):
 //    6.25e-2 (16 roundings) for forward; the gradient ops read the rounded activations once per
 //    step, and where the products run on bfloat16 pairs (AVX512-BF16) the gate gradients enter
-//    them rounded to bfloat16 (3.8e-3 and 6.7e-3 observed): 3.2e-2 (8 roundings). A wrong term is
+//    them rounded to bfloat16 (3.8e-3 and 6.7e-3 observed; on AMX the backward stores them so,
+//    and b_grad and the peephole grads sum the rounded values): 3.2e-2 (8 roundings). A wrong term is
 //    caught by the float32 and float16 variants of the same generator code; these tolerances catch
 //    a wrong conversion, type or pair.
 inline double fwd_tol(DType d) { return d == DType::f32 ? 1e-5 : d == DType::bf16 ? 6.25e-2 : 4e-3; }
