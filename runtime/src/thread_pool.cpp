@@ -115,17 +115,30 @@ void split_into_shares(Share *shares, int parts, int min, int size) {
 
 // Where a caller publishes its loops to participants that spin on `epoch` (the pool's workers, a
 // team's members): the caller runs share 0, then unpublishes the loop and waits until no
-// participant holds it, so the loop can live on the caller's stack.
+// participant holds it, so the next loop may overwrite it.
 struct LoopBoard {
-    // What the participants spin on, written by the caller, apart from what they write.
+    // What the participants spin on and then read, written by the caller, apart from what they
+    // write: one cache line, so a participant that sees the epoch move has the loop too (a loop on
+    // the caller's stack was one more line to fetch: the fork to the worker's first task took 0.34
+    // instead of 0.27 us on a 2-vCPU Xeon VM).
     alignas(64) std::atomic<Loop *> loop{nullptr};
     std::atomic<uint64_t> epoch{0};
+    Loop posted{};
     alignas(64) std::atomic<int> active{0};
 
-    // The caller's side; `published` runs right after the loop is published (the pool wakes its
-    // sleepers there).
+    // The caller's side: runs the tasks [min, min + size) split into `shares`; `published` runs
+    // right after the loop is published (the pool wakes its sleepers there).
     template <typename Published>
-    int run(Loop &l, Published published) {
+    int run(halide_task_t task, void *user_context, uint8_t *closure, Share *shares, int parts, int min, int size,
+            Published published) {
+        split_into_shares(shares, parts, min, size);
+        Loop &l = posted;
+        l.task = task;
+        l.user_context = user_context;
+        l.closure = closure;
+        l.shares = shares;
+        l.parts = parts;
+        l.result.store(0, std::memory_order_relaxed);
         loop.store(&l, std::memory_order_seq_cst);
         epoch.fetch_add(1, std::memory_order_seq_cst);
         published();
@@ -151,6 +164,9 @@ struct LoopBoard {
     }
 };
 
+static_assert(sizeof(std::atomic<Loop *>) + sizeof(std::atomic<uint64_t>) + sizeof(Loop) <= 64,
+              "a loop's fields share the cache line of the epoch its participants spin on");
+
 int default_threads() {
     if (const char *env = std::getenv("HL_NUM_THREADS")) {
         const int n = std::atoi(env);
@@ -175,12 +191,10 @@ public:
         start_workers(workers);
         const int parts = std::min(workers + 1, size);
         if (static_cast<int>(shares_.size()) < parts) shares_ = std::vector<Share>(parts);  // no worker holds a loop
-        split_into_shares(shares_.data(), parts, min, size);
-        Loop loop{task, user_context, closure, shares_.data(), parts, {0}};
         // Then wake the sleepers. A worker counts itself in `sleepers_` before its last look at
         // the epoch, and this reads `sleepers_` after bumping it (both seq_cst), so either the
         // worker sees the new epoch or this sees the sleeper and notifies.
-        *result = board_.run(loop, [&] {
+        *result = board_.run(task, user_context, closure, shares_.data(), parts, min, size, [&] {
             if (sleepers_.load(std::memory_order_seq_cst) > 0) {
                 std::lock_guard<std::mutex> lock(sleep_mutex_);
                 wake_.notify_all();
@@ -327,9 +341,7 @@ thread_local TeamCall *team_call = nullptr;  // the call whose body this thread 
 int run_on_team_call(TeamCall &call, void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
     const int parts = std::min(static_cast<int>(call.shares.size()), size);
     if (parts <= 1) return run_serially(user_context, task, min, size, closure);
-    split_into_shares(call.shares.data(), parts, min, size);
-    Loop loop{task, user_context, closure, call.shares.data(), parts, {0}};
-    return call.board.run(loop, [] {});
+    return call.board.run(task, user_context, closure, call.shares.data(), parts, min, size, [] {});
 }
 
 }  // namespace
