@@ -354,6 +354,54 @@ TEST(ThreadPool, OneTeamMemberHeldUntilTheCallEndsLeavesTheTeam) {
     set_pool_threads(0);
 }
 
+// run_side_by_side: both bodies at once on two threads (each waits until the other has started),
+// each loop forked inside one run whole on that body's own thread, loop_threads 1 there and 2
+// outside; an exception of either comes back out after both ran. With Halide's pool (switched
+// off) the bodies run one after the other.
+TEST(ThreadPool, SideBySideRunsBothBodiesAtOnceAndTheirLoopsOnTheirThread) {
+    set_pool_threads(2);
+    EXPECT_EQ(blocklstm::detail::loop_threads(), switched_off() ? 1 : 2);
+    std::atomic<int> started{0};
+    struct Body {
+        std::atomic<int> &started;
+        bool met_the_other = false, loop_on_own_thread = false;
+        int threads_inside = 0;
+        void operator()() {
+            started.fetch_add(1);
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (!switched_off() && started.load() < 2 && std::chrono::steady_clock::now() < until)
+                std::this_thread::yield();
+            met_the_other = started.load() == 2;
+            threads_inside = blocklstm::detail::loop_threads();
+            struct Where {
+                std::thread::id body = std::this_thread::get_id();
+                std::atomic<int> elsewhere{0}, runs{0};
+                static int task(void *, int, uint8_t *closure) {
+                    auto *w = reinterpret_cast<Where *>(closure);
+                    if (std::this_thread::get_id() != w->body) w->elsewhere.fetch_add(1);
+                    w->runs.fetch_add(1);
+                    return 0;
+                }
+            } where;
+            halide_do_par_for(nullptr, Where::task, 0, 64, reinterpret_cast<uint8_t *>(&where));
+            loop_on_own_thread = where.runs.load() == 64 && where.elsewhere.load() == 0;
+        }
+    };
+    Body first{started}, second{started};
+    blocklstm::detail::run_side_by_side([&] { first(); }, [&] { second(); });
+    for (const Body *b : {&first, &second}) {
+        EXPECT_TRUE(b->met_the_other || switched_off()) << "the bodies did not run at once";
+        EXPECT_TRUE(b->loop_on_own_thread || switched_off()) << "a body's loop ran elsewhere or not whole";
+        EXPECT_EQ(b->threads_inside, 1);
+    }
+    bool second_ran = false;
+    EXPECT_THROW(blocklstm::detail::run_side_by_side([] { throw std::runtime_error("first"); },
+                                                     [&] { second_ran = true; }),
+                 std::runtime_error);
+    EXPECT_TRUE(second_ran);
+    set_pool_threads(0);
+}
+
 // A pool of n threads runs a loop on n threads (the caller and n - 1 workers), never more.
 TEST(ThreadPool, UsesTheThreadCount) {
     if (switched_off()) GTEST_SKIP() << "BLOCKLSTM_THREAD_POOL=halide: the loops run on Halide's pool, whose size this test does not check";

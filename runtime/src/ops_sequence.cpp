@@ -254,6 +254,33 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
     return std::max({int64_t{1}, in_l2, (kProjectionChunkRowsMin + B - 1) / std::max<int64_t>(1, B)});
 }
 
+// Steps of a chunk whose steps run on one thread while the next chunk's input projection runs on
+// another (thread_pool.h: run_side_by_side), or 0: each step's two loops on every thread. Where a
+// step is too small to split, its two forks and the waits for the slower half cost more than the
+// step's work, and then one thread runs the steps with no fork at all; where one core would read
+// all of W_h alone each step, the split step is faster. Measured on an Intel Xeon 6 (2 vCPUs,
+// BlockLSTM, float32, T,B,I=H): 500,1,128 0.79x the time, 200,4,128 0.75x, 50,8,128 0.89x; level
+// at 100,16,128 and 100,8,192; slower at 100,1,256 (1.05x) and 100,2,384 (2.3x). So on 2 loop
+// threads (the pool's, or the OpenMP team's), at most 8 rows of H <= 128: W_h's 256 KiB and 512 Ki
+// multiply-adds a step. A chunk is 32 rows' steps (16 and 64 rows were slower at 500,1,128 and
+// 200,4,128). BLOCKLSTM_SIDE_BY_SIDE=always: every CPU forward on 2 loop threads, in chunks of 2
+// steps (the tests'); =off: never.
+constexpr int64_t kSideBySideChunkRows = 32;
+
+int64_t side_by_side_chunk_steps(int64_t B, int64_t H, int64_t S) {
+    enum class Mode { fit, always, off };
+    static const Mode mode = [] {
+        const char *env = std::getenv("BLOCKLSTM_SIDE_BY_SIDE");
+        if (env && std::string(env) == "always") return Mode::always;
+        if (env && std::string(env) == "off") return Mode::off;
+        return Mode::fit;
+    }();
+    if (mode == Mode::off || loop_threads() != 2) return 0;
+    const int64_t steps = mode == Mode::always ? 2 : (kSideBySideChunkRows + B - 1) / std::max<int64_t>(1, B);
+    const bool fits = mode == Mode::always || (B <= 8 && H <= 128);
+    return fits && steps < S ? steps : 0;
+}
+
 // Steps of a chunk of the ring that the forward's steps write on rows not in length order
 // (ForwardLayout::caller): a chunk of the `row_bytes` a row writes fills at most a core's L2, and
 // is no longer than the projection's, so that the tests' chunks of 2 run chunks of the ring too;
@@ -332,16 +359,23 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
         pack_steps(exec, rows, in.x.data, x_packed->data(), I, dt);
         x_rows = x_packed->data();
     }
-    const int64_t chunk = dev == Device::cpu && !split ? projection_chunk_steps(B, H) : S;
-    Scratch xw(exec, (chunk >= S ? N : std::min(N, chunk * B)) * 4 * H * 4, Scratch::Fill::none);
+    const int64_t side_by_side = dev == Device::cpu && !split ? side_by_side_chunk_steps(B, H, S) : 0;
+    const int64_t chunk = side_by_side > 0            ? side_by_side
+                          : dev == Device::cpu && !split ? projection_chunk_steps(B, H)
+                                                         : S;
+    const int64_t xw_rows = chunk >= S ? N : std::min(N, chunk * B);
+    const int xw_buffers = side_by_side > 0 ? 2 : 1;  // side by side: the steps read one, the next chunk's is written
+    Scratch xw(exec, xw_buffers * xw_rows * 4 * H * 4, Scratch::Fill::none);
     std::optional<Scratch> w_x_zero, w_x_panels;
     const Buf w_x = projection_weights(exec, kernels, dt, in.w.data, I, H, w_x_zero, w_x_panels);
-    int64_t xw_first = 0;  // the packed row that xw's first row holds
+    int64_t xw_first[2] = {0, 0};  // the packed row that each xw buffer's first row holds
+    auto xw_buffer = [&](int64_t t) { return static_cast<int>(t / chunk % xw_buffers); };
     auto project = [&](int64_t t0) {  // the steps [t0, t0 + chunk)
         const int64_t t1 = std::min(S, t0 + chunk), end = t1 < S ? rows.packed[t1] : N;
-        xw_first = rows.packed[t0];
-        input_projection(exec, kernels[Family::gemm_nn_bias], dt, offset_bytes(x_rows, xw_first * I, dt),
-                         end - xw_first, I, H, in.w.data, w_x, in.b.data, xw.floats());
+        const int b = xw_buffer(t0);
+        xw_first[b] = rows.packed[t0];
+        input_projection(exec, kernels[Family::gemm_nn_bias], dt, offset_bytes(x_rows, xw_first[b] * I, dt),
+                         end - xw_first[b], I, H, in.w.data, w_x, in.b.data, xw.floats() + b * xw_rows * 4 * H);
     };
     if (chunk >= S) {
         project(0);
@@ -383,7 +417,8 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
         cs_prev.set_data(offset_bytes(t == 0 ? in.cs_prev.data : written_to[kCs], prev * H, dt));
         for (int k = 0; k < 7; ++k)
             slices[k].set_data(offset_bytes(written_to[k], (left_out(*outs[k]) ? r0 : first_row(t) + r0) * H, dt));
-        xw_t.set_data(xw.floats() + (rows.packed[t] - xw_first + r0) * 4 * H);
+        const int b = xw_buffer(t);
+        xw_t.set_data(xw.floats() + b * xw_rows * 4 * H + (rows.packed[t] - xw_first[b] + r0) * 4 * H);
         for (Buf *b : {&h_prev, &cs_prev, &xw_t, &gates_rows}) b->set_rows(count);
         for (Buf &b : slices) b.set_rows(count);
     };
@@ -435,14 +470,31 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
         from_length_order_steps(*caller, t / ring_steps * ring_steps, t + 1, first_row, in_ring);
     };
     zero_idle();  // the first write to an output
-    for (int64_t t = 0; t < S; ++t) {
-        if (chunk < S && t % chunk == 0) project(t);  // the next chunk's xw, over the last one's
+    auto run_step = [&](int64_t t) {
         step_tiles::each_call(rows.n[t], tile_rows, [&](int64_t r0, int64_t count) {
             gates_buf.set_data(gates.floats() + r0 * 4 * H);
             step_at(t, gates_buf, r0, count);
             step.run();
         });
         if (caller && ((t + 1) % ring_steps == 0 || t + 1 == S)) ring_to_caller(t);
+    };
+    if (side_by_side > 0) {  // a chunk's steps beside the next chunk's projection
+        project(0);
+        for (int64_t t0 = 0; t0 < S; t0 += chunk) {
+            const int64_t t1 = std::min(S, t0 + chunk);
+            auto steps = [&] {
+                for (int64_t t = t0; t < t1; ++t) run_step(t);
+            };
+            if (t1 < S)
+                run_side_by_side(steps, [&] { project(t1); });
+            else
+                steps();
+        }
+        return;
+    }
+    for (int64_t t = 0; t < S; ++t) {
+        if (chunk < S && t % chunk == 0) project(t);  // the next chunk's xw, over the last one's
+        run_step(t);
     }
 }
 

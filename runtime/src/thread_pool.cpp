@@ -97,6 +97,7 @@ struct Loop {
 };
 
 thread_local bool in_task = false;  // a worker, or a caller running its own loop's tasks
+thread_local bool serial_loops = false;  // inside run_side_by_side: every loop in this thread
 
 // The loop in the calling thread, to its first failing task.
 int run_serially(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
@@ -204,6 +205,7 @@ public:
     }
 
     void set_threads(int threads) { threads_.store(threads > 0 ? threads : default_threads()); }
+    int threads() const { return threads_.load(std::memory_order_relaxed); }
 
 private:
     // Workers are started as loops first need them and never stopped (a process-lifetime pool,
@@ -409,6 +411,7 @@ void run_in_one_team(const std::function<void()> &body) {
 }
 
 int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
+    if (serial_loops) return run_serially(user_context, task, min, size, closure);
     if (TeamCall *call = team_call; call && !in_task)
         return run_on_team_call(*call, user_context, task, min, size, closure);
     if (const OpenMP *omp = openmp.load(std::memory_order_acquire); omp && !in_task)
@@ -417,6 +420,40 @@ int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, u
     if (pool().run(user_context, task, min, size, closure, &result)) return result;
     if (fallback) return fallback(user_context, task, min, size, closure);
     return run_serially(user_context, task, min, size, closure);
+}
+
+void run_side_by_side(const std::function<void()> &first, const std::function<void()> &second) {
+    struct Pair {
+        const std::function<void()> *body[2];
+        std::exception_ptr error[2];
+    } pair{{&first, &second}, {}};
+    auto task = [](void *, int index, uint8_t *closure) -> int {
+        auto &p = *reinterpret_cast<Pair *>(closure);
+        const bool was_serial = serial_loops;
+        serial_loops = true;
+        try {
+            (*p.body[index])();
+        } catch (...) {
+            p.error[index] = std::current_exception();
+        }
+        serial_loops = was_serial;
+        return 0;
+    };
+    if (installed)
+        pool_do_par_for(nullptr, task, 0, 2, reinterpret_cast<uint8_t *>(&pair));
+    else
+        run_serially(nullptr, task, 0, 2, reinterpret_cast<uint8_t *>(&pair));
+    for (const std::exception_ptr &e : pair.error)
+        if (e) std::rethrow_exception(e);
+}
+
+int loop_threads() {
+    if (serial_loops || !installed) return 1;
+    const int requested = requested_threads.load(std::memory_order_relaxed);
+    if (team_call && !in_task) return static_cast<int>(team_call->shares.size());
+    if (const OpenMP *omp = openmp.load(std::memory_order_acquire); omp && !in_task)
+        return requested > 0 ? requested : omp->max_threads();
+    return in_task ? 1 : pool().threads();
 }
 
 void set_pool_fallback(halide_do_par_for_t halide_default) {

@@ -16,6 +16,15 @@ namespace blocklstm::detail {
 // where install_thread_pool installed it, else serially in the calling thread.
 int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_t *closure);
 
+// Runs `first` and `second` at once, each on one thread of the loops (the caller's and a worker's,
+// or two members of the OpenMP team) with every loop it forks run serially on that thread, and
+// returns when both are done, rethrowing the exception of the first that threw. Where a loop
+// forked now would run on one thread, one after the other.
+void run_side_by_side(const std::function<void()> &first, const std::function<void()> &second);
+
+// The threads a loop forked now from this thread would run on (1 inside a task).
+int loop_threads();
+
 // Whether BLOCKLSTM_THREAD_POOL=halide is set.
 bool thread_pool_switched_off();
 
