@@ -194,14 +194,17 @@ TEST(ThreadSafety, ThreadsSharingInputTensors) {
     for (int t = 0; t < kThreads; ++t) EXPECT_TRUE(errors[t].empty()) << "thread " << t << ": " << errors[t];
 }
 
-// set_num_threads with valid counts, between calls: every count gives the bits of the default (the
+// set_num_threads with valid counts, between calls: every count gives the bits of 2 threads (the
 // kernels split their work the same way whatever the pool's size), and 0 returns to the default.
-TEST(Threads, SetNumThreadsKeepsEveryBit) {
-    const Shape shape{6, 16, 40, 48, 6, 1, 3.0, 1.0, "threads"};
+// At 4 rows of 32 cells the 2-thread calls run their steps on one thread beside the batched
+// products (ops_sequence.cpp: side_by_side_chunk_steps), the other counts each step split.
+void expect_every_thread_count_gives_the_bits(const Shape &shape) {
+    SCOPED_TRACE(describe(shape));
     BLT_SEED(seed, "Threads/set_num_threads");
     Job job;
     job.p = make_problem(seed, shape, DType::f32, false, true, Layout::icfo);
     job.in = std::make_unique<Inputs>(job.p);
+    blocklstm::set_num_threads(2);
     run_job(job, job.fwd, job.grad);
     for (int threads : {1, 2, 3, 8, 0}) {
         SCOPED_TRACE("set_num_threads(" + std::to_string(threads) + ")");
@@ -217,6 +220,11 @@ TEST(Threads, SetNumThreadsKeepsEveryBit) {
             EXPECT_GE(tasks, 8) << "threads in this process after calls with set_num_threads(8)";
         }
     }
+}
+
+TEST(Threads, SetNumThreadsKeepsEveryBit) {
+    expect_every_thread_count_gives_the_bits({6, 16, 40, 48, 6, 1, 3.0, 1.0, "threads"});
+    expect_every_thread_count_gives_the_bits({40, 4, 24, 32, 37, 1, 3.0, 1.0, "steps on one thread"});
     EXPECT_THROW(blocklstm::set_num_threads(-1), blocklstm::Error);
 }
 

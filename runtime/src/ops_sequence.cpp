@@ -263,21 +263,30 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
 // at 100,16,128 and 100,8,192; slower at 100,1,256 (1.05x) and 100,2,384 (2.3x). So on 2 loop
 // threads (the pool's, or the OpenMP team's), at most 8 rows of H <= 128: W_h's 256 KiB and 512 Ki
 // multiply-adds a step. A chunk is 32 rows' steps (16 and 64 rows were slower at 500,1,128 and
-// 200,4,128). BLOCKLSTM_SIDE_BY_SIDE=always: every CPU forward on 2 loop threads, in chunks of 2
-// steps (the tests'); =off: never.
+// 200,4,128). The backward runs its steps on one thread the same way, beside x_grad's product of
+// the rows they have written, in runs of a chunk's rows or more (GradPass::reverse_recurrence:
+// BlockLSTMGrad 0.88x at 50,8,128, 0.91x at 500,1,128, 0.77x at 200,4,128).
+// BLOCKLSTM_SIDE_BY_SIDE=always: every CPU call on 2 loop threads, in chunks of 2 steps (the
+// tests'); =off: never.
 constexpr int64_t kSideBySideChunkRows = 32;
 
-int64_t side_by_side_chunk_steps(int64_t B, int64_t H, int64_t S) {
-    enum class Mode { fit, always, off };
-    static const Mode mode = [] {
+enum class SideBySide { fit, always, off };
+
+SideBySide side_by_side_mode() {
+    static const SideBySide mode = [] {
         const char *env = std::getenv("BLOCKLSTM_SIDE_BY_SIDE");
-        if (env && std::string(env) == "always") return Mode::always;
-        if (env && std::string(env) == "off") return Mode::off;
-        return Mode::fit;
+        if (env && std::string(env) == "always") return SideBySide::always;
+        if (env && std::string(env) == "off") return SideBySide::off;
+        return SideBySide::fit;
     }();
-    if (mode == Mode::off || loop_threads() != 2) return 0;
-    const int64_t steps = mode == Mode::always ? 2 : (kSideBySideChunkRows + B - 1) / std::max<int64_t>(1, B);
-    const bool fits = mode == Mode::always || (B <= 8 && H <= 128);
+    return mode;
+}
+
+int64_t side_by_side_chunk_steps(int64_t B, int64_t H, int64_t S) {
+    const SideBySide mode = side_by_side_mode();
+    if (mode == SideBySide::off || loop_threads() != 2) return 0;
+    const int64_t steps = mode == SideBySide::always ? 2 : (kSideBySideChunkRows + B - 1) / std::max<int64_t>(1, B);
+    const bool fits = mode == SideBySide::always || (B <= 8 && H <= 128);
     return fits && steps < S ? steps : 0;
 }
 
@@ -729,7 +738,6 @@ public:
     // t+1) starts with a zero carry and a zero gradient from step t+1.
     void reverse_recurrence() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, S = rows_.steps;
-        dgates_.emplace(exec_, rows_.total() * 4 * H * static_cast<int64_t>(size_of(gate_grads_)), Scratch::Fill::none);
         Scratch carry0(exec_, B * H * 4);
         carry1_.emplace(exec_, B * H * 4);
         float *carry[2] = {carry0.floats(), carry1_->floats()};
@@ -809,7 +817,7 @@ public:
                                   .ci = per_step[5], .co = per_step[6], .cs_prev = cs_prev, .wci = wci, .wcf = wcf,
                                   .wco = wco, .dgates = dgates_t, .dcs_carry_out = carry_out, .dh = dh_buf});
 
-        for (int64_t t = S - 1; t >= 0; --t) {
+        auto step_back = [&](int64_t t) {
             const auto [n, m] = running(t);
             void *next = offset_bytes(dgates_->data(), (t + 1 < S ? rows_.packed[t + 1] : 0) * 4 * H, gate_grads_);
             if (m < n) {
@@ -823,30 +831,77 @@ public:
                 rows_at(t, r0, count);
                 step.run();
             });
+        };
+        if (beside_steps_ == 0) {
+            for (int64_t t = S - 1; t >= 0; --t) step_back(t);
+        } else {
+            // Side by side: the steps on one thread, x_grad's product of the rows they have
+            // written (those of steps [t, S)) on the other, in runs of beside_steps_ steps' rows
+            // or more, until the steps are done.
+            std::atomic<int64_t> ready{rows_.total()};  // dgates' rows [ready, N) are written
+            std::atomic<bool> steps_done{false};
+            const int64_t run_rows = beside_steps_ * B;
+            run_side_by_side(
+                [&] {
+                    struct Done {  // also when a step throws: the other thread waits for it
+                        std::atomic<bool> &done;
+                        ~Done() { done.store(true, std::memory_order_release); }
+                    } done{steps_done};
+                    for (int64_t t = S - 1; t >= 0; --t) {
+                        step_back(t);
+                        ready.store(rows_.packed[t], std::memory_order_release);
+                    }
+                },
+                [&] {
+                    while (!steps_done.load(std::memory_order_acquire)) {
+                        if (const int64_t r = ready.load(std::memory_order_acquire); x_grad_from_ - r >= run_rows)
+                            x_grad_rows_from(r);
+                        else
+                            cpu_relax();
+                    }
+                });
         }
         // The step t = 0 wrote carry[1]; the zeros and dh go with this scope, W_h^T's panels stay
         // for h_prev_grad.
     }
 
-    // x_grad = dgates . W_x^T (packed rows, then each step's) and h_prev_grad = dgates[0] . W_h^T, batched.
+    // Before the recurrence (so that x_grad's product of the rows it has finished can run beside
+    // it): dgates, whether the steps run beside that product (side_by_side_chunk_steps), x_grad's
+    // destination (its packed rows, or x_grad itself) and W_x^T's panels.
+    void prepare_products() {
+        const int64_t B = d_.B, I = d_.I, H = d_.H, N = rows_.total();
+        dgates_.emplace(exec_, N * 4 * H * static_cast<int64_t>(size_of(gate_grads_)), Scratch::Fill::none);
+        if (dev_ == Device::cpu && !split_ && I > 0) beside_steps_ = side_by_side_chunk_steps(B, H, rows_.steps);
+        x_grad_from_ = N;
+        if (I == 0) return;
+        if (rows_.ragged() || caller_) x_grad_packed_.emplace(exec_, N * I * es_, Scratch::Fill::none);
+        x_grad_rows_ = x_grad_packed_ ? x_grad_packed_->data() : out_.x_grad.data;
+        w_x_t_ = weights_t_panels(kernels_[Family::gemm_nn], 0, I, w_x_t_storage_);
+    }
+
+    // x_grad = dgates . W_x^T on the packed rows [ready, N) it has not run yet (0: every row).
+    void x_grad_rows_from(int64_t ready) {
+        const int64_t I = d_.I, H = d_.H;
+        if (I == 0 || ready >= x_grad_from_) return;
+        batched_product(exec_, kernels_[Family::gemm_nn], dt_, x_grad_from_ - ready, I, 4 * H,
+                        offset_bytes(dgates_->data(), ready * 4 * H, gate_grads_), 4 * H,
+                        w_t_ ? w_t_->data() : nullptr, I + H, offset_bytes(x_grad_rows_, ready * I, dt_), false,
+                        gate_grads_, w_x_t_ ? &*w_x_t_ : nullptr);
+        x_grad_from_ = ready;
+    }
+
+    // After the recurrence: x_grad's rows left (all of them unless they ran beside it), into the
+    // caller's rows, and h_prev_grad = dgates[0] . W_h^T, batched.
     void input_and_state_grads() {
-        const int64_t I = d_.I, H = d_.H, N = rows_.total();
-        const KernelEntry &product = kernels_[Family::gemm_nn];
-        if (I > 0) {
-            std::optional<Scratch> packed;
-            if (rows_.ragged() || caller_) packed.emplace(exec_, N * I * es_, Scratch::Fill::none);
-            void *x_grad = packed ? packed->data() : out_.x_grad.data;
-            std::optional<Scratch> w_x_t_storage;
-            const std::optional<Buf> w_x_t = weights_t_panels(product, 0, I, w_x_t_storage);
-            batched_product(exec_, product, dt_, N, I, 4 * H, dgates_->data(), 4 * H, w_t_ ? w_t_->data() : nullptr,
-                            I + H, x_grad, false, gate_grads_, w_x_t ? &*w_x_t : nullptr);
-            if (caller_) {  // into the caller's rows, zeros where a row does not run
-                from_length_order_steps(*caller_, 0, d_.T, [&](int64_t t) { return rows_.packed[t]; },
-                                        {{x_grad, &out_.x_grad}});
-            } else if (packed) {
-                unpack_steps(exec_, rows_, x_grad, out_.x_grad.data, I, dt_);
-            }
+        const int64_t I = d_.I, H = d_.H;
+        x_grad_rows_from(0);
+        if (I > 0 && caller_) {  // into the caller's rows, zeros where a row does not run
+            from_length_order_steps(*caller_, 0, d_.T, [&](int64_t t) { return rows_.packed[t]; },
+                                    {{x_grad_rows_, &out_.x_grad}});
+        } else if (I > 0 && x_grad_packed_) {
+            unpack_steps(exec_, rows_, x_grad_rows_, out_.x_grad.data, I, dt_);
         }
+        const KernelEntry &product = kernels_[Family::gemm_nn];
         const std::optional<Buf> w_h_t = weights_t_panels(product, I, H, w_h_t_panels_);
         batched_product(exec_, product, dt_, rows_.n[0], H, 4 * H, dgates_->data(), 4 * H,
                         w_t_ ? w_t_bytes() + I * es_ : nullptr, I + H, out_.h_prev_grad.data, false, gate_grads_,
@@ -974,6 +1029,15 @@ private:
     const bool use_peephole_;
     // w^T (the plan's transpose); W_h^T's panels (the CPU); dgates [packed rows, 4H]; the final carry
     std::optional<Scratch> w_t_, w_h_t_panels_, dgates_, carry1_;
+    // x_grad's (prepare_products): its packed rows (or none), W_x^T's panels, where its rows go,
+    // and how many of them are done (the packed rows [x_grad_from_, N)).
+    std::optional<Scratch> x_grad_packed_, w_x_t_storage_;
+    std::optional<Buf> w_x_t_;
+    void *x_grad_rows_ = nullptr;
+    int64_t x_grad_from_ = 0;
+    // Where the steps run on one thread beside x_grad's product, the fewest steps' rows it takes
+    // at once (side_by_side_chunk_steps); 0: the steps split, x_grad after them.
+    int64_t beside_steps_ = 0;
     const bool b_grad_from_w_grad_;  // plan::b_grad_with_w_grad
     const bool split_;                // the split steps (plans.h), which store dgates in the dtype
     const DType gate_grads_;          // what dgates is stored in (generators/interface.h: GateGrads)
@@ -988,6 +1052,7 @@ void grad_steps(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &
     // before the first write to an output: running out of memory for them leaves the outputs as
     // they were.
     pass.transpose_weights();
+    pass.prepare_products();
     pass.reverse_recurrence();
     pass.zero_unwritten();
     pass.input_and_state_grads();

@@ -47,14 +47,6 @@
 namespace blocklstm::detail {
 namespace {
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-    _mm_pause();
-#else
-    std::this_thread::yield();
-#endif
-}
-
 // How long a worker spins for the next loop before it sleeps: a step's two loops are a few
 // microseconds apart, and a call's next step follows at once, so 100 µs covers the gaps inside
 // a call; between calls (or when the process does other work) the workers sleep.

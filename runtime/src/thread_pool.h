@@ -9,7 +9,22 @@
 
 #include "HalideRuntime.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#else
+#include <thread>
+#endif
+
 namespace blocklstm::detail {
+
+// One turn of a spin-wait.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#else
+    std::this_thread::yield();
+#endif
+}
 
 // A parallel loop on the pool (halide_do_par_for's contract). A loop forked from inside a task,
 // or while another thread's loop holds the pool, runs on the fallback: Halide's default pool
