@@ -399,6 +399,29 @@ TEST(ThreadPool, SideBySideRunsBothBodiesAtOnceAndTheirLoopsOnTheirThread) {
                                                      [&] { second_ran = true; }),
                  std::runtime_error);
     EXPECT_TRUE(second_ran);
+    // Inside the tasks of a loop (where a loop would go to Halide's pool): on the task's thread,
+    // first then second.
+    struct Inside {
+        struct Record {
+            std::thread::id task_thread;
+            std::vector<std::pair<int, std::thread::id>> order;
+        } records[2];
+        static int task(void *, int i, uint8_t *closure) {
+            Record *r = &reinterpret_cast<Inside *>(closure)->records[i];
+            r->task_thread = std::this_thread::get_id();
+            blocklstm::detail::run_side_by_side([r] { r->order.push_back({1, std::this_thread::get_id()}); },
+                                                [r] { r->order.push_back({2, std::this_thread::get_id()}); });
+            return 0;
+        }
+    } inside;
+    ASSERT_EQ(halide_do_par_for(nullptr, Inside::task, 0, 2, reinterpret_cast<uint8_t *>(&inside)), 0);
+    for (const auto &r : inside.records) {
+        ASSERT_EQ(r.order.size(), 2u);
+        EXPECT_EQ(r.order[0].first, 1);
+        EXPECT_EQ(r.order[1].first, 2);
+        if (!switched_off())  // Halide's pool may run a task's nested loop elsewhere
+            for (const auto &[body, id] : r.order) EXPECT_EQ(id, r.task_thread) << "body " << body;
+    }
     set_pool_threads(0);
 }
 

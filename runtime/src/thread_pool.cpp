@@ -402,7 +402,12 @@ void run_in_one_team(const std::function<void()> &body) {
     if (region.error) std::rethrow_exception(region.error);
 }
 
-int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
+namespace {
+
+// A loop on the threads it runs on (the top of the file); where the pool does not take it, on
+// `otherwise` if given, else serially.
+int run_loop(void *user_context, halide_task_t task, int min, int size, uint8_t *closure,
+             halide_do_par_for_t otherwise) {
     if (serial_loops) return run_serially(user_context, task, min, size, closure);
     if (TeamCall *call = team_call; call && !in_task)
         return run_on_team_call(*call, user_context, task, min, size, closure);
@@ -410,8 +415,14 @@ int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, u
         return run_on_openmp(*omp, user_context, task, min, size, closure);
     int result = 0;
     if (pool().run(user_context, task, min, size, closure, &result)) return result;
-    if (fallback) return fallback(user_context, task, min, size, closure);
+    if (otherwise) return otherwise(user_context, task, min, size, closure);
     return run_serially(user_context, task, min, size, closure);
+}
+
+}  // namespace
+
+int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
+    return run_loop(user_context, task, min, size, closure, fallback);
 }
 
 void run_side_by_side(const std::function<void()> &first, const std::function<void()> &second) {
@@ -431,8 +442,12 @@ void run_side_by_side(const std::function<void()> &first, const std::function<vo
         serial_loops = was_serial;
         return 0;
     };
+    // Never on Halide's pool (a second caller's, or a loop inside a task): one after the other
+    // there, as where the pool is not installed. Halide's pool would run this library's code on
+    // threads whose ordering ThreadSanitizer cannot see, and nothing is gained where the pool is
+    // taken.
     if (installed)
-        pool_do_par_for(nullptr, task, 0, 2, reinterpret_cast<uint8_t *>(&pair));
+        run_loop(nullptr, task, 0, 2, reinterpret_cast<uint8_t *>(&pair), nullptr);
     else
         run_serially(nullptr, task, 0, 2, reinterpret_cast<uint8_t *>(&pair));
     for (const std::exception_ptr &e : pair.error)

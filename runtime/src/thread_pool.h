@@ -34,7 +34,8 @@ int pool_do_par_for(void *user_context, halide_task_t task, int min, int size, u
 // Runs `first` and `second` at once, each on one thread of the loops (the caller's and a worker's,
 // or two members of the OpenMP team) with every loop it forks run serially on that thread, and
 // returns when both are done, rethrowing the exception of the first that threw. Where a loop
-// forked now would run on one thread, one after the other.
+// forked now would run on one thread, or on Halide's pool (another thread's loop holds the pool),
+// `first`, then `second`.
 void run_side_by_side(const std::function<void()> &first, const std::function<void()> &second);
 
 // The threads a loop forked now from this thread would run on (1 inside a task).
