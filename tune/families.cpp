@@ -52,8 +52,6 @@ Buffer<> random_panels(std::mt19937 &rng, int cols, int depth) {
     return b;
 }
 
-constexpr int kChunkRows = int(detail::kWeightGradChunkRows);
-
 // The knobs a schedule reads, by the products it tiles (families.inc) and the device: the knob
 // rows' (schedules/tuning.h).
 template <typename Tuning>
@@ -110,7 +108,7 @@ Family family(const std::string &name, kernel::Family id, bool gpu, std::vector<
             int n = 0;
             for (const plan::Step &step : plan::plan_of(kind, gpu ? Device::cuda : Device::cpu, DType::f32))
                 if (step.family == id && std::find(sites.begin(), sites.end(), step.site) != sites.end())
-                    n += int(plan::count(step.times, s.T, s.B));
+                    n += int(plan::count(step.times, s.T, s.B, s.H));
             return n;
         };
     };
@@ -207,7 +205,7 @@ std::vector<Family> cpu_families() {
         family("gemm_tn_panels", Family::gemm_tn_panels, false, {Site::w_grad},
                [](const LstmShape &s, std::mt19937 &rng) {
                    namespace n = kernel::args::gemm;
-                   const int rows = std::min(s.T * s.B, kChunkRows);
+                   const int rows = std::min<int>(s.T * s.B, int(detail::weight_grad_chunk_rows(s.B, s.H)));
                    Call c;
                    c.buffers[n::a] = random(rng, {s.I, rows});
                    c.buffers[n::a_h] = random(rng, {s.H, rows});

@@ -24,6 +24,7 @@
 #include "runtime/src/step_rows.h"
 #include "runtime/src/thread_pool.h"
 #include "runtime/src/validate.h"
+#include "runtime/src/weight_grad_chunks.h"
 #include "schedules/step_tiles.h"
 
 namespace blocklstm {
@@ -264,8 +265,9 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
 // threads (the pool's, or the OpenMP team's), at most 8 rows of H <= 128: W_h's 256 KiB and 512 Ki
 // multiply-adds a step. A chunk is 32 rows' steps (16 and 64 rows were slower at 500,1,128 and
 // 200,4,128). The backward runs its steps on one thread the same way, beside x_grad's product of
-// the rows they have written, in runs of a chunk's rows or more (GradPass::reverse_recurrence:
-// BlockLSTMGrad 0.88x at 50,8,128, 0.91x at 500,1,128, 0.77x at 200,4,128).
+// the rows they have written, in runs of a chunk's rows or more, and at most 4 rows beside w_grad's
+// chunks too (GradPass::reverse_recurrence; weight_grad_chunks.h: BlockLSTMGrad 0.88x at
+// 50,8,128, 0.77x at 500,1,128, 0.78x at 200,4,128).
 // BLOCKLSTM_SIDE_BY_SIDE=always: every CPU call on 2 loop threads, in chunks of 2 steps (the
 // tests'); =off: never.
 constexpr int64_t kSideBySideChunkRows = 32;
@@ -286,7 +288,7 @@ int64_t side_by_side_chunk_steps(int64_t B, int64_t H, int64_t S) {
     const SideBySide mode = side_by_side_mode();
     if (mode == SideBySide::off || loop_threads() != 2) return 0;
     const int64_t steps = mode == SideBySide::always ? 2 : (kSideBySideChunkRows + B - 1) / std::max<int64_t>(1, B);
-    const bool fits = mode == SideBySide::always || (B <= 8 && H <= 128);
+    const bool fits = mode == SideBySide::always || steps_on_one_thread(B, H);
     return fits && steps < S ? steps : 0;
 }
 
@@ -646,45 +648,82 @@ void batched_product(Exec &exec, const KernelEntry &product, DType dt, int64_t M
 }
 
 // w_grad = [x | h_prev_seq]^T . dgates and b_grad = 1^T . dgates, on the CPU in float32: summed
-// over chunks of kWeightGradChunkRows rows of dgates (the packed rows of every step), each chunk
-// packed once into panels (generators/panels.cpp) that one gemm_tn_panels product reads for
-// w_grad's rows of x and of h_prev_seq and for b_grad (perf at 100,64,512: packing 2.1 -> 1.2 % of
-// the samples against a gemm_tn per product; BlockLSTMGrad 0.98x the time). Run after the
-// recurrence: run between its steps, while a chunk's rows are still in cache, it was 1-2 % slower.
-// With I = 0, b_grad comes from the reductions (plan::b_grad_with_w_grad) and the chunks' sums go
-// to a scratch. h_prev_seq's first `head_rows` rows are `h_head`'s, the rest `h_rest`'s.
-void weight_grads_in_chunks(Exec &exec, const PlanKernels &kernels, int64_t rows, int64_t I, int64_t H,
-                            const float *x, const float *h_head, int64_t head_rows, const float *h_rest,
-                            float *dgates, float *w_grad, float *b_grad) {
-    const int64_t G = 4 * H;
-    const Device dev = Device::cpu;
-    const KernelEntry &product = kernels[Family::gemm_tn_panels], &packer = kernels[Family::panels];
-    const int64_t chunk = std::min(rows, kWeightGradChunkRows);
-    Scratch panels(exec, panel_elements(G, chunk) * 4, Scratch::Fill::none);
-    // A chunk that straddles h_head and h_rest is copied, every other one read in place.
-    Scratch straddle(exec, chunk * H * 4, Scratch::Fill::none);
-    std::optional<Scratch> unused_sums;
-    if (I == 0) unused_sums.emplace(exec, G * 4, Scratch::Fill::none);
-    Buf c = Buf::matrix(dev, w_grad, DType::f32, I + H, G, G);
-    Buf sums(dev, I > 0 ? b_grad : unused_sums->floats(), DType::f32, {G});
-    for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
-        const int64_t n = std::min(chunk, rows - r0);
-        float accumulate = r0 > 0 ? 1.0f : 0.0f;
-        Buf b = pack_panels(exec, packer, Buf::matrix(dev, dgates + r0 * G, DType::f32, n, G, G), G, n,
-                            panels.data());
-        const float *h_rows = r0 < head_rows ? h_head + r0 * H : h_rest + (r0 - head_rows) * H;
-        if (r0 < head_rows && r0 + n > head_rows) {
-            const int64_t from_head = head_rows - r0;
-            std::copy_n(h_head + r0 * H, from_head * H, straddle.floats());
-            std::copy_n(h_rest, (n - from_head) * H, straddle.floats() + from_head * H);
-            h_rows = straddle.floats();
+// over chunks of `chunk_rows` rows of dgates (the packed rows of every step: weight_grad_chunk_rows),
+// in order from the first row or from the last, each chunk packed once into panels
+// (generators/panels.cpp) that one gemm_tn_panels product reads for w_grad's rows of x and of
+// h_prev_seq and for b_grad (perf at 100,64,512: packing 2.1 -> 1.2 % of the samples against a
+// gemm_tn per product; BlockLSTMGrad 0.98x the time). Run after the recurrence, or, where the
+// steps run on one thread, beside it on the other (GradPass::reverse_recurrence): run between its
+// steps on the same threads, while a chunk's rows were still in cache, it was 1-2 % slower. With
+// I = 0, b_grad comes from the reductions (plan::b_grad_with_w_grad) and the chunks' sums go to a
+// scratch. h_prev_seq's first `head_rows` rows are `h_head`'s, the rest `h_rest`'s.
+class WeightGradChunks {
+public:
+    WeightGradChunks(Exec &exec, const PlanKernels &kernels, int64_t rows, int64_t I, int64_t H, const float *x,
+                     const float *h_head, int64_t head_rows, const float *h_rest, float *dgates, float *w_grad,
+                     float *b_grad, int64_t chunk_rows, bool from_the_end)
+        : exec_(exec), product_(kernels[Family::gemm_tn_panels]), packer_(kernels[Family::panels]), rows_(rows),
+          I_(I), H_(H), x_(x), h_head_(h_head), head_rows_(head_rows), h_rest_(h_rest), dgates_(dgates),
+          chunk_(std::max<int64_t>(1, std::min(rows, chunk_rows))), from_the_end_(from_the_end),
+          panels_(exec, panel_elements(4 * H, chunk_) * 4, Scratch::Fill::none),
+          straddle_(exec, chunk_ * H * 4, Scratch::Fill::none),
+          unused_sums_(exec, I == 0 ? 4 * H * 4 : 4, Scratch::Fill::none),  // (4: never read)
+          c_(Buf::matrix(Device::cpu, w_grad, DType::f32, I + H, 4 * H, 4 * H)),
+          sums_(Device::cpu, I > 0 ? b_grad : unused_sums_.floats(), DType::f32, {4 * H}) {}
+
+    // The chunks not summed yet, in their order, while a chunk's rows all lie at or past `ready`
+    // (the rows of dgates written so far are [ready, rows)); 0: all of them.
+    void run_ready(int64_t ready) {
+        while (run_next(ready)) {}
+    }
+
+    // The next chunk, if its rows all lie at or past `ready`; whether it ran.
+    bool run_next(int64_t ready) {
+        if (next_ * chunk_ >= rows_) return false;
+        // the next_-th chunk summed: rows [r0, r1)
+        const int64_t r1 = from_the_end_ ? rows_ - next_ * chunk_ : std::min(rows_, (next_ + 1) * chunk_);
+        const int64_t r0 = from_the_end_ ? std::max<int64_t>(0, r1 - chunk_) : next_ * chunk_;
+        if (r0 < ready) return false;
+        run_chunk(r0, r1 - r0, next_ > 0);
+        ++next_;
+        return true;
+    }
+
+private:
+    void run_chunk(int64_t r0, int64_t n, bool accumulate_into_c) {
+        const int64_t H = H_, I = I_, G = 4 * H;
+        const Device dev = Device::cpu;
+        float accumulate = accumulate_into_c ? 1.0f : 0.0f;
+        Buf b = pack_panels(exec_, packer_, Buf::matrix(dev, dgates_ + r0 * G, DType::f32, n, G, G), G, n,
+                            panels_.data());
+        // A chunk that straddles h_head and h_rest is copied, every other one read in place.
+        const float *h_rows = r0 < head_rows_ ? h_head_ + r0 * H : h_rest_ + (r0 - head_rows_) * H;
+        if (r0 < head_rows_ && r0 + n > head_rows_) {
+            const int64_t from_head = head_rows_ - r0;
+            std::copy_n(h_head_ + r0 * H, from_head * H, straddle_.floats());
+            std::copy_n(h_rest_, (n - from_head) * H, straddle_.floats() + from_head * H);
+            h_rows = straddle_.floats();
         }
         Buf h_buf = Buf::matrix(dev, const_cast<float *>(h_rows), DType::f32, n, H, H);
         // With I = 0 x has no columns to read: h's chunk stands in for it (not read).
-        Buf x_buf = I > 0 ? Buf::matrix(dev, const_cast<float *>(x + r0 * I), DType::f32, n, I, I) : h_buf;
-        run(product, exec, WeightGradChunkArgs{.x = x_buf, .h = h_buf, .b = b, .accumulate = &accumulate, .c = c, .sums = sums});
+        Buf x_buf = I > 0 ? Buf::matrix(dev, const_cast<float *>(x_ + r0 * I), DType::f32, n, I, I) : h_buf;
+        run(product_, exec_,
+            WeightGradChunkArgs{.x = x_buf, .h = h_buf, .b = b, .accumulate = &accumulate, .c = c_, .sums = sums_});
     }
-}
+
+    Exec &exec_;
+    const KernelEntry &product_, &packer_;
+    const int64_t rows_, I_, H_;
+    const float *x_, *h_head_;
+    const int64_t head_rows_;
+    const float *h_rest_;
+    float *dgates_;
+    const int64_t chunk_;
+    const bool from_the_end_;
+    Scratch panels_, straddle_, unused_sums_;
+    Buf c_, sums_;
+    int64_t next_ = 0;  // the next chunk to sum
+};
 
 // One BlockLSTMGrad call on rows in length order (StepRows::in_order), in its phases: transpose
 // the weights (GPU), the recurrence in reverse time (dgates of every step's running rows, packed), then
@@ -835,9 +874,9 @@ public:
         if (beside_steps_ == 0) {
             for (int64_t t = S - 1; t >= 0; --t) step_back(t);
         } else {
-            // Side by side: the steps on one thread, x_grad's product of the rows they have
-            // written (those of steps [t, S)) on the other, in runs of beside_steps_ steps' rows
-            // or more, until the steps are done.
+            // Side by side: the steps on one thread, on the other the products of the rows they
+            // have written (those of steps [t, S)) until the steps are done: x_grad's, in runs of
+            // beside_steps_ steps' rows or more, and w_grad's chunks as each is whole.
             std::atomic<int64_t> ready{rows_.total()};  // dgates' rows [ready, N) are written
             std::atomic<bool> steps_done{false};
             const int64_t run_rows = beside_steps_ * B;
@@ -854,9 +893,10 @@ public:
                 },
                 [&] {
                     while (!steps_done.load(std::memory_order_acquire)) {
-                        if (const int64_t r = ready.load(std::memory_order_acquire); x_grad_from_ - r >= run_rows)
+                        const int64_t r = ready.load(std::memory_order_acquire);
+                        if (d_.I > 0 && x_grad_from_ - r >= run_rows)
                             x_grad_rows_from(r);
-                        else
+                        else if (!w_grad_chunks_ || !w_grad_chunks_->run_next(r))
                             cpu_relax();
                     }
                 });
@@ -871,7 +911,9 @@ public:
     void prepare_products() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, N = rows_.total();
         dgates_.emplace(exec_, N * 4 * H * static_cast<int64_t>(size_of(gate_grads_)), Scratch::Fill::none);
-        if (dev_ == Device::cpu && !split_ && I > 0) beside_steps_ = side_by_side_chunk_steps(B, H, rows_.steps);
+        if (dev_ == Device::cpu && !split_) beside_steps_ = side_by_side_chunk_steps(B, H, rows_.steps);
+        const bool w_grad_beside = side_by_side_mode() == SideBySide::always || weight_grads_beside_steps(B, H);
+        if (beside_steps_ > 0 && w_grad_beside) prepare_weight_grad_chunks();
         x_grad_from_ = N;
         if (I == 0) return;
         if (rows_.ragged() || caller_) x_grad_packed_.emplace(exec_, N * I * es_, Scratch::Fill::none);
@@ -908,31 +950,52 @@ public:
                         w_h_t ? &*w_h_t : nullptr);
     }
 
+    // w_grad's chunks on the CPU in float32 (WeightGradChunks), before the recurrence where they run
+    // beside it: x's and h_prev_seq's rows, packed where rows stop early as dgates' are.
+    void prepare_weight_grad_chunks() {
+        const int64_t B = d_.B, I = d_.I, H = d_.H, N = rows_.total();
+        if (!kernels_.has(Family::gemm_tn_panels) || w_grad_chunks_) return;
+        auto f32 = [](const void *p) { return static_cast<float *>(const_cast<void *>(p)); };
+        const void *x_rows = in_.x.data;
+        if (!caller_ && rows_.ragged() && I > 0) {
+            x_packed_.emplace(exec_, N * I * es_, Scratch::Fill::none);
+            pack_steps(exec_, rows_, in_.x.data, x_packed_->data(), I, dt_);
+            x_rows = x_packed_->data();
+        }
+        const bool always = side_by_side_mode() == SideBySide::always;
+        const int64_t chunk_rows = always ? 4 : weight_grad_chunk_rows(B, H);
+        const bool from_the_end = always || weight_grads_beside_steps(B, H);
+        if (rows_.ragged()) {
+            h_seq_.emplace(exec_, N * H * es_, Scratch::Fill::none);
+            pack_prev_steps(in_.h_prev, act_.h, h_seq_->data());
+            w_grad_chunks_.emplace(exec_, kernels_, N, I, H, f32(x_rows), h_seq_->floats(), N, nullptr,
+                                   dgates_->floats(), f32(out_.w_grad.data), f32(out_.b_grad.data), chunk_rows,
+                                   from_the_end);
+        } else {  // h_prev_seq = [h_prev, h[0], ...] read in place
+            w_grad_chunks_.emplace(exec_, kernels_, N, I, H, f32(x_rows), f32(in_.h_prev.data), B, f32(act_.h.data),
+                                   dgates_->floats(), f32(out_.w_grad.data), f32(out_.b_grad.data), chunk_rows,
+                                   from_the_end);
+        }
+    }
+
     // w_grad = [x | h_prev_seq]^T . dgates, and b_grad with it where the plan says
     // (plan::b_grad_with_w_grad): over chunks of dgates where the plan runs gemm_tn_panels (the
-    // CPU in float32), else one product each for x and h_prev_seq. Where rows stop early, x's and
-    // h_prev_seq's rows are packed as dgates' are.
+    // CPU in float32: the chunks left, all of them unless they ran beside the recurrence), else
+    // one product each for x and h_prev_seq. Where rows stop early, x's and h_prev_seq's rows are
+    // packed as dgates' are.
     void weight_grads() {
-        const int64_t B = d_.B, I = d_.I, H = d_.H, N = rows_.total();
+        const int64_t I = d_.I, H = d_.H, N = rows_.total();
+        if (kernels_.has(Family::gemm_tn_panels)) {
+            prepare_weight_grad_chunks();
+            w_grad_chunks_->run_ready(0);
+            return;
+        }
         std::optional<Scratch> x_packed;
         const void *x_rows = in_.x.data;
         if (!caller_ && rows_.ragged() && I > 0) {
             x_packed.emplace(exec_, N * I * es_, Scratch::Fill::none);
             pack_steps(exec_, rows_, in_.x.data, x_packed->data(), I, dt_);
             x_rows = x_packed->data();
-        }
-        if (kernels_.has(Family::gemm_tn_panels)) {
-            auto f32 = [](const void *p) { return static_cast<float *>(const_cast<void *>(p)); };
-            if (rows_.ragged()) {
-                Scratch h_seq(exec_, N * H * es_, Scratch::Fill::none);
-                pack_prev_steps(in_.h_prev, act_.h, h_seq.data());
-                weight_grads_in_chunks(exec_, kernels_, N, I, H, f32(x_rows), h_seq.floats(), N, nullptr,
-                                       dgates_->floats(), f32(out_.w_grad.data), f32(out_.b_grad.data));
-            } else {  // h_prev_seq = [h_prev, h[0], ...] read in place
-                weight_grads_in_chunks(exec_, kernels_, N, I, H, f32(x_rows), f32(in_.h_prev.data), B, f32(act_.h.data),
-                                       dgates_->floats(), f32(out_.w_grad.data), f32(out_.b_grad.data));
-            }
-            return;
         }
         // One product each for x and h_prev_seq over the whole sequence (float16: c is rounded
         // once, so it cannot be summed over chunks; CUDA: cuBLAS or one kernel each). The x
@@ -1038,6 +1101,10 @@ private:
     // Where the steps run on one thread beside x_grad's product, the fewest steps' rows it takes
     // at once (side_by_side_chunk_steps); 0: the steps split, x_grad after them.
     int64_t beside_steps_ = 0;
+    // w_grad's chunks (prepare_weight_grad_chunks) and what they read: x's and h_prev_seq's
+    // packed rows where rows stop early.
+    std::optional<Scratch> x_packed_, h_seq_;
+    std::optional<WeightGradChunks> w_grad_chunks_;
     const bool b_grad_from_w_grad_;  // plan::b_grad_with_w_grad
     const bool split_;                // the split steps (plans.h), which store dgates in the dtype
     const DType gate_grads_;          // what dgates is stored in (generators/interface.h: GateGrads)

@@ -35,7 +35,7 @@ constexpr bool has_split_steps(Kind kind, Device device, DType) {
 }
 
 // How often a step runs in one call: once; once per time step (L; the cell op: 1); once per chunk
-// of the CPU's float32 w_grad (its L*B rows of dgates in chunks of kWeightGradChunkRows).
+// of the CPU's float32 w_grad (its L*B rows of dgates in chunks: weight_grad_chunk_rows).
 enum class Times { once, per_step, per_chunk };
 
 // What a step computes: the same site may run another family on another device or dtype (the
@@ -130,13 +130,13 @@ constexpr Kind kind_of(bool sequence, bool gradient) {
     return !gradient ? Kind::forward : sequence ? Kind::sequence_grad : Kind::cell_grad;
 }
 
-// How many times a step runs in a call of `steps` time steps of `rows_per_step` rows each.
-constexpr int64_t count(Times times, int64_t steps, int64_t rows_per_step) {
+// How many times a step runs in a call of `steps` time steps of `rows_per_step` rows of `cells`.
+constexpr int64_t count(Times times, int64_t steps, int64_t rows_per_step, int64_t cells) {
+    const int64_t chunk = detail::weight_grad_chunk_rows(rows_per_step, cells);
     switch (times) {
     case Times::once: return 1;
     case Times::per_step: return steps;
-    case Times::per_chunk:
-        return (steps * rows_per_step + detail::kWeightGradChunkRows - 1) / detail::kWeightGradChunkRows;
+    case Times::per_chunk: return (steps * rows_per_step + chunk - 1) / chunk;
     }
     return 0;
 }

@@ -1,14 +1,34 @@
-// How the CPU's float32 w_grad is split: its own header, free of the runtime's other internals,
-// because `blocklstm tune` (tune/families.cpp) times the same chunks.
+// How the CPU's float32 w_grad is split, and which calls are small enough to run their steps on one
+// thread: its own header, free of the runtime's other internals, because `blocklstm tune`
+// (tune/families.cpp, through plans.h) counts and times the same chunks.
 #pragma once
 
 #include <cstdint>
 
 namespace blocklstm::detail {
 
-// Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: weight_grads_in_chunks):
-// one k block of its product in the AVX2 table (schedules/tuned/x86-64-avx2.json: gemm_k_block);
-// chunks of 1024 were slower (docs/tuning.md).
+// Steps of at most 8 rows of H <= 128 (W_h's 256 KiB, 512 Ki multiply-adds a step): on 2 loop
+// threads such a call runs its steps on one thread, without a fork, and its batched products on the
+// other beside them (ops_sequence.cpp: side_by_side_chunk_steps; docs/performance.md).
+constexpr bool steps_on_one_thread(int64_t batch, int64_t cells) { return batch <= 8 && cells <= 128; }
+
+// Where the backward's recurrence is as long as its batched products (at most 4 rows; with 8 the
+// products took twice the steps' time at 50,8,128), w_grad's chunks are summed beside it too.
+constexpr bool weight_grads_beside_steps(int64_t batch, int64_t cells) {
+    return steps_on_one_thread(batch, cells) && batch <= 4;
+}
+
+// Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: WeightGradChunks): one
+// k block of its product in the AVX2 table (schedules/tuned/x86-64-avx2.json: gemm_k_block);
+// chunks of 1024 were slower (docs/tuning.md). Where they are summed beside the steps, chunks of
+// 256 rows counted from the last row, so that the backward's recurrence (in reverse time)
+// finishes them in the order they are summed and the other thread sums each while the recurrence
+// goes on; the same chunks on any number of threads, so that the sums are the same bits.
 constexpr int64_t kWeightGradChunkRows = 512;
+constexpr int64_t kWeightGradChunkRowsBeside = 256;
+
+constexpr int64_t weight_grad_chunk_rows(int64_t batch, int64_t cells) {
+    return weight_grads_beside_steps(batch, cells) ? kWeightGradChunkRowsBeside : kWeightGradChunkRows;
+}
 
 }  // namespace blocklstm::detail
