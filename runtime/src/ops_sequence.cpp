@@ -950,32 +950,40 @@ public:
                         w_h_t ? &*w_h_t : nullptr);
     }
 
+    // x's rows as w_grad reads them: packed as dgates' are where rows stop early (once), else x.
+    const void *w_grad_x_rows() {
+        if (caller_ || !rows_.ragged() || d_.I == 0) return in_.x.data;
+        if (!x_packed_) {
+            x_packed_.emplace(exec_, rows_.total() * d_.I * es_, Scratch::Fill::none);
+            pack_steps(exec_, rows_, in_.x.data, x_packed_->data(), d_.I, dt_);
+        }
+        return x_packed_->data();
+    }
+
+    // h_prev_seq = [h_prev, h[0], ...] packed as dgates' rows (once).
+    const void *packed_h_prev_seq() {
+        if (!h_seq_) {
+            h_seq_.emplace(exec_, rows_.total() * d_.H * es_, Scratch::Fill::none);
+            pack_prev_steps(in_.h_prev, act_.h, h_seq_->data());
+        }
+        return h_seq_->data();
+    }
+
     // w_grad's chunks on the CPU in float32 (WeightGradChunks), before the recurrence where they run
-    // beside it: x's and h_prev_seq's rows, packed where rows stop early as dgates' are.
+    // beside it.
     void prepare_weight_grad_chunks() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, N = rows_.total();
         if (!kernels_.has(Family::gemm_tn_panels) || w_grad_chunks_) return;
         auto f32 = [](const void *p) { return static_cast<float *>(const_cast<void *>(p)); };
-        const void *x_rows = in_.x.data;
-        if (!caller_ && rows_.ragged() && I > 0) {
-            x_packed_.emplace(exec_, N * I * es_, Scratch::Fill::none);
-            pack_steps(exec_, rows_, in_.x.data, x_packed_->data(), I, dt_);
-            x_rows = x_packed_->data();
-        }
         const bool always = side_by_side_mode() == SideBySide::always;
         const int64_t chunk_rows = always ? 4 : weight_grad_chunk_rows(B, H);
         const bool from_the_end = always || weight_grads_beside_steps(B, H);
-        if (rows_.ragged()) {
-            h_seq_.emplace(exec_, N * H * es_, Scratch::Fill::none);
-            pack_prev_steps(in_.h_prev, act_.h, h_seq_->data());
-            w_grad_chunks_.emplace(exec_, kernels_, N, I, H, f32(x_rows), h_seq_->floats(), N, nullptr,
-                                   dgates_->floats(), f32(out_.w_grad.data), f32(out_.b_grad.data), chunk_rows,
-                                   from_the_end);
-        } else {  // h_prev_seq = [h_prev, h[0], ...] read in place
-            w_grad_chunks_.emplace(exec_, kernels_, N, I, H, f32(x_rows), f32(in_.h_prev.data), B, f32(act_.h.data),
-                                   dgates_->floats(), f32(out_.w_grad.data), f32(out_.b_grad.data), chunk_rows,
-                                   from_the_end);
-        }
+        // h_prev_seq read in place where every row runs every step: h_prev's rows, then h's
+        const bool packed = rows_.ragged();
+        w_grad_chunks_.emplace(exec_, kernels_, N, I, H, f32(w_grad_x_rows()),
+                               f32(packed ? packed_h_prev_seq() : in_.h_prev.data), packed ? N : B,
+                               packed ? nullptr : f32(act_.h.data), dgates_->floats(), f32(out_.w_grad.data),
+                               f32(out_.b_grad.data), chunk_rows, from_the_end);
     }
 
     // w_grad = [x | h_prev_seq]^T . dgates, and b_grad with it where the plan says
@@ -990,28 +998,19 @@ public:
             w_grad_chunks_->run_ready(0);
             return;
         }
-        std::optional<Scratch> x_packed;
-        const void *x_rows = in_.x.data;
-        if (!caller_ && rows_.ragged() && I > 0) {
-            x_packed.emplace(exec_, N * I * es_, Scratch::Fill::none);
-            pack_steps(exec_, rows_, in_.x.data, x_packed->data(), I, dt_);
-            x_rows = x_packed->data();
-        }
         // One product each for x and h_prev_seq over the whole sequence (float16: c is rounded
         // once, so it cannot be summed over chunks; CUDA: cuBLAS or one kernel each). The x
         // product's extra row is w_grad's row I, rewritten by the h product below.
         const KernelEntry &product = kernels_[Family::gemm_tn];
         if (I > 0) {
-            batched_product(exec_, product, dt_, I, 4 * H, N, x_rows, I, dgates_->data(), 4 * H, out_.w_grad.data,
-                            b_grad_from_w_grad_, gate_grads_);
+            batched_product(exec_, product, dt_, I, 4 * H, N, w_grad_x_rows(), I, dgates_->data(), 4 * H,
+                            out_.w_grad.data, b_grad_from_w_grad_, gate_grads_);
             if (b_grad_from_w_grad_) {
                 exec_.copy_bytes(out_.b_grad.data, offset_bytes(out_.w_grad.data, I * 4 * H, dt_),
                                  4 * H * es_);
             }
         }
-        Scratch h_seq(exec_, N * H * es_, Scratch::Fill::none);
-        pack_prev_steps(in_.h_prev, act_.h, h_seq.data());
-        batched_product(exec_, product, dt_, H, 4 * H, N, h_seq.data(), H, dgates_->data(),
+        batched_product(exec_, product, dt_, H, 4 * H, N, packed_h_prev_seq(), H, dgates_->data(),
                         4 * H, offset_bytes(out_.w_grad.data, I * 4 * H, dt_), false, gate_grads_);
     }
 
@@ -1101,8 +1100,8 @@ private:
     // Where the steps run on one thread beside x_grad's product, the fewest steps' rows it takes
     // at once (side_by_side_chunk_steps); 0: the steps split, x_grad after them.
     int64_t beside_steps_ = 0;
-    // w_grad's chunks (prepare_weight_grad_chunks) and what they read: x's and h_prev_seq's
-    // packed rows where rows stop early.
+    // w_grad's chunks (prepare_weight_grad_chunks) and what w_grad reads: x's and h_prev_seq's
+    // packed rows (w_grad_x_rows, packed_h_prev_seq).
     std::optional<Scratch> x_packed_, h_seq_;
     std::optional<WeightGradChunks> w_grad_chunks_;
     const bool b_grad_from_w_grad_;  // plan::b_grad_with_w_grad
