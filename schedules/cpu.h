@@ -402,6 +402,15 @@ inline void schedule_elementwise_cpu(Func f, Var j, Var n, const CpuTuning &tuni
     f.vectorize(j, vec, TailStrategy::GuardWithIf).parallel(n);
 }
 
+// The forward gate math (generators/seq_fwd_step.cpp: gate_math) as schedule_elementwise_cpu,
+// with its first stage (i, ci, f) computed once per vector of units, in registers.
+inline void schedule_gate_math_cpu(Func lstm, Func activations, Var j, Var n, const CpuTuning &tuning) {
+    const int vec = tuning.vector_floats;
+    Var jo("jo"), ji("ji");
+    lstm.split(j, jo, ji, vec, TailStrategy::GuardWithIf).vectorize(ji).parallel(n);
+    activations.compute_at(lstm, jo).vectorize(j, vec, TailStrategy::GuardWithIf);
+}
+
 // A 3-D element-wise output (j, gate, n), e.g. the gate gradients: vectors along j, the four
 // gate blocks unrolled so the shared per-element work (dcs) is computed once.
 inline void schedule_gate_blocks_cpu(Func f, Var j, Var gate, Var n, const CpuTuning &tuning) {

@@ -120,6 +120,15 @@ inline void schedule_elementwise(Halide::Func f, Halide::Var j, Halide::Var n, c
     schedule_elementwise_cuda(f, j, n, m.cuda);
 }
 
+// The forward gate math, lstm(j, n) from its stage `activations` (j, n). On the GPU the stage is
+// inlined, as it was before it had a name (a GPU run has not measured it otherwise).
+inline void schedule_gate_math(Halide::Func lstm, Halide::Func activations, Halide::Var j, Halide::Var n,
+                               const Machine &m) {
+    if (m.autoschedule) return;
+    if (!m.gpu()) return schedule_gate_math_cpu(lstm, activations, j, n, m.cpu);
+    schedule_elementwise_cuda(lstm, j, n, m.cuda);
+}
+
 // A stage several outputs read (the cell's gradients: dicfo, cs_prev_grad and the peephole sums):
 // computed once, for all of them, then scheduled as schedule_elementwise.
 inline void schedule_shared_stage(Halide::Func f, Halide::Var j, Halide::Var n, const Machine &m) {
