@@ -44,33 +44,33 @@ struct CellForward {
     Expr i, cs, f, o, ci, co, h;
 };
 
-// The rest of a forward step from its activations i, ci and f (cell_forward's first half): the
-// new cell state, its tanh, the output gate and h. Peepholes: wco sees the new, clipped cs.
-inline CellForward cell_forward_from(const Expr &i, const Expr &ci, const Expr &f, const Expr &gate_o_in,
-                                     const Expr &cs_prev, const Expr &wco, const Expr &cell_clip,
-                                     bool use_peephole) {
+// The activations of a forward step that read only its inputs, for one (batch row, unit): gate
+// pre-activations (bias included) and the cell state entering the step. Peepholes: wci and wcf
+// see cs_prev.
+struct CellActivations {
+    Expr i, ci, f;
+};
+inline CellActivations cell_activations(const Expr &gate_i_in, const Expr &gate_c_in, const Expr &gate_f_in,
+                                        const Expr &cs_prev, const Expr &wci, const Expr &wcf,
+                                        const Expr &forget_bias, bool use_peephole) {
+    Expr zf = gate_f_in + forget_bias;
+    return {sigmoid(use_peephole ? gate_i_in + cs_prev * wci : gate_i_in), tanh_act(gate_c_in),
+            sigmoid(use_peephole ? zf + cs_prev * wcf : zf)};
+}
+
+// The rest of the step from its activations: the new cell state, its tanh, the output gate and
+// h. Peepholes: wco sees the new, clipped cs.
+inline CellForward cell_forward(const CellActivations &a, const Expr &gate_o_in, const Expr &cs_prev,
+                                const Expr &wco, const Expr &cell_clip, bool use_peephole) {
     CellForward r;
-    r.i = i;
-    r.ci = ci;
-    r.f = f;
+    r.i = a.i;
+    r.ci = a.ci;
+    r.f = a.f;
     r.cs = clip_cell(r.i * r.ci + r.f * cs_prev, cell_clip);
     r.co = tanh_act(r.cs);
     r.o = sigmoid(use_peephole ? gate_o_in + r.cs * wco : gate_o_in);
     r.h = r.o * r.co;
     return r;
-}
-
-// One forward step for one (batch row, unit): gate pre-activations (bias included) and the state
-// entering the step. Peepholes: wci and wcf see cs_prev, wco sees the new, clipped cs.
-inline CellForward cell_forward(const Expr &gate_i_in, const Expr &gate_c_in,
-                                const Expr &gate_f_in, const Expr &gate_o_in,
-                                const Expr &cs_prev, const Expr &wci, const Expr &wcf,
-                                const Expr &wco, const Expr &forget_bias, const Expr &cell_clip,
-                                bool use_peephole) {
-    Expr zf = gate_f_in + forget_bias;
-    return cell_forward_from(sigmoid(use_peephole ? gate_i_in + cs_prev * wci : gate_i_in), tanh_act(gate_c_in),
-                             sigmoid(use_peephole ? zf + cs_prev * wcf : zf), gate_o_in, cs_prev, wco,
-                             cell_clip, use_peephole);
 }
 
 struct CellBackward {

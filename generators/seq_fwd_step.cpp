@@ -104,12 +104,12 @@ public:
     // made the gate math 1.3x the plain one's time (B = 64, H = 512, one core); staged, 0.85x.
     void gate_math(const std::function<Expr(Expr, Expr)> &pre, const Expr &H, const Var &j, const Var &n) {
         auto gate = [&](Gate g) { return pre(j + gate_block(layout, g) * H, n); };
-        CellForward r = cell_forward(gate(gate_i), gate(gate_c), gate(gate_f), gate(gate_o),
-                                     f32((*cs_prev)(j, n)), f32((*wci)(j)), f32((*wcf)(j)),
-                                     f32((*wco)(j)), forget_bias, cell_clip, use_peephole);
-        activations(j, n) = Tuple(r.i, r.ci, r.f);
-        r = cell_forward_from(activations(j, n)[0], activations(j, n)[1], activations(j, n)[2], gate(gate_o),
-                              f32((*cs_prev)(j, n)), f32((*wco)(j)), cell_clip, use_peephole);
+        const CellActivations a = cell_activations(gate(gate_i), gate(gate_c), gate(gate_f), f32((*cs_prev)(j, n)),
+                                                   f32((*wci)(j)), f32((*wcf)(j)), forget_bias, use_peephole);
+        activations(j, n) = Tuple(a.i, a.ci, a.f);
+        const CellForward r = cell_forward({activations(j, n)[0], activations(j, n)[1], activations(j, n)[2]},
+                                           gate(gate_o), f32((*cs_prev)(j, n)), f32((*wco)(j)), cell_clip,
+                                           use_peephole);
         const Type ty = dtype;
         (*lstm)(j, n) = Tuple(stored(ty, r.i), stored(ty, r.cs), stored(ty, r.f), stored(ty, r.o),
                               stored(ty, r.ci), stored(ty, r.co), stored(ty, r.h));
