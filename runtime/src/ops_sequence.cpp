@@ -268,27 +268,47 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
 // the rows they have written, in runs of a chunk's rows or more, and at most 4 rows beside w_grad's
 // chunks too (GradPass::reverse_recurrence; weight_grad_chunks.h: BlockLSTMGrad 0.88x at
 // 50,8,128, 0.77x at 500,1,128, 0.78x at 200,4,128).
+// Steps on AMX's tiles (a bfloat16 call of an AMX target) are cheaper: a step's product of up to
+// 16 rows takes a few tdpbf16ps a tile, W_h in bfloat16 is half the bytes, and what a split step
+// costs is its forks and the waits for the slower half. Measured on an Intel Xeon 6 (2 MiB L2 a
+// core; BlockLSTM(Grad), bfloat16, BLOCKLSTM_SIDE_BY_SIDE=on against the default, least of 3,
+// T = 100, I = H): the forward 0.90-0.92x the time at B = 4, 8, 16 of H = 256, 0.79x and 0.90x at
+// B = 16, 32 of H = 128, 0.83x at 64,64, but 1.03x at 24,256, 1.11x at 32,256, 1.02x at 64,128
+// and level to 1.06x at H = 384 (the other thread's next projection is short, so one thread must
+// take the steps at little more than a split step's time); the backward, whose other thread has
+// x_grad's product of the rows done, 0.71-0.91x from B = 8 to 256 at H = 128 and 256, 0.92-0.97x
+// at H = 384, but 1.10-1.17x at H = 512, whose W_h (2 MiB in bfloat16) no longer fits one core's
+// L2 beside the rest (so: W_h at most 3/5 of the L2); up to B * H = 32768, the most measured.
+bool amx_steps_on_one_thread(bool backward, int64_t B, int64_t H) {
+    if (!backward) return H <= 256 && B * H <= 4096;
+    return 4 * H * H * 2 <= l2_cache_bytes() * 3 / 5 && B * H <= 32768;
+}
+
 // BLOCKLSTM_SIDE_BY_SIDE=always: every CPU call on 2 loop threads, in chunks of 2 steps (the
-// tests'); =off: never.
+// tests'); =on: every CPU call on 2 loop threads in the usual chunks (for measuring where it
+// pays); =off: never.
 constexpr int64_t kSideBySideChunkRows = 32;
 
-enum class SideBySide { fit, always, off };
+enum class SideBySide { fit, always, on, off };
 
 SideBySide side_by_side_mode() {
     static const SideBySide mode = [] {
         const char *env = std::getenv("BLOCKLSTM_SIDE_BY_SIDE");
         if (env && std::string(env) == "always") return SideBySide::always;
         if (env && std::string(env) == "off") return SideBySide::off;
+        if (env && std::string(env) == "on") return SideBySide::on;
         return SideBySide::fit;
     }();
     return mode;
 }
 
-int64_t side_by_side_chunk_steps(int64_t B, int64_t H, int64_t S) {
+// `amx`: the steps run on AMX's tiles; `backward`: the steps of a grad op.
+int64_t side_by_side_chunk_steps(int64_t B, int64_t H, int64_t S, bool amx, bool backward) {
     const SideBySide mode = side_by_side_mode();
     if (mode == SideBySide::off || loop_threads() != 2) return 0;
     const int64_t steps = mode == SideBySide::always ? 2 : (kSideBySideChunkRows + B - 1) / std::max<int64_t>(1, B);
-    const bool fits = mode == SideBySide::always || steps_on_one_thread(B, H);
+    const bool fits = mode == SideBySide::always || mode == SideBySide::on || steps_on_one_thread(B, H) ||
+                      (amx && amx_steps_on_one_thread(backward, B, H));
     return fits && steps < S ? steps : 0;
 }
 
@@ -301,13 +321,18 @@ int64_t ring_chunk_steps(int64_t B, int64_t H, int64_t row_bytes) {
                                          l2_cache_bytes() / std::max<int64_t>(1, B * row_bytes)));
 }
 
+// This CPU call's bfloat16 products run on AMX's tiles (after off_amx_where_it_does_not_pay).
+bool steps_on_amx(const Exec &exec, DType dtype) {
+    return exec.device() == Device::cpu && panels::amx_panels(dtype == DType::bf16, cpu_target_amx_products(exec.cpu_target()));
+}
+
 // The rows of the register tiles of this call's CPU step kernel `step` (schedules/step_tiles.h:
 // the one or two rows past them run in one-row tiles); 0 where the kernel takes any rows in one
 // call: on a GPU, and a step on AMX (its 16-row tiles have no one-row twin, and a row past them
 // costs a tile either way).
 int step_tile_rows(const Exec &exec, const KernelEntry &step) {
     if (exec.device() != Device::cpu) return 0;
-    if (panels::amx_panels(step.dtype == DType::bf16, cpu_target_amx_products(exec.cpu_target()))) return 0;
+    if (steps_on_amx(exec, step.dtype)) return 0;
     return cpu_target_knob(exec.cpu_target(), "gemm_step_tile_rows");
 }
 
@@ -370,7 +395,8 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
         pack_steps(exec, rows, in.x.data, x_packed->data(), I, dt);
         x_rows = x_packed->data();
     }
-    const int64_t side_by_side = dev == Device::cpu && !split ? side_by_side_chunk_steps(B, H, S) : 0;
+    const int64_t side_by_side =
+        dev == Device::cpu && !split ? side_by_side_chunk_steps(B, H, S, steps_on_amx(exec, dt), false) : 0;
     const int64_t chunk = side_by_side > 0            ? side_by_side
                           : dev == Device::cpu && !split ? projection_chunk_steps(B, H)
                                                          : S;
@@ -911,7 +937,8 @@ public:
     void prepare_products() {
         const int64_t B = d_.B, I = d_.I, H = d_.H, N = rows_.total();
         dgates_.emplace(exec_, N * 4 * H * static_cast<int64_t>(size_of(gate_grads_)), Scratch::Fill::none);
-        if (dev_ == Device::cpu && !split_) beside_steps_ = side_by_side_chunk_steps(B, H, rows_.steps);
+        if (dev_ == Device::cpu && !split_)
+            beside_steps_ = side_by_side_chunk_steps(B, H, rows_.steps, steps_on_amx(exec_, dt_), true);
         const bool w_grad_beside = side_by_side_mode() == SideBySide::always || weight_grads_beside_steps(B, H);
         if (beside_steps_ > 0 && w_grad_beside) prepare_weight_grad_chunks();
         x_grad_from_ = N;
