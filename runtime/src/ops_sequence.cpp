@@ -262,28 +262,12 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
 // all of W_h alone each step, the split step is faster. Measured on an Intel Xeon 6 (2 vCPUs,
 // BlockLSTM, float32, T,B,I=H): 500,1,128 0.79x the time, 200,4,128 0.75x, 50,8,128 0.89x; level
 // at 100,16,128 and 100,8,192; slower at 100,1,256 (1.05x) and 100,2,384 (2.3x). So on 2 loop
-// threads (the pool's, or the OpenMP team's), at most 8 rows of H <= 128: W_h's 256 KiB and 512 Ki
-// multiply-adds a step. A chunk is 32 rows' steps (16 and 64 rows were slower at 500,1,128 and
-// 200,4,128). The backward runs its steps on one thread the same way, beside x_grad's product of
+// threads (the pool's, or the OpenMP team's), steps_on_one_thread (weight_grad_chunks.h: at most
+// 8 rows of H <= 128, or H <= 64 up to 4096 units a step) and, on AMX, amx_steps_on_one_thread.
+// A chunk is 32 rows' steps (16 and 64 rows were slower at 500,1,128 and 200,4,128). The backward runs its steps on one thread the same way, beside x_grad's product of
 // the rows they have written, in runs of a chunk's rows or more, and at most 4 rows beside w_grad's
 // chunks too (GradPass::reverse_recurrence; weight_grad_chunks.h: BlockLSTMGrad 0.88x at
 // 50,8,128, 0.77x at 500,1,128, 0.78x at 200,4,128).
-// Steps on AMX's tiles (a bfloat16 call of an AMX target) are cheaper: a step's product of up to
-// 16 rows takes a few tdpbf16ps a tile, W_h in bfloat16 is half the bytes, and what a split step
-// costs is its forks and the waits for the slower half. Measured on an Intel Xeon 6 (2 MiB L2 a
-// core; BlockLSTM(Grad), bfloat16, BLOCKLSTM_SIDE_BY_SIDE=on against the default, least of 3,
-// T = 100, I = H): the forward 0.90-0.92x the time at B = 4, 8, 16 of H = 256, 0.79x and 0.90x at
-// B = 16, 32 of H = 128, 0.83x at 64,64, but 1.03x at 24,256, 1.11x at 32,256, 1.02x at 64,128
-// and level to 1.06x at H = 384 (the other thread's next projection is short, so one thread must
-// take the steps at little more than a split step's time); the backward, whose other thread has
-// x_grad's product of the rows done, 0.71-0.91x from B = 8 to 256 at H = 128 and 256, 0.92-0.97x
-// at H = 384, but 1.10-1.17x at H = 512, whose W_h (2 MiB in bfloat16) no longer fits one core's
-// L2 beside the rest (so: W_h at most 3/5 of the L2); up to B * H = 32768, the most measured.
-bool amx_steps_on_one_thread(bool backward, int64_t B, int64_t H) {
-    if (!backward) return H <= 256 && B * H <= 4096;
-    return 4 * H * H * 2 <= l2_cache_bytes() * 3 / 5 && B * H <= 32768;
-}
-
 // BLOCKLSTM_SIDE_BY_SIDE=always: every CPU call on 2 loop threads, in chunks of 2 steps (the
 // tests'); =on: every CPU call on 2 loop threads in the usual chunks (for measuring where it
 // pays); =off: never.
@@ -302,12 +286,28 @@ SideBySide side_by_side_mode() {
     return mode;
 }
 
+// Steps on AMX's tiles (a bfloat16 call of an AMX target) are cheaper: a step's product of up to
+// 16 rows takes a few tdpbf16ps a tile, W_h in bfloat16 is half the bytes, and what a split step
+// costs is its forks and the waits for the slower half. Measured on an Intel Xeon 6 (2 MiB L2 a
+// core; BlockLSTM(Grad), bfloat16, BLOCKLSTM_SIDE_BY_SIDE=on against the default, least of 3,
+// T = 100, I = H): the forward 0.90-0.92x the time at B = 4, 8, 16 of H = 256, 0.79x and 0.90x at
+// B = 16, 32 of H = 128, 0.83x at 64,64, but 1.03x at 24,256, 1.11x at 32,256, 1.02x at 64,128
+// and level to 1.06x at H = 384 (the other thread's next projection is short, so one thread must
+// take the steps at little more than a split step's time); the backward, whose other thread has
+// x_grad's product of the rows done, 0.71-0.91x from B = 8 to 256 at H = 128 and 256, 0.92-0.97x
+// at H = 384, but 1.10-1.17x at H = 512, whose W_h (2 MiB in bfloat16) no longer fits one core's
+// L2 beside the rest (so: W_h at most 3/5 of the L2); up to B * H = 32768, the most measured.
+bool amx_steps_on_one_thread(bool backward, int64_t B, int64_t H) {
+    if (!backward) return H <= 256 && B * H <= 4096;
+    return 4 * H * H * 2 <= l2_cache_bytes() * 3 / 5 && B * H <= 32768;
+}
+
 // `amx`: the steps run on AMX's tiles; `backward`: the steps of a grad op.
 int64_t side_by_side_chunk_steps(int64_t B, int64_t H, int64_t S, bool amx, bool backward) {
     const SideBySide mode = side_by_side_mode();
     if (mode == SideBySide::off || loop_threads() != 2) return 0;
     const int64_t steps = mode == SideBySide::always ? 2 : (kSideBySideChunkRows + B - 1) / std::max<int64_t>(1, B);
-    const bool fits = mode == SideBySide::always || mode == SideBySide::on || steps_on_one_thread(B, H) ||
+    const bool fits = mode == SideBySide::always || mode == SideBySide::on || steps_on_one_thread(B, H, backward) ||
                       (amx && amx_steps_on_one_thread(backward, B, H));
     return fits && steps < S ? steps : 0;
 }

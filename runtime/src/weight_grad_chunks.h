@@ -7,16 +7,23 @@
 
 namespace blocklstm::detail {
 
-// Steps of at most 8 rows of H <= 128 (W_h's 256 KiB, 512 Ki multiply-adds a step): on 2 loop
-// threads such a call runs its steps on one thread, without a fork, and its batched products on the
-// other beside them (ops_sequence.cpp: side_by_side_chunk_steps; docs/performance.md).
-constexpr bool steps_on_one_thread(int64_t batch, int64_t cells) { return batch <= 8 && cells <= 128; }
-
-// Where the backward's recurrence is as long as its batched products (at most 4 rows; with 8 the
-// products took twice the steps' time at 50,8,128), w_grad's chunks are summed beside it too.
-constexpr bool weight_grads_beside_steps(int64_t batch, int64_t cells) {
-    return steps_on_one_thread(batch, cells) && batch <= 4;
+// Steps on the FMAs small enough that, on 2 loop threads, a call runs them on one thread, without a
+// fork, and its batched products on the other beside them (ops_sequence.cpp:
+// side_by_side_chunk_steps; docs/performance.md): at most 8 rows of H <= 128 (W_h's 256 KiB, 512
+// Ki multiply-adds a step), or H <= 64 and up to B * H = 4096 units a step in the forward, 2048 in
+// the backward. Measured on an Intel Xeon 6 VM (2 vCPUs, float32, BLOCKLSTM_SIDE_BY_SIDE=on against
+// the default, least of 3, T = 100): BlockLSTM 0.75x the time at B,H = 16,64, 0.89x at 32,64, 0.94x
+// at 64,64, 0.78x at 64,32, 0.85x at 128,32, but 1.10x at 12,128 and 1.03x at 24,128;
+// BlockLSTMGrad 0.84x at 16,64, 0.96x at 32,64, 0.92x at 64,32, but 1.04x at 64,64 (float16 0.69-0.87x
+// at those that gain).
+constexpr bool steps_on_one_thread(int64_t batch, int64_t cells, bool backward) {
+    return (batch <= 8 && cells <= 128) || (cells <= 64 && batch * cells <= (backward ? 2048 : 4096));
 }
+
+// Where the backward's recurrence is as long as its batched products (at most 4 rows of H <= 128;
+// with 8 the products took twice the steps' time at 50,8,128), w_grad's chunks are summed beside it
+// too.
+constexpr bool weight_grads_beside_steps(int64_t batch, int64_t cells) { return batch <= 4 && cells <= 128; }
 
 // Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: WeightGradChunks): one
 // k block of its product in the AVX2 table (schedules/tuned/x86-64-avx2.json: gemm_k_block);
