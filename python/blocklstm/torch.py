@@ -231,6 +231,43 @@ def _cell_backward(ctx, *grads):
             None, None, None)
 
 
+class _CellOnNnWeights(torch.autograd.Function):
+    """LSTMBlockCell on TF's (w, b), kept between calls, as a function of nn.LSTMCell's weights
+    (w_ih, w_hh[, b_ih, b_hh]), for LSTMCell's eager training steps: its backward puts the gate
+    gradients (LSTMBlockCellGrad's dicfo, [B, 4H]) in nn's gate order once and computes every
+    gradient in nn's layouts, as nn.LSTMCell's own backward does. Through TF's w [I+H, 4H]
+    (_cell_backward, then _ThroughTfWeights) the weights' gradient came as w's, put back in nn's
+    order by a copy and added transposed into .grad at every step: at B, H = 64, 512 those adds
+    and the copy were 42 % of a training step's time (torch.profiler)."""
+
+    @staticmethod
+    def forward(ctx, x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, w_ih, w_hh,
+                *biases):
+        args = dict(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=wci, wcf=wcf, wco=wco, b=b,
+                    forget_bias=forget_bias, cell_clip=cell_clip, use_peephole=use_peephole)
+        outputs = _call(_OPS["LSTMBlockCell"], args)
+        ctx.set_materialize_grads(False)  # the unused outputs' gradients as None
+        ctx.save_for_backward(x, cs_prev, h_prev, w, b, wci, wcf, wco, w_ih, w_hh, *outputs)
+        ctx.use_peephole, ctx.biases, ctx.eager = use_peephole, len(biases), True  # eager: _grad_op
+        return outputs
+
+    @staticmethod
+    def backward(ctx, *grads):
+        x, cs_prev, h_prev, w, b, wci, wcf, wco, w_ih, w_hh, i, cs, f, o, ci, co, h = ctx.saved_tensors
+        cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = _grad_op(
+            ctx, "LSTMBlockCellGrad", x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
+            _grad_or_zeros(grads[1], cs).contiguous(), _grad_or_zeros(grads[6], h).contiguous(), ctx.use_peephole)
+        d = _swap_f_and_g(dicfo).float()  # nn's gate order; the products in float32, as TF's gradient
+        need = ctx.needs_input_grad
+        x_grad = (d @ w_ih.float()).to(x.dtype) if need[0] else None
+        h_prev_grad = (d @ w_hh.float()).to(h_prev.dtype) if need[2] else None
+        w_ih_grad = (d.t() @ x.float()).to(w_ih.dtype) if need[11] else None
+        w_hh_grad = (d.t() @ h_prev.float()).to(w_hh.dtype) if need[12] else None
+        b_grad = d.sum(0).to(w_ih.dtype) if ctx.biases and any(need[13:]) else None
+        return (x_grad, cs_prev_grad, h_prev_grad, None, None, wci_grad, wcf_grad, wco_grad, None, None, None,
+                w_ih_grad, w_hh_grad) + (b_grad,) * ctx.biases
+
+
 def _no_double_backward(ctx, *grads):
     raise RuntimeError("blocklstm: the gradient ops have no gradient of their own: a second derivative "
                        "(double backward, gradgradcheck, create_graph=True then grad again) is not supported")
@@ -411,11 +448,12 @@ class _PeepholeModule(nn.Module):
             else:
                 nn.init.uniform_(p, -bound, bound)
 
-    def _kept_tf_weights(self, key, w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order):
+    def _kept_tf_weights(self, key, w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order, through=True):
         """_tf_weights(...) of one layer and direction (`key`), kept between calls while the
         parameters are unchanged (their version counters): the conversion costs a copy of the
         weights and, in the backward, of their gradients. With a gradient, the kept tensors pass it
-        back to nn's weights (_ThroughTfWeights)."""
+        back to nn's weights (_ThroughTfWeights), unless `through` is False (the caller's autograd
+        Function takes nn's weights itself: _CellOnNnWeights)."""
         params = [p for p in (w_ih, w_hh, b_ih, b_hh) if p is not None]
         if torch.compiler.is_compiling():  # no Python-side cache in a traced graph
             return _tf_weights(w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order)
@@ -426,7 +464,7 @@ class _PeepholeModule(nn.Module):
                 cached = (stamp, _tf_weights(w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order))
             self._weights_cache[key] = cached
         w, b = cached[1]
-        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+        if through and torch.is_grad_enabled() and any(p.requires_grad for p in params):
             w, b = _ThroughTfWeights.apply(w, b, gate_order, *params)
         return w, b
 
@@ -745,16 +783,22 @@ class LSTMCell(_PeepholeModule):
         else:
             _check_state("LSTMCell", hx, (B, H) if batched else (H,), x)
             h0, c0 = (t.reshape(B, H) for t in hx)
-        # LSTMBlockCell's ICFO blocks, its forget_bias an attr; kept between steps
-        w, b = self._kept_tf_weights(0, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh, 0.0, "icfo")
         if self.peephole:
             wci, wcf, wco = self.weight_ci, self.weight_cf, self.weight_co
         else:
             wci = wcf = wco = x.new_zeros(H)
         clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
-        i, cs, f, o, ci, co, h = _apply("LSTMBlockCell",
-            x.contiguous(), c0.contiguous(), h0.contiguous(), w, wci, wcf, wco, b, self.forget_bias, clip,
-            self.peephole)
+        nn_weights = [p for p in (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh) if p is not None]
+        # LSTMBlockCell's ICFO blocks, its forget_bias an attr; kept between steps
+        eager_grad = torch.is_grad_enabled() and not torch.compiler.is_compiling()
+        w, b = self._kept_tf_weights(0, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh, 0.0, "icfo",
+                                     through=not eager_grad)
+        args = (x.contiguous(), c0.contiguous(), h0.contiguous(), w, wci, wcf, wco, b, self.forget_bias, clip,
+                self.peephole)
+        if eager_grad:  # the weights' gradients in nn's layouts (_CellOnNnWeights)
+            i, cs, f, o, ci, co, h = _CellOnNnWeights.apply(*args[:3], w, b, *args[4:7], *args[8:], *nn_weights)
+        else:
+            i, cs, f, o, ci, co, h = _apply("LSTMBlockCell", *args)
         return (h, cs) if batched else (h[0], cs[0])
 
     def extra_repr(self):
