@@ -342,6 +342,35 @@ def test_cell_training_steps_match_nn_lstm_cell_while_the_weights_change():
             torch.testing.assert_close(getattr(ours, name), p, atol=TOL, rtol=0, msg=f"{name} after step {step}")
 
 
+@pytest.mark.parametrize("dtype, bound", [(torch.bfloat16, 3.2e-2), (torch.float16, 4e-3)])
+def test_cell_in_16_bits_stepped_and_trained_close_to_nn_lstm_cell_in_float32(dtype, bound):
+    """LSTMCell in bfloat16 and float16 (its eager training step computes the weights' gradients
+    in nn's layouts, in float32): four steps, the outputs, the input, state and every parameter
+    gradient against nn.LSTMCell in float32 with the same weights, within the 16-bit type's
+    rounding (bfloat16 2^-8 a stored value, float16 2^-11, carried through four steps)."""
+    torch.manual_seed(12)
+    ref = nn.LSTMCell(6, 8)
+    ours = bt.LSTMCell(6, 8, dtype=dtype)
+    ours.load_state_dict(ref.state_dict())
+    xs, h0, c0 = torch.randn(4, 3, 6), torch.randn(3, 8), torch.randn(3, 8)
+
+    def run(m, dt):
+        leaves = [t.to(dt).detach().clone().requires_grad_() for t in (xs, h0, c0)]
+        state, loss = (leaves[1], leaves[2]), 0
+        for t in range(4):
+            state = m(leaves[0][t], state)
+            loss = loss + state[0].float().sum() + 0.5 * state[1].float().square().sum()
+        loss.backward()
+        return [*state, *(t.grad for t in leaves), *(p.grad for _, p in sorted(m.named_parameters()))]
+
+    want, got = run(ref, torch.float32), run(ours, dtype)
+    names = ["h", "c", "x.grad", "h0.grad", "c0.grad"] + [n for n, _ in sorted(ref.named_parameters())]
+    for name, g, w in zip(names, got, want):
+        assert g.dtype == dtype, name
+        scale = max(1.0, w.abs().max().item())
+        assert (g.float() - w).abs().max().item() <= bound * scale, (name, (g.float() - w).abs().max().item())
+
+
 def test_cell_with_tf_options_matches_the_float64_reference():
     """Peepholes, forget_bias and an active cell_clip on one step: the outputs and the gradient of
     every input and parameter against the float64 reference of the equations."""
