@@ -264,10 +264,11 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
 // at 100,16,128 and 100,8,192; slower at 100,1,256 (1.05x) and 100,2,384 (2.3x). So on 2 loop
 // threads (the pool's, or the OpenMP team's), steps_on_one_thread (weight_grad_chunks.h: at most
 // 8 rows of H <= 128, or H <= 64 up to 4096 units a step) and, on AMX, amx_steps_on_one_thread.
-// A chunk is 32 rows' steps (16 and 64 rows were slower at 500,1,128 and 200,4,128). The backward runs its steps on one thread the same way, beside x_grad's product of
-// the rows they have written, in runs of a chunk's rows or more, and at most 4 rows beside w_grad's
-// chunks too (GradPass::reverse_recurrence; weight_grad_chunks.h: BlockLSTMGrad 0.88x at
-// 50,8,128, 0.77x at 500,1,128, 0.78x at 200,4,128).
+// A chunk is 32 rows' steps (16 and 64 rows were slower at 500,1,128 and 200,4,128). The backward
+// runs its steps on one thread the same way, beside x_grad's product of the rows they have
+// written, in runs of a chunk's rows or more, and at most 4 rows beside w_grad's chunks too
+// (GradPass::reverse_recurrence; weight_grad_chunks.h: BlockLSTMGrad 0.88x at 50,8,128, 0.77x at
+// 500,1,128, 0.78x at 200,4,128).
 // BLOCKLSTM_SIDE_BY_SIDE=always: every CPU call on 2 loop threads, in chunks of 2 steps (the
 // tests'); =on: every CPU call on 2 loop threads in the usual chunks (for measuring where it
 // pays); =off: never.
@@ -323,7 +324,8 @@ int64_t ring_chunk_steps(int64_t B, int64_t H, int64_t row_bytes) {
 
 // This CPU call's bfloat16 products run on AMX's tiles (after off_amx_where_it_does_not_pay).
 bool steps_on_amx(const Exec &exec, DType dtype) {
-    return exec.device() == Device::cpu && panels::amx_panels(dtype == DType::bf16, cpu_target_amx_products(exec.cpu_target()));
+    return exec.device() == Device::cpu &&
+           panels::amx_panels(dtype == DType::bf16, cpu_target_amx_products(exec.cpu_target()));
 }
 
 // The rows of the register tiles of this call's CPU step kernel `step` (schedules/step_tiles.h:

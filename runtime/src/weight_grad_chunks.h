@@ -12,10 +12,10 @@ namespace blocklstm::detail {
 // side_by_side_chunk_steps; docs/performance.md): at most 8 rows of H <= 128 (W_h's 256 KiB, 512
 // Ki multiply-adds a step), or H <= 64 and up to B * H = 4096 units a step in the forward, 2048 in
 // the backward. Measured on an Intel Xeon 6 VM (2 vCPUs, float32, BLOCKLSTM_SIDE_BY_SIDE=on against
-// the default, least of 3, T = 100): BlockLSTM 0.75x the time at B,H = 16,64, 0.89x at 32,64, 0.94x
-// at 64,64, 0.78x at 64,32, 0.85x at 128,32, but 1.10x at 12,128 and 1.03x at 24,128;
-// BlockLSTMGrad 0.84x at 16,64, 0.96x at 32,64, 0.92x at 64,32, but 1.04x at 64,64 (float16 0.69-0.87x
-// at those that gain).
+// the default, least of 3, T = 100): BlockLSTM 0.75x the time at B,H = 16,64, 0.89x at 32,64,
+// 0.94x at 64,64, 0.78x at 64,32, 0.85x at 128,32, but 1.10x at 12,128 and 1.03x at 24,128;
+// BlockLSTMGrad 0.84x at 16,64, 0.96x at 32,64, 0.92x at 64,32, but 1.04x at 64,64 (float16
+// 0.69-0.87x at those that gain).
 constexpr bool steps_on_one_thread(int64_t batch, int64_t cells, bool backward) {
     return (batch <= 8 && cells <= 128) || (cells <= 64 && batch * cells <= (backward ? 2048 : 4096));
 }
