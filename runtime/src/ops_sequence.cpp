@@ -298,7 +298,7 @@ SideBySide side_by_side_mode() {
 // x_grad's product of the rows done, 0.71-0.91x from B = 8 to 256 at H = 128 and 256, 0.92-0.97x
 // at H = 384, but 1.10-1.17x at H = 512, whose W_h (2 MiB in bfloat16) no longer fits one core's
 // L2 beside the rest (so: W_h at most 3/5 of the L2); up to B * H = 32768, the most measured.
-bool amx_steps_on_one_thread(bool backward, int64_t B, int64_t H) {
+bool amx_steps_on_one_thread(int64_t B, int64_t H, bool backward) {
     if (!backward) return H <= 256 && B * H <= 4096;
     return 4 * H * H * 2 <= l2_cache_bytes() * 3 / 5 && B * H <= 32768;
 }
@@ -309,7 +309,7 @@ int64_t side_by_side_chunk_steps(int64_t B, int64_t H, int64_t S, bool amx, bool
     if (mode == SideBySide::off || loop_threads() != 2) return 0;
     const int64_t steps = mode == SideBySide::always ? 2 : (kSideBySideChunkRows + B - 1) / std::max<int64_t>(1, B);
     const bool fits = mode == SideBySide::always || mode == SideBySide::on || steps_on_one_thread(B, H, backward) ||
-                      (amx && amx_steps_on_one_thread(backward, B, H));
+                      (amx && amx_steps_on_one_thread(B, H, backward));
     return fits && steps < S ? steps : 0;
 }
 
