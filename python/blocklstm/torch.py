@@ -213,13 +213,20 @@ def _sequence_backward(grad_op):
     return backward
 
 
+def _cell_gate_grads(ctx, inputs, outputs, grads, use_peephole):
+    """LSTMBlockCellGrad of a cell step from its 8 inputs, 7 outputs and their gradients:
+    (cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad)."""
+    cs, h = outputs[1], outputs[6]
+    return _grad_op(ctx, "LSTMBlockCellGrad", *inputs, *outputs[:6], _grad_or_zeros(grads[1], cs).contiguous(),
+                    _grad_or_zeros(grads[6], h).contiguous(), use_peephole)
+
+
 def _cell_backward(ctx, *grads):
     saved = ctx.saved_tensors
-    (x, cs_prev, h_prev, w, wci, wcf, wco, b), (i, cs, f, o, ci, co, h) = saved[:8], saved[8:]
-    use_peephole = ctx.scalars[-1]
-    cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = _grad_op(
-        ctx, "LSTMBlockCellGrad", x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
-        _grad_or_zeros(grads[1], cs).contiguous(), _grad_or_zeros(grads[6], h).contiguous(), use_peephole)
+    inputs, outputs = saved[:8], saved[8:]
+    x, h_prev, w, b = inputs[0], inputs[2], inputs[3], inputs[7]
+    cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = _cell_gate_grads(ctx, inputs, outputs, grads,
+                                                                         ctx.scalars[-1])
     # TF's LSTMBlockCell gradient: the products of the gate gradients, here in float32.
     xh = torch.cat([x, h_prev], 1).float()
     d = dicfo.float()
@@ -241,22 +248,23 @@ class _CellOnNnWeights(torch.autograd.Function):
     and the copy were 42 % of a training step's time (torch.profiler)."""
 
     @staticmethod
-    def forward(ctx, x, cs_prev, h_prev, w, b, wci, wcf, wco, forget_bias, cell_clip, use_peephole, w_ih, w_hh,
-                *biases):
-        args = dict(x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=wci, wcf=wcf, wco=wco, b=b,
-                    forget_bias=forget_bias, cell_clip=cell_clip, use_peephole=use_peephole)
-        outputs = _call(_OPS["LSTMBlockCell"], args)
+    def forward(ctx, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias, cell_clip, use_peephole, w_ih, w_hh,
+                *biases):  # LSTMBlockCell's arguments in its schema's order, then nn's weights
+        inputs = (x, cs_prev, h_prev, w, wci, wcf, wco, b)
+        outputs = _call(_OPS["LSTMBlockCell"], dict(zip(_ARGS["LSTMBlockCell"], inputs + (forget_bias, cell_clip,
+                                                                                         use_peephole))))
         ctx.set_materialize_grads(False)  # the unused outputs' gradients as None
-        ctx.save_for_backward(x, cs_prev, h_prev, w, b, wci, wcf, wco, w_ih, w_hh, *outputs)
+        ctx.save_for_backward(*inputs, *outputs, w_ih, w_hh)
         ctx.use_peephole, ctx.biases, ctx.eager = use_peephole, len(biases), True  # eager: _grad_op
         return outputs
 
     @staticmethod
     def backward(ctx, *grads):
-        x, cs_prev, h_prev, w, b, wci, wcf, wco, w_ih, w_hh, i, cs, f, o, ci, co, h = ctx.saved_tensors
-        cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = _grad_op(
-            ctx, "LSTMBlockCellGrad", x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
-            _grad_or_zeros(grads[1], cs).contiguous(), _grad_or_zeros(grads[6], h).contiguous(), ctx.use_peephole)
+        saved = ctx.saved_tensors
+        inputs, outputs, (w_ih, w_hh) = saved[:8], saved[8:15], saved[15:]
+        x, h_prev = inputs[0], inputs[2]
+        cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = _cell_gate_grads(ctx, inputs, outputs, grads,
+                                                                             ctx.use_peephole)
         d = _swap_f_and_g(dicfo).float()  # nn's gate order; the products in float32, as TF's gradient
         need = ctx.needs_input_grad
         x_grad = (d @ w_ih.float()).to(x.dtype) if need[0] else None
@@ -264,7 +272,7 @@ class _CellOnNnWeights(torch.autograd.Function):
         w_ih_grad = (d.t() @ x.float()).to(w_ih.dtype) if need[11] else None
         w_hh_grad = (d.t() @ h_prev.float()).to(w_hh.dtype) if need[12] else None
         b_grad = d.sum(0).to(w_ih.dtype) if ctx.biases and any(need[13:]) else None
-        return (x_grad, cs_prev_grad, h_prev_grad, None, None, wci_grad, wcf_grad, wco_grad, None, None, None,
+        return (x_grad, cs_prev_grad, h_prev_grad, None, wci_grad, wcf_grad, wco_grad, None, None, None, None,
                 w_ih_grad, w_hh_grad) + (b_grad,) * ctx.biases
 
 
@@ -796,7 +804,7 @@ class LSTMCell(_PeepholeModule):
         args = (x.contiguous(), c0.contiguous(), h0.contiguous(), w, wci, wcf, wco, b, self.forget_bias, clip,
                 self.peephole)
         if eager_grad:  # the weights' gradients in nn's layouts (_CellOnNnWeights)
-            i, cs, f, o, ci, co, h = _CellOnNnWeights.apply(*args[:3], w, b, *args[4:7], *args[8:], *nn_weights)
+            i, cs, f, o, ci, co, h = _CellOnNnWeights.apply(*args, *nn_weights)
         else:
             i, cs, f, o, ci, co, h = _apply("LSTMBlockCell", *args)
         return (h, cs) if batched else (h[0], cs[0])
