@@ -20,7 +20,8 @@ using kernel::RecurrentProduct;
 using kernel::Weights;
 
 inline const std::map<std::string, RecurrentProduct> recurrent_product_names{{"inside", RecurrentProduct::inside},
-                                                                            {"outside", RecurrentProduct::outside}};
+                                                                            {"outside", RecurrentProduct::outside},
+                                                                            {"cell", RecurrentProduct::cell}};
 inline const std::map<std::string, GateGrads> gate_grads_names{{"float32", GateGrads::float32},
                                                                {"dtype", GateGrads::dtype}};
 namespace args = kernel::args;

@@ -19,8 +19,10 @@ namespace blocklstm::kernel {
 enum class Layout { icfo, ifco };
 
 // Where a step's recurrent product is computed: inside its kernel (with the gate math), or outside
-// it (a library product, e.g. cuBLAS, writes it in place; the kernel is the gate math alone).
-enum class RecurrentProduct { inside, outside };
+// it (a library product, e.g. cuBLAS, writes it in place; the kernel is the gate math alone); or
+// (the forward cell op, cell_fwd) inside with the input's product too: b + [x | h_prev] . w, w
+// read in place, so a call of one step packs no weights.
+enum class RecurrentProduct { inside, outside, cell };
 
 // The type the backward recurrence stores the gate gradients (dgates) in: float32, or the
 // kernel's dtype (float16 on CUDA's split steps, as TF's GPU kernel stores them: the products
@@ -99,6 +101,8 @@ inline constexpr const char xw[] = "xw", h_prev[] = "h_prev", w_h[] = "w_h", cs_
                             lstm[] = "lstm", gates[] = "gates";
 // With the product outside (seq_fwd_gates): the step's pre-activations xw[t] + h . W_h, an input.
 inline constexpr const char pre_activations[] = "pre_activations";
+// The cell's whole product (cell_fwd): gates = b + x_h_prev . w, x_h_prev = [x | h_prev].
+inline constexpr const char x_h_prev[] = "x_h_prev", w[] = "w", b[] = "b";
 }  // namespace seq_fwd_step
 
 // generators/seq_bwd_step.cpp: one step of the backward recurrence.

@@ -26,6 +26,8 @@ public:
 
     void configure() {
         namespace a = args::seq_bwd_step;
+        if (product == RecurrentProduct::cell)
+            throw std::invalid_argument("seq_bwd_step: product=cell is the forward cell op's (seq_fwd_step)");
         if (gate_grads == GateGrads::dtype && product == RecurrentProduct::inside)
             throw std::invalid_argument("seq_bwd_step: gate_grads=dtype needs product=outside (the product "
                                         "inside reads dgates[t+1] as float32, but for bfloat16 on AMX)");

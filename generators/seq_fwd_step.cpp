@@ -2,7 +2,10 @@
 // is precomputed for all steps by one gemm (nn_bias); for LSTMBlockCell it is that gemm over one
 // step. Writes the seven outputs i, cs, f, o, ci, co, h of the step. With product=outside
 // (seq_fwd_gates) the caller has computed the pre-activations xw + h_prev . W_h (a library
-// product writing into xw in place) and the kernel is the gate math alone.
+// product writing into xw in place) and the kernel is the gate math alone. With product=cell
+// (cell_fwd, the forward cell op on the CPU) the product is the cell's whole one, gates = b +
+// [x | h_prev] . w with w read in place: BlockLSTM's step over one call packs W_x's and W_h's
+// panels for one step (53 % of LSTMBlockCell's time at B = 1, H = 256).
 #include "generators/common.h"
 #include "schedules/schedule.h"
 
@@ -15,7 +18,7 @@ public:
     GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
     GeneratorParam<RecurrentProduct> product{"product", RecurrentProduct::inside, recurrent_product_names};
 
-    Input<Buffer<>> *xw = nullptr, *h_prev = nullptr, *w_h = nullptr, *pre_activations = nullptr;
+    Input<Buffer<>> *xw = nullptr, *h_prev = nullptr, *w_h = nullptr, *pre_activations = nullptr, *b = nullptr;
     Input<Buffer<>> *cs_prev, *wci, *wcf, *wco;
     Input<float> forget_bias{args::seq_fwd_step::forget_bias};
     Input<float> cell_clip{args::seq_fwd_step::cell_clip};
@@ -31,6 +34,16 @@ public:
             pre_activations = add_input<Buffer<>>(a::pre_activations, Float(32), 2);  // [B,4H]
             add_cell_inputs();
             lstm = add_output<Buffer<>>(a::lstm, std::vector<Type>(7, Type(dtype)), 2);
+            return;
+        }
+        if (product == RecurrentProduct::cell) {
+            require_weights({Weights::matrix});
+            h_prev = add_input<Buffer<>>(a::x_h_prev, dtype, 2);  // [B,I+H] the product's rows: [x | h_prev]
+            w_h = add_input<Buffer<>>(a::w, dtype, 2);            // [I+H,4H] w, in place
+            b = add_input<Buffer<>>(a::b, dtype, 1);              // [4H]
+            add_cell_inputs();
+            lstm = add_output<Buffer<>>(a::lstm, std::vector<Type>(7, Type(dtype)), 2);
+            gates = add_output<Buffer<>>(a::gates, Float(32), 2);
             return;
         }
         xw = add_input<Buffer<>>(a::xw, Float(32), 2);       // [B,4H] x.W_x + b
@@ -78,13 +91,15 @@ public:
         }
         const int panel_cols = amx() ? 0 : declare_panels(w_h, gates, weights == Weights::panels, pairs());
         auto h_prev_k = [&](Expr k, Expr yy) { return (*h_prev)(k, yy); };
-        auto xw_init = [&](Expr xx, Expr yy) { return (*xw)(xx, yy); };
+        const bool cell = product == RecurrentProduct::cell;
+        auto xw_init = [&](Expr xx, Expr yy) { return cell ? f32((*b)(xx)) : (*xw)(xx, yy); };
+        Expr depth = cell ? h_prev->dim(0).extent() : H;  // the cell: I + H
         schedules::GemmFuncs p =
             amx() ? amx_product("gates", h_prev_k, Func(*w_h), xw_init, B, H, /*k_block=*/0, x, y, Func(*gates))
                   : matrix_product(
                         "gates", h_prev_k,
                         [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k, pairs()); }, xw_init,
-                        B, 4 * H, H, schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
+                        B, 4 * H, depth, schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
                         /*b_padded=*/panel_cols > 0, x, y, Func(*gates));
 
         gate_math([&](Expr col, Expr row) { return (*gates)(col, row); }, H, j, n);

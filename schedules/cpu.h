@@ -76,7 +76,7 @@ struct GemmUse {
 // pack per work item or per call (see the two loop orders below); the per-step products read A
 // in place and B from the weight panels packed once per call.
 inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int tile_cols, int tile_rows, bool batched,
-                                  bool single_row, int vec);
+                                  bool single_row, int vec, bool partition_k);
 
 inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &tuning) {
     const bool batched = use.shape == GemmShape::batched;
@@ -255,18 +255,22 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     }
 
     // Accumulators: tile_cols/vec x tile_rows vector registers, constant extent even at the edges.
+    // A step's k loop has edges to partition away where it reads a in place (its rows clamped) or b
+    // from the panels; a converted a and b copied per tile (the cell's w read in place) have none.
+    const bool partition_k = !batched && (use.b_in_panels || !use.a_converted);
     schedule_accumulators(g, g.part, one_row_groups ? xo2 : inner_tiles, tile_cols, tile_rows, batched,
-                          /*single_row=*/false, vec);
+                          /*single_row=*/false, vec, partition_k);
     if (g.part_single.defined())
         schedule_accumulators(g, g.part_single, inner_tiles, one_row_tiles * tile_cols, 1, false, /*single_row=*/true,
-                              vec);
-    if (half_rows > 0) schedule_accumulators(g, g.part_half, yh, tile_cols, half_rows, false, /*single_row=*/false, vec);
+                              vec, partition_k);
+    if (half_rows > 0)
+        schedule_accumulators(g, g.part_half, yh, tile_cols, half_rows, false, /*single_row=*/false, vec, partition_k);
 }
 
 // part (or, single_row, part_single; or part_half, whose rows are those of one half tile): a
 // register tile of tile_cols x tile_rows accumulators, at `at`.
 inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int tile_cols, int tile_rows, bool batched,
-                                  bool single_row, int vec) {
+                                  bool single_row, int vec, bool partition_k) {
     Var x = g.x, y = g.y, xl("xl"), xv("xv");
     part.compute_at(g.sum, at).bound_extent(x, tile_cols);
     // The single-row twin's rows are left to bounds inference: the general branch of the
@@ -310,7 +314,7 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
     // loop's steady state, whose k loop Halide does not partition by itself: there every k step
     // kept its clamps and masked loads (BlockLSTMV2 at T,I,H 100,0,256, B = 12: 9.4 -> 6.2 ms,
     // Emerald Rapids).
-    if (!batched) part.update().partition(g.k, Partition::Always);
+    if (partition_k) part.update().partition(g.k, Partition::Always);
 }
 
 // A product on AMX tiles (generators/common.h: amx_product): part is one accumulator tile of 16 x

@@ -29,6 +29,23 @@ inline void bind(KernelCall &call, const SeqFwdStepArgs &x) {
     call.buffer(a::gates, x.gates);
 }
 
+// cell_fwd: gates = b + x_h_prev . w (x_h_prev = [x | h_prev], w read in place), then the gate
+// math, writing the cell's seven outputs.
+struct CellFwdArgs {
+    Buf &x_h_prev, &w, &b, &cs_prev, &wci, &wcf, &wco;
+    float &forget_bias, &cell_clip;
+    std::array<Buf *, 7> lstm;  // i, cs, f, o, ci, co, h
+    Buf &gates;                 // the caller's workspace of the pre-activations
+};
+inline void bind(KernelCall &call, const CellFwdArgs &x) {
+    namespace a = kernel::args::seq_fwd_step;
+    call.buffer(a::x_h_prev, x.x_h_prev).buffer(a::w, x.w).buffer(a::b, x.b).buffer(a::cs_prev, x.cs_prev);
+    call.buffer(a::wci, x.wci).buffer(a::wcf, x.wcf).buffer(a::wco, x.wco);
+    call.scalar(a::forget_bias, &x.forget_bias).scalar(a::cell_clip, &x.cell_clip);
+    for (int k = 0; k < 7; ++k) call.buffer(kernel::tuple_element(a::lstm, k), *x.lstm[k]);
+    call.buffer(a::gates, x.gates);
+}
+
 // seq_fwd_gates: the gate math alone, on the step's pre-activations xw[t] + h . W_h (computed
 // in place by a library product).
 struct SeqFwdGatesArgs {

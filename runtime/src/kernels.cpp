@@ -143,7 +143,7 @@ struct Resolved {
     std::array<const KernelEntry *, kernel::kFamilyCount> kernels{};
     std::string missing;
 };
-constexpr int kKinds = 3, kDevices = 2, kDTypes = static_cast<int>(std::size(kFloatDTypes)), kSteps = 2;
+constexpr int kKinds = 4, kDevices = 2, kDTypes = static_cast<int>(std::size(kFloatDTypes)), kSteps = 2;
 
 int dtype_index(DType dtype) {
     for (int k = 0; k < kDTypes; ++k)

@@ -18,20 +18,21 @@ namespace blocklstm::plan {
 
 using kernel::Family;
 
-// The three plans: a forward op (BlockLSTM, BlockLSTMV2 and LSTMBlockCell, which runs one step of
-// BlockLSTM), the cell's gradient, a sequence's gradient (BlockLSTMGrad, BlockLSTMGradV2).
-enum class Kind { forward, cell_grad, sequence_grad };
+// The four plans: a sequence's forward (BlockLSTM, BlockLSTMV2), the cell's forward
+// (LSTMBlockCell: on the CPU its own kernel, elsewhere BlockLSTM's plan over one step), the cell's
+// gradient, a sequence's gradient (BlockLSTMGrad, BlockLSTMGradV2).
+enum class Kind { forward, cell, cell_grad, sequence_grad };
 
 // How a CUDA call's recurrence runs its steps (blocklstm::CudaStep): fused, one Halide kernel per
 // step with its recurrent product inside; or split, the product on cuBLAS in place, then a Halide
 // kernel with the gate math alone. The split steps exist on CUDA for the forward ops and the
-// sequence gradients; their backward stores the gate gradients in the dtype (float16: every
-// product that reads them runs float16 x float16 on cuBLAS's tensor cores); the cell ops run their
-// fused plan.
+// sequence gradients (and the forward cell op, BlockLSTM's step there); their backward stores the
+// gate gradients in the dtype (float16: every product that reads them runs float16 x float16 on
+// cuBLAS's tensor cores); the cell's gradient runs its fused plan.
 enum class Steps { fused, split };
 
 constexpr bool has_split_steps(Kind kind, Device device, DType) {
-    return device == Device::cuda && (kind == Kind::forward || kind == Kind::sequence_grad);
+    return device == Device::cuda && (kind == Kind::forward || kind == Kind::cell || kind == Kind::sequence_grad);
 }
 
 // How often a step runs in one call: once; once per time step (L; the cell op: 1); once per chunk
@@ -43,6 +44,7 @@ enum class Times { once, per_step, per_chunk };
 // on the CPU in float32 (w_grad), as its x and h products elsewhere (w_grad_x, w_grad_h).
 enum class Site {
     w_x_panels, input_projection, w_h_panels, forward_step,                     // forward
+    cell_forward,                                                               // the cell's forward
     cell_backward,                                                              // the cell's gradient
     w_transpose, w_x_t_panels, w_h_t_panels, backward_step, x_grad, h_prev_grad, dgates_panels, w_grad, w_grad_x,
     w_grad_h, reductions,                                                       // a sequence's gradient
@@ -64,6 +66,7 @@ inline constexpr Step w_x_panels{Site::w_x_panels, Family::panels, Times::once, 
 inline constexpr Step input_projection{Site::input_projection, Family::gemm_nn_bias, Times::once, "xw = x . W_x + b, every step at once"};
 inline constexpr Step w_h_panels{Site::w_h_panels, Family::panels, Times::once, "W_h packed into panels"};
 inline constexpr Step forward_step{Site::forward_step, Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"};
+inline constexpr Step cell_forward{Site::cell_forward, Family::cell_fwd, Times::once, "gates = b + [x | h_prev] . w (w read in place), then the gate math"};
 inline constexpr Step cell_backward{Site::cell_backward, Family::cell_bwd, Times::once, "cs_prev_grad, dicfo and the peephole grads"};
 inline constexpr Step w_transpose{Site::w_transpose, Family::transpose, Times::once, "w^T"};
 inline constexpr Step w_x_t_panels{Site::w_x_t_panels, Family::panels_t, Times::once, "W_x^T packed into panels from w's rows (I > 0)"};
@@ -86,6 +89,10 @@ inline constexpr Step split_reductions{Site::reductions, Family::seq_bwd_reduce_
 inline constexpr Step kForwardCpu[] = {steps::w_x_panels, steps::input_projection, steps::w_h_panels, steps::forward_step,
                                        steps::length_order};
 inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_step, steps::length_order};
+inline constexpr Step kCellCpu[] = {steps::cell_forward};
+// bfloat16 where AMX's tiles pay for one step: BlockLSTM's plan over it (ops_cell.cpp).
+inline constexpr Step kCellCpuBfloat16[] = {steps::cell_forward, steps::w_x_panels, steps::input_projection,
+                                            steps::w_h_panels, steps::forward_step};
 inline constexpr Step kCellGrad[] = {steps::cell_backward};
 inline constexpr Step kSequenceGradCpuFloat32[] = {steps::w_h_t_panels, steps::backward_step, steps::w_x_t_panels,
                                                    steps::x_grad,       steps::h_prev_grad,   steps::dgates_panels,
@@ -103,10 +110,14 @@ inline constexpr Step kSequenceGradCudaSplit[] = {steps::w_transpose, steps::bac
 
 constexpr std::span<const Step> plan_of(Kind kind, Device device, DType dtype, Steps steps = Steps::fused) {
     if (steps == Steps::split && has_split_steps(kind, device, dtype))
-        return kind == Kind::forward ? std::span<const Step>(kForwardCudaSplit) : std::span<const Step>(kSequenceGradCudaSplit);
+        return kind == Kind::sequence_grad ? std::span<const Step>(kSequenceGradCudaSplit)
+                                           : std::span<const Step>(kForwardCudaSplit);
     const bool cpu = device == Device::cpu;
     switch (kind) {
     case Kind::forward: return cpu ? std::span<const Step>(kForwardCpu) : std::span<const Step>(kForwardCuda);
+    case Kind::cell:
+        if (!cpu) return kForwardCuda;
+        return dtype == DType::bf16 ? std::span<const Step>(kCellCpuBfloat16) : std::span<const Step>(kCellCpu);
     case Kind::cell_grad: return kCellGrad;
     case Kind::sequence_grad:
         if (!cpu) return kSequenceGradCuda;
@@ -127,7 +138,8 @@ constexpr bool b_grad_with_w_grad(Device device, int64_t input_size) {
 
 // The plan of an op by its registry entry (sequence, gradient).
 constexpr Kind kind_of(bool sequence, bool gradient) {
-    return !gradient ? Kind::forward : sequence ? Kind::sequence_grad : Kind::cell_grad;
+    if (!gradient) return sequence ? Kind::forward : Kind::cell;
+    return sequence ? Kind::sequence_grad : Kind::cell_grad;
 }
 
 // How many times a step runs in a call of `steps` time steps of `rows_per_step` rows of `cells`.
