@@ -584,7 +584,7 @@ std::atomic<uint64_t> amx_calls{0};
 
 // The cell's own kernel (cell_fwd: FMAs on bfloat16 converted to float32, w read in place) against
 // BlockLSTM's step on the tiles, which packs AMX's panels of w for the one step (`blocklstm bench
-// LSTMBlockCell --dtype bfloat16`, Intel Xeon 6, 2 threads; the tiles' time / cell_fwd's): 1.4x at
+// LSTMBlockCell --dtype bfloat16`, Intel Xeon 6, 2 threads; the tiles' time / cell_fwd's): 1.2x at
 // B,H 8,256 (B * H = 2048), 2.1x at 1,256 and 8,128; 0.87x at 16,256, 0.76x at 1,512, 0.37x at
 // 64,512. On the tiles where H >= 512 or B * H > 2048.
 bool cell_on_amx_tiles(const Exec &exec, DType dtype, int64_t batch, int64_t cells) {
