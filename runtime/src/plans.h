@@ -67,6 +67,7 @@ inline constexpr Step input_projection{Site::input_projection, Family::gemm_nn_b
 inline constexpr Step w_h_panels{Site::w_h_panels, Family::panels, Times::once, "W_h packed into panels"};
 inline constexpr Step forward_step{Site::forward_step, Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"};
 inline constexpr Step cell_forward{Site::cell_forward, Family::cell_fwd, Times::once, "gates = b + [x | h_prev] . w (w read in place), then the gate math"};
+inline constexpr Step cell_forward_or_amx{Site::cell_forward, Family::cell_fwd, Times::once, "gates = b + [x | h_prev] . w (w read in place), then the gate math; where AMX's tiles pay (H >= 512 or B*H > 2048) the four steps below instead"};
 inline constexpr Step cell_backward{Site::cell_backward, Family::cell_bwd, Times::once, "cs_prev_grad, dicfo and the peephole grads"};
 inline constexpr Step w_transpose{Site::w_transpose, Family::transpose, Times::once, "w^T"};
 inline constexpr Step w_x_t_panels{Site::w_x_t_panels, Family::panels_t, Times::once, "W_x^T packed into panels from w's rows (I > 0)"};
@@ -91,7 +92,7 @@ inline constexpr Step kForwardCpu[] = {steps::w_x_panels, steps::input_projectio
 inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_step, steps::length_order};
 inline constexpr Step kCellCpu[] = {steps::cell_forward};
 // bfloat16 where AMX's tiles pay for one step: BlockLSTM's plan over it (ops_cell.cpp).
-inline constexpr Step kCellCpuBfloat16[] = {steps::cell_forward, steps::w_x_panels, steps::input_projection,
+inline constexpr Step kCellCpuBfloat16[] = {steps::cell_forward_or_amx, steps::w_x_panels, steps::input_projection,
                                             steps::w_h_panels, steps::forward_step};
 inline constexpr Step kCellGrad[] = {steps::cell_backward};
 inline constexpr Step kSequenceGradCpuFloat32[] = {steps::w_h_t_panels, steps::backward_step, steps::w_x_t_panels,
