@@ -63,9 +63,6 @@ bool cpu_target_amx_products(int index);
 int cpu_target_other_dtypes_as(int index);
 // A knob of that target's tuning table (schedules/tuning.h), as its kernels were compiled with.
 int cpu_target_knob(int index, const std::string &knob);
-// Whether LSTMBlockCell runs on AMX's tiles (BlockLSTM's step over one step) rather than on its
-// own kernel: bfloat16 on an AMX target where the tiles pay (ops_sequence.cpp: amx_pays).
-bool cell_on_amx_tiles(const Exec &exec, DType dtype, int64_t batch, int64_t cells);
 
 // Scratch memory of one call on its device (CUDA: stream-ordered, cuMemAllocAsync /
 // cuMemFreeAsync on the call's stream, so it is reused from the driver's pool and needs no

@@ -1,6 +1,6 @@
-// LSTMBlockCell and LSTMBlockCellGrad (ICFO). The cell forward op on the CPU is one kernel,
-// cell_fwd (b + [x | h_prev] . w with w read in place, then the gate math); elsewhere, and in
-// bfloat16 where AMX's tiles pay, the sequence's forward step over one step.
+// LSTMBlockCell and LSTMBlockCellGrad (ICFO). The cell forward op on the CPU in float32 is one
+// kernel, cell_fwd (b + [x | h_prev] . w with w read in place, then the gate math); elsewhere the
+// sequence's forward step over one step.
 #include <cstring>
 
 #include "runtime/src/buf.h"
@@ -120,11 +120,10 @@ void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w
                    const LSTMBlockCellAttrs &attrs) {
     const detail::CellInputs in{x, cs_prev, h_prev, w, wci, wcf, wco, b};
     const auto c = detail::validate_cell(in, &out);
-    if (c.device == Device::cpu) {
+    if (c.device == Device::cpu && c.dtype == DType::f32) {  // the plans (plans.h: kCellCpuFloat32)
         const detail::PlanKernels kernels(plan::Kind::cell, c.device, c.dtype, {attrs.use_peephole, Layout::icfo});
         detail::Exec exec(c.device, c.some_data);
-        if (!detail::cell_on_amx_tiles(exec, c.dtype, c.dims.B, c.dims.H))
-            return detail::cell_forward_cpu(exec, kernels, c.dtype, c.dims, in, out, attrs);
+        return detail::cell_forward_cpu(exec, kernels, c.dtype, c.dims, in, out, attrs);
     }
     // Elsewhere one cell step is BlockLSTM over one time step: the same input projection, step
     // kernel and attrs, on [1, ...] views of x and the outputs (the cell's stricter checks ran above).

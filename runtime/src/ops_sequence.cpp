@@ -580,21 +580,6 @@ bool amx_always() {
 
 std::atomic<uint64_t> amx_calls{0};
 
-}  // namespace
-
-// The cell's own kernel (cell_fwd: FMAs on bfloat16 converted to float32, w read in place) against
-// BlockLSTM's step on the tiles, which packs AMX's panels of w for the one step (`blocklstm bench
-// LSTMBlockCell --dtype bfloat16`, Intel Xeon 6, 2 threads; the tiles' time / cell_fwd's): 1.2x at
-// B,H 8,256 (B * H = 2048), 2.1x at 1,256 and 8,128; 0.87x at 16,256, 0.76x at 1,512, 0.37x at
-// 64,512. On the tiles where H >= 512 or B * H > 2048.
-bool cell_on_amx_tiles(const Exec &exec, DType dtype, int64_t batch, int64_t cells) {
-    if (exec.device() != Device::cpu || dtype != DType::bf16 || !cpu_target_amx_products(exec.cpu_target()))
-        return false;
-    return amx_always() || cells >= 512 || batch * cells > 2048;
-}
-
-namespace {
-
 void off_amx_where_it_does_not_pay(Exec &exec, DType dtype, Pass pass, const SeqDims &d) {
     if (exec.device() != Device::cpu || dtype != DType::bf16 || !cpu_target_amx_products(exec.cpu_target())) return;
     if (amx_always() || amx_pays(pass, d)) {

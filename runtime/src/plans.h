@@ -19,7 +19,7 @@ namespace blocklstm::plan {
 using kernel::Family;
 
 // The four plans: a sequence's forward (BlockLSTM, BlockLSTMV2), the cell's forward
-// (LSTMBlockCell: on the CPU its own kernel, elsewhere BlockLSTM's plan over one step), the cell's
+// (LSTMBlockCell: on the CPU in float32 its own kernel, elsewhere BlockLSTM's plan over one step), the cell's
 // gradient, a sequence's gradient (BlockLSTMGrad, BlockLSTMGradV2).
 enum class Kind { forward, cell, cell_grad, sequence_grad };
 
@@ -67,7 +67,6 @@ inline constexpr Step input_projection{Site::input_projection, Family::gemm_nn_b
 inline constexpr Step w_h_panels{Site::w_h_panels, Family::panels, Times::once, "W_h packed into panels"};
 inline constexpr Step forward_step{Site::forward_step, Family::seq_fwd_step, Times::per_step, "gates = xw[t] + h . W_h, then the gate math"};
 inline constexpr Step cell_forward{Site::cell_forward, Family::cell_fwd, Times::once, "gates = b + [x | h_prev] . w (w read in place), then the gate math"};
-inline constexpr Step cell_forward_or_amx{Site::cell_forward, Family::cell_fwd, Times::once, "gates = b + [x | h_prev] . w (w read in place), then the gate math; where AMX's tiles pay (H >= 512 or B*H > 2048) the four steps below instead"};
 inline constexpr Step cell_backward{Site::cell_backward, Family::cell_bwd, Times::once, "cs_prev_grad, dicfo and the peephole grads"};
 inline constexpr Step w_transpose{Site::w_transpose, Family::transpose, Times::once, "w^T"};
 inline constexpr Step w_x_t_panels{Site::w_x_t_panels, Family::panels_t, Times::once, "W_x^T packed into panels from w's rows (I > 0)"};
@@ -90,10 +89,7 @@ inline constexpr Step split_reductions{Site::reductions, Family::seq_bwd_reduce_
 inline constexpr Step kForwardCpu[] = {steps::w_x_panels, steps::input_projection, steps::w_h_panels, steps::forward_step,
                                        steps::length_order};
 inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_step, steps::length_order};
-inline constexpr Step kCellCpu[] = {steps::cell_forward};
-// bfloat16 where AMX's tiles pay for one step: BlockLSTM's plan over it (ops_cell.cpp).
-inline constexpr Step kCellCpuBfloat16[] = {steps::cell_forward_or_amx, steps::w_x_panels, steps::input_projection,
-                                            steps::w_h_panels, steps::forward_step};
+inline constexpr Step kCellCpuFloat32[] = {steps::cell_forward};
 inline constexpr Step kCellGrad[] = {steps::cell_backward};
 inline constexpr Step kSequenceGradCpuFloat32[] = {steps::w_h_t_panels, steps::backward_step, steps::w_x_t_panels,
                                                    steps::x_grad,       steps::h_prev_grad,   steps::dgates_panels,
@@ -117,8 +113,8 @@ constexpr std::span<const Step> plan_of(Kind kind, Device device, DType dtype, S
     switch (kind) {
     case Kind::forward: return cpu ? std::span<const Step>(kForwardCpu) : std::span<const Step>(kForwardCuda);
     case Kind::cell:
-        if (!cpu) return kForwardCuda;
-        return dtype == DType::bf16 ? std::span<const Step>(kCellCpuBfloat16) : std::span<const Step>(kCellCpu);
+        if (cpu && dtype == DType::f32) return kCellCpuFloat32;
+        return cpu ? std::span<const Step>(kForwardCpu) : std::span<const Step>(kForwardCuda);
     case Kind::cell_grad: return kCellGrad;
     case Kind::sequence_grad:
         if (!cpu) return kSequenceGradCuda;
