@@ -94,13 +94,18 @@ public:
         const bool cell = product == RecurrentProduct::cell;
         auto xw_init = [&](Expr xx, Expr yy) { return cell ? f32((*b)(xx)) : (*xw)(xx, yy); };
         Expr depth = cell ? h_prev->dim(0).extent() : H;  // the cell: I + H
+        schedules::GemmBlocking blocking = schedules::gemm_blocking(schedules::GemmShape::step, t, pairs());
+        // The cell's w read in place where one row tile would read each copy once.
+        if (cell && !t.gpu()) {
+            blocking.in_place_cols = t.cpu.gemm_step_tile_cols();
+            blocking.in_place_rows = t.cpu.gemm_step_tile_rows;
+        }
         schedules::GemmFuncs p =
             amx() ? amx_product("gates", h_prev_k, Func(*w_h), xw_init, B, H, /*k_block=*/0, x, y, Func(*gates))
                   : matrix_product(
                         "gates", h_prev_k,
                         [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k, pairs()); }, xw_init,
-                        B, 4 * H, depth, schedules::gemm_blocking(schedules::GemmShape::step, machine(), pairs()),
-                        /*b_padded=*/panel_cols > 0, x, y, Func(*gates));
+                        B, 4 * H, depth, blocking, /*b_padded=*/panel_cols > 0, x, y, Func(*gates));
 
         gate_math([&](Expr col, Expr row) { return (*gates)(col, row); }, H, j, n);
         schedules::schedule_gemm(p,

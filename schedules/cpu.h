@@ -36,6 +36,10 @@ struct GemmFuncs {
     // sum reads where the step's rows fill at most half a tile (step_tiles.h).
     Func part_half;
     Expr half;  // the condition (step_tiles::in_half_tiles)
+    // Where b is read in place (GemmBlocking::in_place_cols), the condition, and the three tiles'
+    // twins that read it so (sum reads them there); undefined otherwise.
+    Expr in_place;
+    Func part_in_place, part_single_in_place, part_half_in_place;
     // On AMX's tiles (generators/common.h: amx_product): part(x, y) is the whole product over k, a_panel(k, y)
     // a's copy in whole tiles; b_panel is unused. amx_k_blocks: part(x, y, kb) is block kb's
     // (generators/common.h: amx_product), sum's update adds them over `blocks`.
@@ -104,56 +108,63 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         g.part_single.defined() && use.b_in_panels && half_rows == 0 ? tuning.gemm_one_row_task_tiles() : 1;
     const bool one_row_groups = one_row_tiles > 1;
     Var xoo("xoo"), xo2("xo2");
-    if (g.part_single.defined()) {
-        // One or two rows (B = 1: speech and streaming models; a step's last rows, which the
-        // runtime calls apart) read part_single, in tiles of one row: the general tiles would
-        // compute all their rows, 1 or 2 of 8 useful. Specialized before the general schedule
-        // below, which the specialization would otherwise copy.
-        Stage one = update.specialize(g.single);
-        one.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
-            .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
-        if (half_rows > 0) one.split(yi, yh, yi, 1);
-        if (one_row_groups) {
-            one.split(xo, xoo, xo2, one_row_tiles, TailStrategy::GuardWithIf)
-                .reorder(xi, yi, xo2, yo, xoo, yb, g.blocks)
-                .fuse(xoo, yb, tile);
-        } else {
-            one.reorder(half_rows > 0 ? std::vector<VarOrRVar>{xi, yi, yh, yo, xo, yb, g.blocks}
-                                      : std::vector<VarOrRVar>{xi, yi, yo, xo, yb, g.blocks})
-                .fuse(xo, yb, tile);
+    // The loops of a stage: the specializations for few rows, then the general tiles. With b in place
+    // (GemmFuncs::in_place) twice, in the in-place branch first (the other reads b's copy).
+    auto tile_loops = [&](Stage s) {
+        if (g.part_single.defined()) {
+            // One or two rows (B = 1: speech and streaming models; a step's last rows, which the
+            // runtime calls apart) read part_single, in tiles of one row: the general tiles would
+            // compute all their rows, 1 or 2 of 8 useful. Specialized before the general schedule
+            // below, which the specialization would otherwise copy.
+            Stage one = s.specialize(g.single);
+            one.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
+                .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
+            if (half_rows > 0) one.split(yi, yh, yi, 1);
+            if (one_row_groups) {
+                one.split(xo, xoo, xo2, one_row_tiles, TailStrategy::GuardWithIf)
+                    .reorder(xi, yi, xo2, yo, xoo, yb, g.blocks)
+                    .fuse(xoo, yb, tile);
+            } else {
+                one.reorder(half_rows > 0 ? std::vector<VarOrRVar>{xi, yi, yh, yo, xo, yb, g.blocks}
+                                          : std::vector<VarOrRVar>{xi, yi, yo, xo, yb, g.blocks})
+                    .fuse(xo, yb, tile);
+            }
+            one.split(xi, xl, xv, vec)
+                .vectorize(xv)
+                .parallel(tile);
         }
-        one.split(xi, xl, xv, vec)
+        if (half_rows > 0) {
+            // 3 or 4 rows (B = 3 or 4; a step of spread lengths near its end) read part_half, in tiles
+            // of half the rows, laid out as the general tiles below.
+            Stage half = s.specialize(g.half);
+            half.tile(x, y, xo, yo, xi, yi, tile_cols, half_rows, TailStrategy::GuardWithIf)
+                .split(yo, yb, yo, 2 * tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf)
+                .split(yi, yh, yi, half_rows)
+                .reorder(xi, yi, yh, yo, xo, yb, g.blocks)
+                .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
+                .vectorize(xv)
+                .unroll(yi)
+                .unroll(yh)
+                .fuse(xo, yb, tile)
+                .parallel(tile);
+        }
+        s.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
+            .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
+        if (half_rows > 0) s.split(yi, yh, yi, half_rows).reorder(xi, yi, yh, yo, xo, yb, g.blocks).unroll(yh);
+        else if (one_row_groups) s.split(xo, xoo, xo2, 1).reorder(xi, yi, xo2, yo, xoo, yb, g.blocks);
+        else s.reorder(xi, yi, yo, xo, yb, g.blocks);
+        s.split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
             .vectorize(xv)
-            .parallel(tile);
-    }
-    if (half_rows > 0) {
-        // 3 or 4 rows (B = 3 or 4; a step of spread lengths near its end) read part_half, in tiles
-        // of half the rows, laid out as the general tiles below.
-        Stage half = update.specialize(g.half);
-        half.tile(x, y, xo, yo, xi, yi, tile_cols, half_rows, TailStrategy::GuardWithIf)
-            .split(yo, yb, yo, 2 * tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf)
-            .split(yi, yh, yi, half_rows)
-            .reorder(xi, yi, yh, yo, xo, yb, g.blocks)
-            .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
-            .vectorize(xv)
-            .unroll(yi)
-            .unroll(yh)
-            .fuse(xo, yb, tile)
-            .parallel(tile);
-    }
-    update.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
-        .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
-    if (half_rows > 0) update.split(yi, yh, yi, half_rows).reorder(xi, yi, yh, yo, xo, yb, g.blocks).unroll(yh);
-    else if (one_row_groups) update.split(xo, xoo, xo2, 1).reorder(xi, yi, xo2, yo, xoo, yb, g.blocks);
-    else update.reorder(xi, yi, yo, xo, yb, g.blocks);
-    update.split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
-        .vectorize(xv)
-        .unroll(yi);
-    // A batched product's tile fully unrolled, in its accumulators' zeroing too: with a loop over
-    // a tile's vectors LLVM zeroed the accumulators through a 1 KiB memset and a stack round trip
-    // per tile and k block (2.7 % of BlockLSTM on a Zen 4, perf); unrolled, they stay in
-    // registers: the batched products 1-5 % faster. The per-step products were level or slower.
-    if (batched) update.unroll(xl);
+            .unroll(yi);
+        // A batched product's tile fully unrolled, in its accumulators' zeroing too: with a loop over
+        // a tile's vectors LLVM zeroed the accumulators through a 1 KiB memset and a stack round trip
+        // per tile and k block (2.7 % of BlockLSTM on a Zen 4, perf); unrolled, they stay in
+        // registers: the batched products 1-5 % faster. The per-step products were level or slower.
+        if (batched) s.unroll(xl);
+        if (!batched) s.fuse(one_row_groups ? xoo : xo, yb, tile).parallel(tile);
+    };
+    if (g.in_place.defined()) tile_loops(update.specialize(g.in_place));
+    tile_loops(update);
     // The tile loop the accumulators are computed at: the inner one of the two tile loops.
     Var inner_tiles = yo;
     if (batched) {
@@ -236,9 +247,8 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             if (!use.b_in_panels) pack_b_at(LoopLevel(g.sum, g.blocks));
         }
     } else {
-        // a's rows are read in place; row blocks x column tiles in parallel, so a product with
-        // few rows (B, per step) still spreads its 4H columns over the cores.
-        update.fuse(one_row_groups ? xoo : xo, yb, tile).parallel(tile);
+        // a's rows are read in place; row blocks x column tiles in parallel (tile_loops), so a
+        // product with few rows (B, per step) still spreads its 4H columns over the cores.
         if (g.k_pair) {  // h_prev's pairs, zero past depth: B x H bfloat16 per step
             const std::vector<Var> a_args = g.a_panel.args();  // (kk, y, k, 0)
             g.a_panel.compute_root().bound(a_args[0], 0, 2).unroll(a_args[0]);
@@ -258,13 +268,20 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // A step's k loop has edges to partition away where it reads a in place (its rows clamped) or b
     // from the panels; a converted a and b copied per tile (the cell's w read in place) have none.
     const bool partition_k = !batched && (use.b_in_panels || !use.a_converted);
-    schedule_accumulators(g, g.part, one_row_groups ? xo2 : inner_tiles, tile_cols, tile_rows, batched,
-                          /*single_row=*/false, vec, partition_k);
-    if (g.part_single.defined())
-        schedule_accumulators(g, g.part_single, inner_tiles, one_row_tiles * tile_cols, 1, false, /*single_row=*/true,
-                              vec, partition_k);
-    if (half_rows > 0)
-        schedule_accumulators(g, g.part_half, yh, tile_cols, half_rows, false, /*single_row=*/false, vec, partition_k);
+    auto accumulators = [&](Func part, Func single, Func half, bool partition) {
+        schedule_accumulators(g, part, one_row_groups ? xo2 : inner_tiles, tile_cols, tile_rows, batched,
+                              /*single_row=*/false, vec, partition);
+        if (single.defined())
+            schedule_accumulators(g, single, inner_tiles, one_row_tiles * tile_cols, 1, false, /*single_row=*/true,
+                                  vec, partition);
+        if (half_rows > 0)
+            schedule_accumulators(g, half, yh, tile_cols, half_rows, false, /*single_row=*/false, vec, partition);
+    };
+    accumulators(g.part, g.part_single, g.part_half, partition_k);
+    // The twins reading b in place have edges again: their k is clamped. They are tiles of the same
+    // width: Halide infers a twin's columns in every branch, also where it is not read, and there
+    // they must fit its bound (tiles of a power of two of AVX2's 3 vectors failed so).
+    if (g.in_place.defined()) accumulators(g.part_in_place, g.part_single_in_place, g.part_half_in_place, true);
 }
 
 // part (or, single_row, part_single; or part_half, whose rows are those of one half tile): a

@@ -82,6 +82,10 @@ struct GemmBlocking {
     // A step's product also in register tiles of this many rows (0: none), run where the step's
     // rows fill at most half a tile (a specialization; schedules/step_tiles.h).
     int half_tile_rows = 0;
+    // A step's product reads b, a weight matrix, in place (not a copy per column tile) where its
+    // rows are at most in_place_rows (one register tile) and its columns a multiple of
+    // in_place_cols (whole tiles); 0: never (generators/common.h: matrix_product).
+    int in_place_cols = 0, in_place_rows = 0;
     // bfloat16 operands read as float32 by their bits (GPU targets: generators/common.h f32).
     bool bf16_by_bits = false;
 };

@@ -292,6 +292,20 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
             // Half tiles (schedules/step_tiles.h): a step of half a tile, whole and one row short.
             const int64_t half = blocklstm::step_tiles::half_tile_rows(g.gemm_step_tile_rows);
             if (half > 0) add_at(n("step_half_tile_rows", half), {{"whole", half}, {"short", half - 1}}, batch);
+            // Rows of at most one tile read a weight matrix in place where its 4H columns fill
+            // whole tiles (the cell op's kernel, generators/common.h), else its copy: 4H one tile,
+            // two, and one unit short of a tile, at 1 and 2 rows (the twins of one-row tiles) and a
+            // whole tile of rows.
+            const int64_t cols = g.gemm_step_tile_cols(), tile_rows = g.gemm_step_tile_rows;
+            const std::initializer_list<std::pair<const char *, int64_t>> in_place_units{
+                {"whole", cols / 4}, {"twice", cols / 2}, {"short", cols / 4 - 1}};
+            add_at(n("one_row_tile_cols", cols), in_place_units, [](Shape &s, int64_t v) { s.B = 1, s.H = v; });
+            add_at(n("two_rows_tile_cols", cols), in_place_units, [](Shape &s, int64_t v) { s.B = 2, s.H = v; });
+            for (const auto &[where, units] : in_place_units) {
+                Shape s{2, tile_rows, 5, units, 2, 1, 0.0, 1.0, "tile boundary"};
+                if (units >= 1 && !seen(s))
+                    cases.push_back({n("tile_rows", tile_rows) + n("_in_place_cols", cols) + "_" + where, s});
+            }
         } else if (products == Products::batched) {
             const int64_t row_block = int64_t{g.gemm_tile_rows} * g.gemm_row_block_tiles;
             add(n("tile_rows", g.gemm_tile_rows), g.gemm_tile_rows, rows);
