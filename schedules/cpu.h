@@ -266,7 +266,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
 
     // Accumulators: tile_cols/vec x tile_rows vector registers, constant extent even at the edges.
     // A step's k loop has edges to partition away where it reads a in place (its rows clamped) or b
-    // from the panels; a converted a and b copied per tile (the cell's w read in place) have none.
+    // from the panels; a converted a with b copied per tile (the cell's w, past one row tile) has none.
     const bool partition_k = !batched && (use.b_in_panels || !use.a_converted);
     auto accumulators = [&](Func part, Func single, Func half, bool partition) {
         schedule_accumulators(g, part, one_row_groups ? xo2 : inner_tiles, tile_cols, tile_rows, batched,
