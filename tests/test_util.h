@@ -264,7 +264,7 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
     // `set(shape, v)` puts v into the dimension the tile size `unit` applies to; a shape already
     // derived from another tile keeps its first name.
     auto add_at = [&](const std::string &what, std::initializer_list<std::pair<const char *, int64_t>> at,
-                      void (*set)(Shape &, int64_t)) {
+                      const std::function<void(Shape &, int64_t)> &set) {
         for (const auto &[where, v] : at) {
             Shape s{2, 3, 5, 9, 2, 1, 0.0, 1.0, "tile boundary"};
             set(s, v);
@@ -272,7 +272,7 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
             cases.push_back({what + "_" + where, s});
         }
     };
-    auto add = [&](const std::string &what, int64_t unit, void (*set)(Shape &, int64_t)) {
+    auto add = [&](const std::string &what, int64_t unit, const std::function<void(Shape &, int64_t)> &set) {
         add_at(what, {{"below", unit - 1}, {"equal", unit}, {"multiple", 2 * unit}, {"multiple_plus_one", 2 * unit + 1}},
                set);
     };
@@ -301,11 +301,8 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
                 {"whole", cols / 4}, {"twice", cols / 2}, {"short", cols / 4 - 1}};
             add_at(n("one_row_tile_cols", cols), in_place_units, [](Shape &s, int64_t v) { s.B = 1, s.H = v; });
             add_at(n("two_rows_tile_cols", cols), in_place_units, [](Shape &s, int64_t v) { s.B = 2, s.H = v; });
-            for (const auto &[where, units] : in_place_units) {
-                Shape s{2, tile_rows, 5, units, 2, 1, 0.0, 1.0, "tile boundary"};
-                if (units >= 1 && !seen(s))
-                    cases.push_back({n("tile_rows", tile_rows) + n("_in_place_cols", cols) + "_" + where, s});
-            }
+            add_at(n("tile_rows", tile_rows) + n("_in_place_cols", cols), in_place_units,
+                   [tile_rows](Shape &s, int64_t v) { s.B = tile_rows, s.H = v; });
         } else if (products == Products::batched) {
             const int64_t row_block = int64_t{g.gemm_tile_rows} * g.gemm_row_block_tiles;
             add(n("tile_rows", g.gemm_tile_rows), g.gemm_tile_rows, rows);
