@@ -514,6 +514,36 @@ TEST(ForwardWithActivationsLeftOut, WritesCsAndHAsTheFullCall) {
         }
 }
 
+// The cell too: one row, the rows past whole register tiles (9: 8 + 1 alone on AVX-512) and two
+// tiles and more (17), with and without peepholes, every dtype: the same bits as the full call.
+TEST(ForwardWithActivationsLeftOut, CellWritesCsAndHAsTheFullCall) {
+    for (DType dt : blocklstm::kFloatDTypes)
+        for (int64_t B : {1, 9, 17})
+            for (bool peephole : {false, true}) {
+                const Shape s{1, B, 5, 16, 1, 1.5, peephole ? 0.7 : 0.0, 1.0, ""};
+                SCOPED_TRACE(std::string(blocklstm::short_name(dt)) + " B=" + std::to_string(B) +
+                             (peephole ? " peephole" : ""));
+                BLT_SEED(seed, "left_out/cell");
+                const Problem p = make_problem(seed, s, dt, true, peephole, Layout::icfo);
+                const Inputs in(p);
+                const auto full = run_fwd(p, in);
+                const blocklstm::LSTMBlockCellAttrs attrs{1.0f, static_cast<float>(s.cell_clip), peephole};
+                const Tensor cs(dt, {B, s.H}), h(dt, {B, s.H});
+                blocklstm::LSTMBlockCell(in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                         {{}, cs, {}, {}, {}, {}, h}, attrs);
+                EXPECT_TRUE(same_bits("cs", cs, full.cs));
+                EXPECT_TRUE(same_bits("h", h, full.h));
+                const Tensor cs2(dt, {B, s.H}), h2(dt, {B, s.H});
+                blocklstm::OpAttrs named_attrs{1.0f, static_cast<float>(s.cell_clip), peephole};
+                blocklstm::invoke("LSTMBlockCell", 0,
+                                  {{"x", in.x}, {"cs_prev", in.cs_prev}, {"h_prev", in.h_prev}, {"w", in.w},
+                                   {"wci", in.wci}, {"wcf", in.wcf}, {"wco", in.wco}, {"b", in.b}},
+                                  {{"cs", cs2}, {"h", h2}}, named_attrs);
+                EXPECT_TRUE(same_bits("cs by name", cs2, full.cs));
+                EXPECT_TRUE(same_bits("h by name", h2, full.h));
+            }
+}
+
 TEST(ForwardWithActivationsLeftOut, SomeLeftOutIsBadInput) {
     const Shape s{3, 2, 2, 4, 3, 1.5, 0.0, 0.7, ""};
     BLT_SEED(seed, "left_out/bad");
@@ -537,6 +567,19 @@ TEST(ForwardWithActivationsLeftOut, SomeLeftOutIsBadInput) {
     } catch (const blocklstm::Error &e) {
         EXPECT_NE(std::string(e.what()).find("argument 'cs'"), std::string::npos) << e.what();
     }
+    const Problem pc = make_problem(seed, s, DType::f32, true, false, Layout::icfo);
+    const Inputs ic(pc);
+    const Tensor cell_cs(DType::f32, {2, 4}), cell_h(DType::f32, {2, 4}), cell_co(DType::f32, {2, 4});
+    try {
+        blocklstm::LSTMBlockCell(ic.x, ic.cs_prev, ic.h_prev, ic.w, ic.wci, ic.wcf, ic.wco, ic.b,
+                                 {{}, cell_cs, {}, {}, {}, cell_co, cell_h});
+        ADD_FAILURE() << "no error";
+    } catch (const blocklstm::Error &e) {
+        EXPECT_NE(std::string(e.what()).find("LSTMBlockCell: argument 'co' is given while 'i' is left out"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_EQ(max_abs(ref::to_array(cell_h)), 0.0) << "an output written on bad input";
 }
 
 }  // namespace

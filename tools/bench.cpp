@@ -245,9 +245,8 @@ int bench(const BenchOptions &o) {
     if (o.against_padded && o.lengths.empty())
         throw CliError("bench: --against-padded is given without --lengths: expected --lengths full or spread "
                        "(the padded call is the one without them)");
-    if (o.inference && (cell || is_grad_op(o.op)))
-        throw CliError("bench: --inference is for BlockLSTM and BlockLSTMV2: " + o.op +
-                       (cell ? " writes all its outputs" : " needs all seven activations"));
+    if (o.inference && is_grad_op(o.op))
+        throw CliError("bench: --inference is for the forward ops: " + o.op + " needs all seven activations");
     const double flops = flops_of(o);
 
     std::string shape = cell ? "(one step) " : "T=" + std::to_string(o.time) + " ";

@@ -83,7 +83,7 @@ constexpr CommandHelp kCommands[] = {
      "                 seq_lengths (every row T steps) and adds \"padded_median_ms=<float>\n"
      "                 ratio=<float>\" to the last line: the median over the pairs of calls of\n"
      "                 the call's time over the padded call's.\n"
-     "                 --inference leaves out BlockLSTM(V2)'s i, f, o, ci, co: only cs and h written.\n"},
+     "                 --inference leaves out a forward op's i, f, o, ci, co: only cs and h written.\n"},
     {"list", "blocklstm list [--kernels] [--plans]\n",
      "  list           The op variants this build runs (op x backend x dtype x peephole), the CPU\n"
      "                 targets and the one in use, and CUDA's state; --kernels also every kernel,\n"

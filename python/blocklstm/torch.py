@@ -63,8 +63,9 @@ def _output_shapes(op, dims):
     """The outputs' shapes from the registry's at dims (T, B, I, H): ints, or torch's symbolic sizes
     while tracing, so that dynamic shapes stay symbolic. Kept per op and int dims (computing them
     took 4 us of an LSTMCell step's ~60 us outside the kernel)."""
-    key = (op["name"], dims) if all(type(d) is int for d in dims) else None  # a SymInt has no hash
-    shapes = _SHAPES.get(key) if key else None
+    T, B, I, H = dims
+    key = (op["name"], dims) if type(T) is int and type(B) is int and type(I) is int and type(H) is int else None
+    shapes = _SHAPES.get(key) if key else None  # (a SymInt has no hash)
     if shapes is None:
         shapes = [[sum(count * dims[symbol] for count, symbol in d) for d in shape]
                   for shape in _OUTPUT_TERMS[op["name"]]]
@@ -74,6 +75,10 @@ def _output_shapes(op, dims):
 
 
 _SHAPES = {}
+# Each op's argument names in the registry's order (looked up once: a call's ~15 tensors by name).
+_INPUT_NAMES = {name: [a["name"] for a in op["inputs"]] for name, op in _OPS.items()}
+_OPTIONAL_NAMES = {name: [a["name"] for a in op["optional_inputs"]] for name, op in _OPS.items()}
+_OUTPUT_NAMES = {name: [a["name"] for a in op["outputs"]] for name, op in _OPS.items()}
 
 
 def _schema(op):
@@ -91,46 +96,48 @@ def _inputs(op, args):
     """The call's tensors by name, all tensors on x's device: checked by the kernels and by the fake
     kernels alike (the dispatcher picks the fake one when any input is a meta tensor, whose
     outputs would otherwise be uninitialised memory on x's device)."""
-    inputs = {a["name"]: args[a["name"]] for a in op["inputs"]}
-    x = inputs["x"]
+    inputs = {name: args[name] for name in _INPUT_NAMES[op["name"]]}
+    device = inputs["x"].device if isinstance(inputs["x"], torch.Tensor) else None
     for name, t in inputs.items():
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{op['name']}: argument '{name}': expected a tensor, got {type(t).__name__}")
-        if t.device != x.device:
-            raise ValueError(f"{op['name']}: argument '{name}' is on {t.device}: expected {x.device}, as 'x'")
+        if t.device != device:
+            raise ValueError(f"{op['name']}: argument '{name}' is on {t.device}: expected {device}, as 'x'")
     return inputs
 
 
-# The tensors go to the library as DLPack capsules made here (0.3 us each) rather than through
-# Tensor.__dlpack__ (2.5 us, 15-20 a training step's two calls): _inputs has checked what that
-# checks, and every call runs on torch's current stream.
 _to_dlpack = torch.utils.dlpack.to_dlpack
 
-_LEFT_OUT = object()  # an output _call leaves out (BlockLSTM(V2)'s i, f, o, ci, co: inference)
+_LEFT_OUT = object()  # an output _call leaves out (a forward op's i, f, o, ci, co: inference)
+_STATE_ONLY = (_LEFT_OUT, None, _LEFT_OUT, _LEFT_OUT, _LEFT_OUT, _LEFT_OUT, None)  # cs and h alone
 
 
 def _call(op, args, outs=None):
     """Runs op on args into outs (new tensors where None or where an entry is None; none where an
     entry is _LEFT_OUT)."""
-    # DLPack takes no autograd tensors
-    inputs = {name: t.detach() if t.requires_grad else t for name, t in _inputs(op, args).items()}
-    for a in op["optional_inputs"]:
-        if args.get(a["name"]) is not None:
-            inputs[a["name"]] = args[a["name"]].detach()
+    inputs = _inputs(op, args)
+    for name in _OPTIONAL_NAMES[op["name"]]:
+        if args.get(name) is not None:
+            inputs[name] = args[name]
     x = inputs["x"]
     shapes = _output_shapes(op, _dims(op, inputs))
-    outs = [o if o is not None else x.new_empty(s) for s, o in zip(shapes, outs or [None] * len(shapes))]
+    if outs is None:
+        outs = [x.new_empty(s) for s in shapes]
+    else:
+        outs = [o if o is not None else x.new_empty(s) for s, o in zip(shapes, outs)]
     # On torch's current stream, for this call only: the thread's stream is put back after, so a
     # later call of the plain API never runs on a stream torch may have freed since.
-    previous = _core.cuda_stream() if x.is_cuda else None
-    if x.is_cuda:
+    cuda = x.is_cuda
+    previous = _core.cuda_stream() if cuda else None
+    if cuda:
         _core.set_cuda_stream(torch.cuda.current_stream(x.device).cuda_stream)
-    try:
-        _core.invoke(op["name"], args.get("seq_len_max", 0), {n: _to_dlpack(t) for n, t in inputs.items()},
-                     {a["name"]: _to_dlpack(t) for a, t in zip(op["outputs"], outs) if t is not _LEFT_OUT},
+    try:  # DLPack takes no autograd tensors
+        _core.invoke(op["name"], args.get("seq_len_max", 0),
+                     {n: _to_dlpack(t.detach() if t.requires_grad else t) for n, t in inputs.items()},
+                     {n: _to_dlpack(t) for n, t in zip(_OUTPUT_NAMES[op["name"]], outs) if t is not _LEFT_OUT},
                      args.get("forget_bias"), args.get("cell_clip"), bool(args["use_peephole"]))
     finally:
-        if x.is_cuda:
+        if cuda:
             _core.set_cuda_stream(previous)
     return tuple(outs)
 
@@ -144,9 +151,11 @@ def _arg_names(op):
 
 def _bind(op, names, args, kwargs):
     """The call's arguments by name, with the attr defaults the dispatcher may leave out."""
+    if not kwargs and len(args) == len(names):  # every argument given (the modules' calls)
+        return dict(zip(names, args))
     a = {k: op[k] for k in ("forget_bias", "cell_clip") if op[k] is not None}
     a["use_peephole"] = False
-    a.update({o["name"]: None for o in op["optional_inputs"]})
+    a.update({name: None for name in _OPTIONAL_NAMES[op["name"]]})
     a.update(zip(names, args))
     a.update(kwargs)
     return a
@@ -473,10 +482,12 @@ class _PeepholeModule(nn.Module):
         weights and, in the backward, of their gradients. With a gradient, the kept tensors pass it
         back to nn's weights (_ThroughTfWeights), unless `through` is False (the caller's autograd
         Function takes nn's weights itself: _CellOnNnWeights)."""
-        params = [p for p in (w_ih, w_hh, b_ih, b_hh) if p is not None]
+        params = (w_ih, w_hh, b_ih, b_hh) if b_ih is not None else (w_ih, w_hh)
         if torch.compiler.is_compiling():  # no Python-side cache in a traced graph
             return _tf_weights(w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order)
-        stamp = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in params) + (forget_bias,)
+        stamp = (forget_bias, w_ih.dtype, w_ih.device, w_ih.data_ptr(), w_ih._version, w_hh.data_ptr(), w_hh._version)
+        if b_ih is not None:  # (spelled out: a generator over params cost 3 us of a small cell's step)
+            stamp += (b_ih.data_ptr(), b_ih._version, b_hh.data_ptr(), b_hh._version)
         cached = self._weights_cache.get(key)
         if cached is None or cached[0] != stamp:
             with torch.no_grad():
@@ -740,7 +751,7 @@ class LSTM(_PeepholeModule):
             # alone (five fresh [T, B, H] outputs had cost 2 ms of 16 at 200,16,256 in first touches).
             args = dict(seq_len_max=T, x=x, cs_prev=c0, h_prev=h0, w=w, wci=wci, wcf=wcf, wco=wco, b=b,
                         cell_clip=clip, use_peephole=self.peephole, seq_lengths=lengths)
-            out = _call(_OPS["BlockLSTMV2"], args, [_LEFT_OUT, None, _LEFT_OUT, _LEFT_OUT, _LEFT_OUT, _LEFT_OUT, None])
+            out = _call(_OPS["BlockLSTMV2"], args, _STATE_ONLY)
             cs, h = out[1], out[6]
             return h, cs
         i, cs, f, o, ci, co, h = _apply("BlockLSTMV2", T, x, c0, h0, w, wci, wcf, wco, b, clip, self.peephole,
@@ -790,10 +801,13 @@ class LSTMCell(_PeepholeModule):
         for name in self._peepholes:
             setattr(self, name, nn.Parameter(torch.empty(H, **f)))
         self._weights_cache = {}  # _kept_tf_weights
+        self._zeros = None  # _zero_peepholes
         self.reset_parameters()
 
     def forward(self, input, hx=None):
-        _check_input("LSTMCell", input, self.weight_ih, self.input_size, (1, 2))
+        params = self._parameters  # (nn.Module's attribute lookup of each costs ~0.5 us a call)
+        w_ih, w_hh, b_ih, b_hh = params["weight_ih"], params["weight_hh"], params.get("bias_ih"), params.get("bias_hh")
+        _check_input("LSTMCell", input, w_ih, self.input_size, (1, 2))
         batched = input.dim() == 2
         x = input if batched else input.unsqueeze(0)
         B, H = x.shape[0], self.hidden_size
@@ -801,24 +815,34 @@ class LSTMCell(_PeepholeModule):
             h0 = c0 = x.new_zeros(B, H)
         else:
             _check_state("LSTMCell", hx, (B, H) if batched else (H,), x)
-            h0, c0 = (t.reshape(B, H) for t in hx)
+            h0, c0 = hx if batched else (hx[0].unsqueeze(0), hx[1].unsqueeze(0))
         if self.peephole:
-            wci, wcf, wco = self.weight_ci, self.weight_cf, self.weight_co
+            wci, wcf, wco = params["weight_ci"], params["weight_cf"], params["weight_co"]
         else:
-            wci = wcf = wco = x.new_zeros(H)
+            wci = wcf = wco = self._zero_peepholes(H, x)
         clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
-        nn_weights = [p for p in (self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh) if p is not None]
         # LSTMBlockCell's ICFO blocks, its forget_bias an attr; kept between steps
         eager_grad = torch.is_grad_enabled() and not torch.compiler.is_compiling()
-        w, b = self._kept_tf_weights(0, self.weight_ih, self.weight_hh, self.bias_ih, self.bias_hh, 0.0, "icfo",
-                                     through=not eager_grad)
+        w, b = self._kept_tf_weights(0, w_ih, w_hh, b_ih, b_hh, 0.0, "icfo", through=not eager_grad)
         args = (x.contiguous(), c0.contiguous(), h0.contiguous(), w, wci, wcf, wco, b, self.forget_bias, clip,
                 self.peephole)
         if eager_grad:  # the weights' gradients in nn's layouts (_CellOnNnWeights)
+            nn_weights = (w_ih, w_hh, b_ih, b_hh) if b_ih is not None else (w_ih, w_hh)
             i, cs, f, o, ci, co, h = _CellOnNnWeights.apply(*args, *nn_weights)
-        else:
+        elif torch.compiler.is_compiling():  # the registered op in the graph
             i, cs, f, o, ci, co, h = _apply("LSTMBlockCell", *args)
+        else:  # inference: only cs and h written (1,8: 5 outputs fewer, ~9 us of a ~40 us call)
+            _, cs, _, _, _, _, h = _call(_OPS["LSTMBlockCell"], dict(zip(_ARGS["LSTMBlockCell"], args)), _STATE_ONLY)
         return (h, cs) if batched else (h[0], cs[0])
+
+    def _zero_peepholes(self, H, like):
+        """The op's peephole weights of a cell without them: zeros, kept (never written: an input)."""
+        if torch.compiler.is_compiling():
+            return like.new_zeros(H)
+        zeros = self._zeros
+        if zeros is None or zeros.dtype != like.dtype or zeros.device != like.device:
+            zeros = self._zeros = like.new_zeros(H)
+        return zeros
 
     def extra_repr(self):
         return (f"{self.input_size}, {self.hidden_size}" + ("" if self.bias else ", bias=False") +

@@ -369,6 +369,17 @@ def test_cell_in_16_bits_stepped_and_trained_close_to_nn_lstm_cell_in_float32(dt
         assert g.dtype == dtype, name
         scale = max(1.0, w.abs().max().item())
         assert (g.float() - w).abs().max().item() <= bound * scale, (name, (g.float() - w).abs().max().item())
+    # Inference (only h and c written) gives the training call's bits, also after a round trip
+    # through float32 (the kept weights and zero peepholes follow the module's dtype).
+    args = (xs[0].to(dtype), (h0.to(dtype), c0.to(dtype)))
+    trained = [t.detach() for t in ours(*args)]
+    ours.float()
+    ours(xs[0], (h0, c0))
+    ours.to(dtype)
+    with torch.no_grad():
+        inferred = ours(*args)
+    for name, g, w in zip(("h", "c"), inferred, trained):
+        assert g.dtype == dtype and torch.equal(g, w), name
 
 
 def test_cell_with_tf_options_matches_the_float64_reference():
@@ -391,6 +402,9 @@ def test_cell_with_tf_options_matches_the_float64_reference():
     ((h * r).sum() + (c * s).sum()).backward()
     torch.testing.assert_close(h.double(), ref_y[0].detach(), atol=TOL, rtol=0)
     torch.testing.assert_close(c.double(), ref_c[0].detach(), atol=TOL, rtol=0)
+    with torch.no_grad():  # inference: the op writes h and c alone
+        for got, want in zip(m(x, (h0, c0)), (h, c)):
+            assert torch.equal(got, want.detach())
     grads = dict(zip(("x", "h0", "c0"), (t.grad for t in ins)))
     grads.update((n, p.grad) for n, p in m.named_parameters())
     assert set(grads) == set(leaves)

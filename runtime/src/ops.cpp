@@ -95,9 +95,9 @@ const OpDef &def_of(const std::string &name) {
 }
 
 // The tensors of a call in the table's order, from a map by name.
-// The sequence forward ops' outputs a call may leave out (only cs and h written then).
+// The forward ops' outputs a call may leave out (only cs and h written then).
 bool may_be_left_out(const OpInfo &op, const std::string &output) {
-    return op.sequence && !op.gradient && output != "cs" && output != "h";
+    return !op.gradient && output != "cs" && output != "h";
 }
 
 std::vector<TensorView> in_order(const OpInfo &op, const std::vector<OpArg> &expected,

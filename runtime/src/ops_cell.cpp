@@ -54,9 +54,8 @@ std::vector<std::vector<int64_t>> cell_grad_shapes(const CellDims &d) {
 Checked<CellDims> validate_cell(const CellInputs &in, const LSTMOutputs<TV> *out) {
     Validator v("LSTMBlockCell");
     const CellDims d = validate_cell_inputs(v, in);
-    std::vector<std::vector<int64_t>> shapes(7, {d.B, d.H});
-    validate_outputs(v, out, shapes);
-    return checked(v, d, shapes);
+    validate_forward_outputs(v, out, {d.B, d.H});
+    return checked(v, d, std::vector<std::vector<int64_t>>(7, {d.B, d.H}));
 }
 
 Checked<CellDims> validate_cell_grad(const CellInputs &in, const CellActivations &act,
@@ -89,8 +88,14 @@ void cell_forward_cpu(Exec &exec, const PlanKernels &kernels, DType dt, const Ce
     Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
     Buf gates_buf = Buf::matrix(dev, gates.data(), DType::f32, B, 4 * H, 4 * H);
     const TV *outs[7] = {&out.i, &out.cs, &out.f, &out.o, &out.ci, &out.co, &out.h};
+    // i, f, o, ci, co left out (inference): written into a scratch [B, H] each, never read.
+    const bool only_state = left_out(out.i);
+    Scratch unused(exec, only_state ? 5 * B * H * es : 0, Scratch::Fill::none);
+    void *written_to[7];
+    for (int k = 0, scratch = 0; k < 7; ++k)
+        written_to[k] = left_out(*outs[k]) ? offset_bytes(unused.data(), scratch++ * B * H, dt) : outs[k]->data;
     std::vector<Buf> slices;
-    for (const TV *t : outs) slices.emplace_back(dev, t->data, dt, std::initializer_list<int64_t>{B, H});
+    for (void *data : written_to) slices.emplace_back(dev, data, dt, std::initializer_list<int64_t>{B, H});
     float fb = attr_in_dtype(attrs.forget_bias, dt), clip = attr_in_dtype(attrs.cell_clip, dt);
     KernelCall cell(kernels[Family::cell_fwd], exec);
     bind(cell, CellFwdArgs{.x_h_prev = a, .w = w, .b = b, .cs_prev = cs_prev, .wci = wci, .wcf = wcf, .wco = wco,
@@ -102,7 +107,7 @@ void cell_forward_cpu(Exec &exec, const PlanKernels &kernels, DType dt, const Ce
         a.set_data(offset_bytes(x_h_prev.data(), r0 * (I + H), dt));
         cs_prev.set_data(offset_bytes(in.cs_prev.data, r0 * H, dt));
         gates_buf.set_data(gates.floats() + r0 * 4 * H);
-        for (int k = 0; k < 7; ++k) slices[k].set_data(offset_bytes(outs[k]->data, r0 * H, dt));
+        for (int k = 0; k < 7; ++k) slices[k].set_data(offset_bytes(written_to[k], r0 * H, dt));
         for (Buf *t : {&a, &cs_prev, &gates_buf}) t->set_rows(count);
         for (Buf &t : slices) t.set_rows(count);
         cell.run();
@@ -129,7 +134,7 @@ void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w
     // kernel and attrs, on [1, ...] views of x and the outputs (the cell's stricter checks ran above).
     auto one_step = [](const TV &t) {
         TV v = t;
-        v.shape.insert(v.shape.begin(), 1);
+        if (!detail::left_out(t)) v.shape.insert(v.shape.begin(), 1);  // left out stays left out
         return v;
     };
     BlockLSTM(1, one_step(x), cs_prev, h_prev, w, wci, wcf, wco, b,

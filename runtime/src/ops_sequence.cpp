@@ -181,36 +181,10 @@ std::vector<std::vector<int64_t>> grad_shapes(const SeqDims &d) {
             {d.H},           {d.H},      {d.H},      {4 * d.H}};
 }
 
-// A forward output left out: i, f, o, ci, co of a call that needs only cs and h (inference), given
-// as a TensorView without data or shape.
-bool left_out(const TV &t) { return t.data == nullptr && t.shape.empty(); }
-
-// i, f, o, ci and co all left out (true), or none; some but not all is bad input.
-bool activations_left_out(const Validator &v, const LSTMOutputs<TV> &out) {
-    const std::pair<const char *, const TV *> five[] = {{"i", &out.i}, {"f", &out.f}, {"o", &out.o}, {"ci", &out.ci},
-                                                        {"co", &out.co}};
-    const bool first = left_out(out.i);
-    for (const auto &[name, t] : five)
-        if (left_out(*t) != first)
-            v.fail_arg(name, std::string(first ? "is given while 'i' is left out" : "is left out while 'i' is given") +
-                                 ": expected all of i, f, o, ci, co given, or all left out (only cs and h written)");
-    return first;
-}
-
 Checked<SeqDims> validate_forward(const char *op, const SeqInputs &in, const LSTMOutputs<TV> *out) {
     Validator v(op);
     const SeqDims d = validate_sequence_inputs(v, in, false);
-    if (out && activations_left_out(v, *out)) {
-        const std::vector<int64_t> shape{d.T, d.B, d.H};
-        for (const auto &[name, t] : {std::pair<const char *, const TV *>{"cs", &out->cs}, {"h", &out->h}}) {
-            v.rank(name, *t, 3);
-            v.output(name, *t);
-            v.shape(name, *t, shape);
-        }
-        v.no_overlaps();
-    } else {
-        validate_outputs(v, out, forward_shapes(d));
-    }
+    validate_forward_outputs(v, out, {d.T, d.B, d.H});
     return checked(v, d, forward_shapes(d));
 }
 

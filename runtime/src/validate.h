@@ -118,6 +118,14 @@ void validate_outputs(Validator &v, const Outputs *out,
     v.no_overlaps();
 }
 
+// A forward output left out: i, f, o, ci, co of a call that needs only cs and h (inference), given
+// as a TensorView without data or shape.
+inline bool left_out(const TensorView &t) { return t.data == nullptr && t.shape.empty(); }
+
+// A forward op's outputs (when given) as validate_outputs checks them, all seven of `shape`, or
+// with i, f, o, ci and co all left out, cs and h alone (some of the five left out is bad input).
+void validate_forward_outputs(Validator &v, const LSTMOutputs<TensorView> *out, const std::vector<int64_t> &shape);
+
 // An owning bundle of zeroed tensors of `shapes` (in output order) on `device`, and views of one.
 template <template <typename> class Bundle>
 Bundle<Tensor> allocate_outputs(DType dtype, Device device,

@@ -159,6 +159,8 @@ using TV = TensorView;
 // ---- The six ops ------------------------------------------------------------------------------
 
 // One LSTM step, gate layout ICFO. x [B,I], cs_prev/h_prev [B,H], w [I+H,4H], wci/wcf/wco [H], b [4H].
+// Inference: i, f, o, ci and co may all be left out of the outputs (TensorView{}), as with
+// BlockLSTM; the call then writes only cs and h.
 BLOCKLSTM_API void LSTMBlockCell(const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w, const TV &wci,
                    const TV &wcf, const TV &wco, const TV &b, const LSTMOutputs<TV> &out,
                    const LSTMBlockCellAttrs &attrs = {});
