@@ -106,6 +106,9 @@ def _inputs(op, args):
     return inputs
 
 
+# The tensors go to the library as DLPack capsules made here (0.3 us each) rather than through
+# Tensor.__dlpack__ (2.5 us, 15-20 a training step's two calls): _inputs has checked what that
+# checks, and every call runs on torch's current stream.
 _to_dlpack = torch.utils.dlpack.to_dlpack
 
 _LEFT_OUT = object()  # an output _call leaves out (a forward op's i, f, o, ci, co: inference)
