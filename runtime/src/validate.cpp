@@ -172,12 +172,12 @@ void validate_forward_outputs(Validator &v, const LSTMOutputs<TensorView> *out, 
     if (!out) return;
     const std::pair<const char *, const TensorView *> five[] = {
         {"i", &out->i}, {"f", &out->f}, {"o", &out->o}, {"ci", &out->ci}, {"co", &out->co}};
-    const bool none = left_out(out->i);
+    const bool five_left_out = left_out(out->i);
     for (const auto &[name, t] : five)
-        if (left_out(*t) != none)
-            v.fail_arg(name, std::string(none ? "is given while 'i' is left out" : "is left out while 'i' is given") +
+        if (left_out(*t) != five_left_out)
+            v.fail_arg(name, std::string(five_left_out ? "is given while 'i' is left out" : "is left out while 'i' is given") +
                                  ": expected all of i, f, o, ci, co given, or all left out (only cs and h written)");
-    if (!none) return validate_outputs(v, out, std::vector<std::vector<int64_t>>(7, shape));
+    if (!five_left_out) return validate_outputs(v, out, std::vector<std::vector<int64_t>>(7, shape));
     for (const auto &[name, t] : {std::pair<const char *, const TensorView *>{"cs", &out->cs}, {"h", &out->h}}) {
         v.rank(name, *t, static_cast<int>(shape.size()));
         v.output(name, *t);
