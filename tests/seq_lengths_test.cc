@@ -544,6 +544,34 @@ TEST(ForwardWithActivationsLeftOut, CellWritesCsAndHAsTheFullCall) {
             }
 }
 
+// On a CUDA device (the GPU check runs *Cuda*): the cell and BlockLSTMV2 with the five left out
+// write the bits of the full call on the device.
+TEST(ForwardWithActivationsLeftOutCuda, CellAndSequenceWriteCsAndHAsTheFullCall) {
+    if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
+    for (DType dt : blocklstm::kFloatDTypes) {
+        if (!cuda_kernels_in(dt)) continue;  // bfloat16: refused (SeqLengthsCuda checks the refusal)
+        for (bool cell : {true, false}) {
+            const Shape s{cell ? 1 : 6, 9, 5, 16, cell ? 1 : 6, 1.5, 0.7, 1.0, ""};
+            SCOPED_TRACE(std::string(blocklstm::short_name(dt)) + (cell ? " cell" : " sequence"));
+            BLT_SEED(seed, "left_out/cuda");
+            const Problem p = make_problem(seed, s, dt, cell, true, cell ? Layout::icfo : Layout::ifco);
+            const Inputs in(p, Device::cuda);
+            const auto full = run_fwd(p, in);
+            const std::vector<int64_t> shape = cell ? std::vector<int64_t>{s.B, s.H} : std::vector<int64_t>{s.T, s.B, s.H};
+            const Tensor cs(dt, shape, Device::cuda), h(dt, shape, Device::cuda);
+            const blocklstm::LSTMOutputs<TensorView> out{{}, cs, {}, {}, {}, {}, h};
+            if (cell)
+                blocklstm::LSTMBlockCell(in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, out,
+                                         {1.0f, static_cast<float>(s.cell_clip), true});
+            else
+                blocklstm::BlockLSTMV2(s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, out,
+                                       {static_cast<float>(s.cell_clip), true});
+            EXPECT_TRUE(same_bits("cs", on_host(cs), on_host(full.cs)));
+            EXPECT_TRUE(same_bits("h", on_host(h), on_host(full.h)));
+        }
+    }
+}
+
 TEST(ForwardWithActivationsLeftOut, SomeLeftOutIsBadInput) {
     const Shape s{3, 2, 2, 4, 3, 1.5, 0.0, 0.7, ""};
     BLT_SEED(seed, "left_out/bad");

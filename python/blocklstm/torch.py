@@ -869,7 +869,8 @@ class LSTMCell(_PeepholeModule):
         if eager_grad:  # the weights' gradients in nn's layouts (_CellOnNnWeights)
             nn_weights = (w_ih, w_hh, b_ih, b_hh) if b_ih is not None else (w_ih, w_hh)
             i, cs, f, o, ci, co, h = _CellOnNnWeights.apply(*args, *nn_weights)
-        elif torch.compiler.is_compiling():  # the registered op in the graph
+        elif torch.compiler.is_compiling() or x.is_cuda:  # the registered op in the graph; CUDA: all seven
+            # written until a GPU run has run the cell's left-out outputs there (seq_lengths_test *Cuda*)
             i, cs, f, o, ci, co, h = _apply("LSTMBlockCell", *args)
         else:  # inference: only cs and h written (1,8: 5 outputs fewer, ~9 us of a ~40 us call)
             _, cs, _, _, _, _, h = _call(_OPS["LSTMBlockCell"], dict(zip(_ARGS["LSTMBlockCell"], args)), _STATE_ONLY)
