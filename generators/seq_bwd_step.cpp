@@ -91,7 +91,7 @@ public:
         const schedules::Machine t = machine();
         if (product == RecurrentProduct::outside) {
             cell_math((*dh_product)(j, n) + f32((*h_grad)(j, n)), j, g, n);
-            schedules::schedule_gate_blocks_and(*dgates, *dcs_carry_out, j, g, n, t);
+            schedules::schedule_gate_blocks_and(*dgates, *dcs_carry_out, j, g, n, Type(dtype), t);
             return;
         }
 
@@ -119,7 +119,7 @@ public:
             p, {.shape = schedules::GemmShape::step, .cols = H, .b_in_panels = panel_cols > 0 || amx()}, t);
         // The cell math (no transcendentals) is inlined into both outputs: recomputing it is
         // cheaper than a [5, B, H] buffer written and read back every step.
-        schedules::schedule_gate_blocks_and(*dgates, *dcs_carry_out, j, g, n, t);
+        schedules::schedule_gate_blocks_and(*dgates, *dcs_carry_out, j, g, n, Type(dtype), t);
     }
 
     // dgates and dcs_carry_out from the step's total gradient of h, `dh`.

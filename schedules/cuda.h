@@ -103,12 +103,16 @@ inline void schedule_gate_blocks_cuda(Func f, Var j, Var gate, Var n, const Cuda
     schedule_elementwise_cuda(f, j, n, tuning);
 }
 
-// The gate blocks and a 2-D output of the same units: a kernel each, or (gate_outputs_one_kernel)
-// one kernel, the same tiles, each thread computing `other` after its gate blocks.
-inline void schedule_gate_blocks_and_cuda(Func gates, Func other, Var j, Var gate, Var n, const CudaTuning &tuning) {
+// The gate blocks and a 2-D output of the same units of a kernel in `dtype`: a kernel each, or
+// (gate_outputs_one_kernel: 1, or 2 and a 16-bit dtype) one kernel, the same tiles, each thread
+// computing `other` after its gate blocks.
+inline void schedule_gate_blocks_and_cuda(Func gates, Func other, Var j, Var gate, Var n, Type dtype,
+                                          const CudaTuning &tuning) {
     schedule_gate_blocks_cuda(gates, j, gate, n, tuning);
     schedule_elementwise_cuda(other, j, n, tuning);
-    if (tuning.gate_outputs_one_kernel) other.compute_with(gates, Var("ji"));  // the thread loop of both
+    const int one_kernel = tuning.gate_outputs_one_kernel;
+    if (one_kernel == 1 || (one_kernel == 2 && dtype.bits() == 16))
+        other.compute_with(gates, Var("ji"));  // the thread loop of both
 }
 
 // A sum over rows (one or two row variables) into a vector indexed by x. The rows are split into chunks

@@ -148,12 +148,13 @@ inline void schedule_gate_blocks(Halide::Func f, Halide::Var j, Halide::Var gate
     schedule_gate_blocks_cuda(f, j, gate, n, m.cuda);
 }
 
-// gates as in schedule_gate_blocks and `other` (j, n) element-wise, in one loop over n on the CPU.
+// gates as in schedule_gate_blocks and `other` (j, n) element-wise, in one loop over n on the CPU;
+// `dtype` is the kernel's.
 inline void schedule_gate_blocks_and(Halide::Func gates, Halide::Func other, Halide::Var j,
-                                     Halide::Var gate, Halide::Var n, const Machine &m) {
+                                     Halide::Var gate, Halide::Var n, Halide::Type dtype, const Machine &m) {
     if (m.autoschedule) return;
     if (!m.gpu()) return schedule_gate_blocks_and_cpu(gates, other, j, gate, n, m.cpu);
-    schedule_gate_blocks_and_cuda(gates, other, j, gate, n, m.cuda);
+    schedule_gate_blocks_and_cuda(gates, other, j, gate, n, dtype, m.cuda);
 }
 
 // `sum` over `rows` into a vector indexed by x, and `out`(x), the output that rounds it: on the

@@ -91,10 +91,11 @@ struct CudaTuning {
     int elementwise_cols = 0, elementwise_rows = 0;
     // Column sums: rows summed per chunk (one thread each, in parallel), then the chunks in order.
     int sum_rows_per_chunk = 0;
-    // 1: the backward step's two outputs (the gate gradients and the cell-state carry) in one
-    // kernel, each thread writing both (compute_with): one launch a step fewer, where a launch
-    // costs 2-3 us (H200, float16 200,16,256: 2.4 and 2.1 us for the two kernels); 0: a kernel
-    // each, the schedule run on a GPU so far.
+    // The backward step's two outputs (the gate gradients and the cell-state carry) in one kernel,
+    // each thread writing both (compute_with): one launch a step fewer, where a launch costs
+    // 2-3 us (H200, float16 200,16,256: 2.4 and 2.1 us for the two kernels). 0: a kernel each;
+    // 1: one kernel; 2: one kernel for the 16-bit dtypes only (on an H100 one kernel took
+    // 0.85-0.96x the time in float16, but 1.30x in float32 at 1024,16,768).
     int gate_outputs_one_kernel = 0;
 };
 
@@ -150,7 +151,7 @@ inline const std::vector<Knob<CudaTuning>> &cuda_knobs() {
         {"elementwise_cols", &CudaTuning::elementwise_cols, 1, 1024, {32, 64, 128, 256}, 5, {P::step, P::sums}},
         {"elementwise_rows", &CudaTuning::elementwise_rows, 1, 1024, {1, 2, 4, 8}, 6, {P::step, P::sums}},
         {"sum_rows_per_chunk", &CudaTuning::sum_rows_per_chunk, 1, 65536, {16, 32, 64, 128, 256, 512}, 7, {P::sums}},
-        {"gate_outputs_one_kernel", &CudaTuning::gate_outputs_one_kernel, 0, 1, {0, 1}, 11, {P::step}, 0},
+        {"gate_outputs_one_kernel", &CudaTuning::gate_outputs_one_kernel, 0, 2, {0, 1, 2}, 11, {P::step}, 0},
     };
     return knobs;
 }

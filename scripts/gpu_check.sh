@@ -6,11 +6,13 @@
 #                                    (bench/gpu_bench.py); logs and tables go to $OUT
 #                                    if set, else gpu-carry/results
 #   scripts/gpu_check.sh session [SECONDS]  there: one GPU session's checks in order of priority
-#                                    within SECONDS (default 420): tests, sanitize on the split
-#                                    kernels, the Python suite's CUDA cases, the cuDNN benchmark
-#                                    (the default path and cuBLASLt timed as graphs), the module
+#                                    within SECONDS (default 420): tests, the Python suite's CUDA
+#                                    cases, the cuDNN benchmark (the default path and cuBLASLt
+#                                    timed as graphs), sanitize on the split kernels, the module
 #                                    against nn.LSTM; a part that would not fit is skipped, saying
-#                                    so; each part's log under $OUT (or gpu-carry/results)
+#                                    so; nothing run where the build finds no CUDA device; the
+#                                    parts' logs in session_logs.tgz under $OUT (or
+#                                    gpu-carry/results), the two tables beside it
 #   scripts/gpu_check.sh tests         there: the GPU tests alone (run's first half)
 #   scripts/gpu_check.sh bench [ARGS]  there: the cuDNN benchmark alone (run's second half; ARGS
 #                                    go to bench/gpu_bench.py)
@@ -23,6 +25,8 @@
 #   scripts/gpu_check.sh module-bench [ARGS]  there: blocklstm.torch.LSTM against nn.LSTM (cuDNN)
 #                                    on the GPU (bench/torch_lstm_bench.py --device cuda ARGS), the
 #                                    package built as `python` builds it
+#   scripts/gpu_check.sh ab DIR [ROUNDS]  there: this pack against the one in DIR (an A/B build),
+#                                    `blocklstm bench` alternately (AB_* choose what), to $OUT/ab.md
 #   scripts/gpu_check.sh variants [FILTER]  there: the CUDA variant cases alone (FILTER, default
 #                                    all), e.g. of an A/B build (GPU_CARRY)
 #   scripts/gpu_check.sh sanitize [FILTER]  there: the CUDA variant tests under compute-sanitizer
@@ -82,15 +86,6 @@ gpu_tests() {
     # call (the tests also synchronise after every use and stop at the first lost context).
     CUDA_LAUNCH_BLOCKING=1 run_logged "$out/gpu_tests.log" "^\[  |SKIP|Failure|exception" \
         "$carry/bin/variants_test" --gtest_filter='*cuda*:VariantTable.*' || status=1
-    # Again with each switch of the default CUDA path off: the time loops without CUDA graphs (by
-    # default the cases, which share shapes, capture and update graphs rather than run directly),
-    # and the split steps' products on cublasGemmEx instead of cuBLASLt.
-    echo "variants_test, CUDA cases, BLOCKLSTM_CUDA_GRAPHS=0:" | tee -a "$out/gpu_tests.log"
-    BLOCKLSTM_CUDA_GRAPHS=0 run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
-        "$carry/bin/variants_test" --gtest_filter='*cuda*' || status=1
-    echo "variants_test, split steps' cases, BLOCKLSTM_CUDA_LT=0:" | tee -a "$out/gpu_tests.log"
-    BLOCKLSTM_CUDA_LT=0 run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
-        "$carry/bin/variants_test" --gtest_filter='*gates__cuda*:seq_bwd_reduce_split__cuda*:CudaGraphs.*' || status=1
     # cuBLASLt's candidates timed as CUDA graphs (off by default until a GPU run compares it).
     echo "variants_test, split steps' cases, BLOCKLSTM_CUDA_LT_TIMING=graph:" | tee -a "$out/gpu_tests.log"
     BLOCKLSTM_CUDA_LT_TIMING=graph run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
@@ -109,6 +104,16 @@ gpu_tests() {
     : >"$out/gpu_demo.log"
     run_logged "$out/gpu_demo.log" "." "$carry/bin/blocklstm" demo --device cuda >/dev/null || status=1
     tail -12 "$out/gpu_demo.log"
+    # Last, what has run on a GPU before (a session short of time loses these first): the same
+    # cases again with each switch of the default CUDA path off, the time loops without CUDA
+    # graphs (by default the cases, which share shapes, capture and update graphs rather than run
+    # directly), and the split steps' products on cublasGemmEx instead of cuBLASLt.
+    echo "variants_test, CUDA cases, BLOCKLSTM_CUDA_GRAPHS=0:" | tee -a "$out/gpu_tests.log"
+    BLOCKLSTM_CUDA_GRAPHS=0 run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
+        "$carry/bin/variants_test" --gtest_filter='*cuda*' || status=1
+    echo "variants_test, split steps' cases, BLOCKLSTM_CUDA_LT=0:" | tee -a "$out/gpu_tests.log"
+    BLOCKLSTM_CUDA_LT=0 run_logged "$out/gpu_tests.log" "^\[  (PASSED|FAILED|SKIPPED) |Failure|exception|warning" \
+        "$carry/bin/variants_test" --gtest_filter='*gates__cuda*:seq_bwd_reduce_split__cuda*:CudaGraphs.*' || status=1
     return $status
 }
 
@@ -153,11 +158,28 @@ pack)
     du -sh "$carry"
     ;;
 session)
+    # A lent GPU returns few files ($OUT: at most 8): every part's logs go into session_logs.tgz,
+    # and the tables (bench, module-bench) and this summary beside it.
     out=${OUT:-$carry/results}
     mkdir -p "$out"
+    logs=$(mktemp -d)
     budget=${2:-420}
     start=$SECONDS
     status=0
+    bundle() {
+        cp "$logs"/bench/gpu_latest.md "$logs"/bench/gpu_latest.csv "$logs"/module/module_bench.md "$out/" 2>/dev/null
+        tar -C "$logs" -czf "$out/session_logs.tgz" .
+    }
+    trap bundle EXIT
+    # No device, no session: say why at once (a rerun then has the time this one would have spent).
+    if ! LD_LIBRARY_PATH=$(unpack_libs "$carry"):${LD_LIBRARY_PATH:-} "$carry/bin/blocklstm" list >"$logs/list.log" 2>&1 ||
+        ! grep -q -E '^CUDA: [1-9][0-9]* device' "$logs/list.log"; then
+        nvidia-smi -L
+        sed -n '/^CUDA/,$p' "$logs/list.log" | head -20
+        echo "gpu_check: session: the packed build finds no CUDA device (above): nothing run"
+        exit 1
+    fi
+    grep -E '^CUDA' "$logs/list.log"
     # part NAME LIMIT ARGS...: this script with ARGS, for at most LIMIT seconds and what is left.
     part() {
         local name=$1 limit=$2 left rc
@@ -166,17 +188,17 @@ session)
         if [ "$left" -lt 20 ]; then echo "== $name: skipped, ${left} s left"; return; fi
         [ "$limit" -gt "$left" ] && limit=$left
         echo "== $name (at $((SECONDS - start)) s, up to $limit s)"
-        OUT=$out/$name timeout "$limit" "$0" "$@" >"$out/$name.log" 2>&1
+        OUT=$logs/$name timeout "$limit" "$0" "$@" >"$logs/$name.log" 2>&1
         rc=$?
         [ $rc -eq 0 ] || status=1
         echo "== $name: exit $rc$([ $rc -eq 124 ] && echo ' (out of time)') at $((SECONDS - start)) s"
-        grep -E '^(gpu_check|compute-sanitizer)|^\[  (PASSED|FAILED) |FAILED|passed|failed|^\| ' "$out/$name.log" | tail -40
+        grep -E '^(gpu_check|compute-sanitizer)|^\[  (PASSED|FAILED) |FAILED|passed|failed|^\| ' "$logs/$name.log" | tail -40
     }
-    part tests 150 tests
-    part sanitize 80 sanitize '*gates__cuda*TF_defaults_odd_sizes*:seq_bwd_reduce_split__cuda*TF_defaults_odd_sizes*:CudaGraphs.*'
-    part python 120 python -k cuda --maxfail=10
-    part bench 110 bench --reps 10 --paths graphs,graphs_lt_graph
-    part module 90 module-bench --rounds 2
+    part tests 170 tests
+    part python 110 python -k cuda --maxfail=10
+    part bench 120 bench --reps 10 --paths graphs,graphs_lt_graph
+    part sanitize 40 sanitize '*gates__cuda*TF_defaults_odd_sizes*:seq_bwd_reduce_split__cuda*TF_defaults_odd_sizes*:CudaGraphs.*'
+    part module 60 module-bench --rounds 2
     exit $status
     ;;
 run | tests | bench)
@@ -245,6 +267,52 @@ python | module-bench)
         PYTHONPATH=$pyb python3 -m pytest -q -ra -p no:cacheprovider "$root/python/tests" "$@" 2>&1 | tee "$out/python_tests.log"
     fi
     exit "${PIPESTATUS[0]}"
+    ;;
+ab)
+    # An A/B of two packed builds (a knob of the CUDA table, say): `blocklstm bench --device cuda`
+    # of each op, dtype, peephole setting and T,B,H, alternately with this pack and the one in
+    # folder $2, ROUNDS ($3, default 3) times, a process each (20 calls, median ms); AB_OPS,
+    # AB_DTYPES, AB_SHAPES ("T,B,H;...") and AB_PEEPHOLES ("0 1") choose. The table goes to
+    # $OUT/ab.md.
+    out=${OUT:-$carry/results}
+    mkdir -p "$out"
+    carry_b=$2
+    libs_a=$(unpack_libs "$carry") libs_b=$(unpack_libs "$carry_b")
+    find_cublas
+    rows=$(mktemp)
+    IFS=';' read -r -a shapes <<<"${AB_SHAPES:-1024,16,768;200,16,256;100,64,512}"
+    for round in $(seq "${3:-3}"); do
+        for shape in "${shapes[@]}"; do
+            IFS=, read -r T B H <<<"$shape"
+            for op in ${AB_OPS:-BlockLSTMGrad}; do
+                for dtype in ${AB_DTYPES:-float32 float16}; do
+                    for peephole in ${AB_PEEPHOLES:-0}; do
+                        for side in a b; do
+                            if [ $side = a ]; then bin=$carry/bin/blocklstm libs=$libs_a; else bin=$carry_b/bin/blocklstm libs=$libs_b; fi
+                            ms=$(LD_LIBRARY_PATH=$libs:${LD_LIBRARY_PATH:-} "$bin" bench "$op" --time "$T" --batch "$B" --input "$H" --cell "$H" \
+                                 --dtype "$dtype" --device cuda --reps 20 --warmup 3 $([ "$peephole" = 1 ] && echo --use-peephole) |
+                                 sed -n 's/^median_ms=\([0-9.]*\).*/\1/p')
+                            echo "$op $shape $dtype $peephole $side ${ms:-failed}" >>"$rows"
+                        done
+                    done
+                done
+            done
+        done
+    done
+    python3 - "$rows" "$carry" "$carry_b" <<'PY' | tee "$out/ab.md"
+import collections, statistics, sys
+cells = collections.defaultdict(lambda: {"a": [], "b": []})
+for line in open(sys.argv[1]):
+    op, shape, dtype, peephole, side, ms = line.split()
+    cells[(op, shape, dtype, peephole)][side].append(ms)
+print(f"A = {sys.argv[2]}, B = {sys.argv[3]}: median ms of 20 calls, a process each, A and B alternately\n")
+print("| op | T,B,H | dtype | peephole | A | B | B / A (medians) |\n|---|---|---|---|---|---|---|")
+for (op, shape, dtype, peephole), v in cells.items():
+    def med(xs):
+        xs = [float(x) for x in xs if x != "failed"]
+        return statistics.median(xs) if xs else float("nan")
+    print(f"| {op} | {shape} | {dtype} | {'yes' if peephole == '1' else 'no'} | {' '.join(v['a'])} | {' '.join(v['b'])} | {med(v['b']) / med(v['a']):.2f} |")
+PY
     ;;
 variants)
     out=${OUT:-$carry/results}
@@ -374,7 +442,7 @@ tune)
     exit "${PIPESTATUS[0]}"
     ;;
 *)
-    echo "usage: scripts/gpu_check.sh pack | run [--quick] | tests | bench [ARGS] | python [ARGS] | sanitize [FILTER] | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
+    echo "usage: scripts/gpu_check.sh pack | run [--quick] | session [SECONDS] | tests | bench [ARGS] | python [ARGS] | module-bench [ARGS] | ab DIR [ROUNDS] | variants [FILTER] | sanitize [FILTER] | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
     exit 2
     ;;
 esac
