@@ -25,6 +25,9 @@
 #   scripts/gpu_check.sh module-bench [ARGS]  there: blocklstm.torch.LSTM against nn.LSTM (cuDNN)
 #                                    on the GPU (bench/torch_lstm_bench.py --device cuda ARGS), the
 #                                    package built as `python` builds it
+#   scripts/gpu_check.sh pack-ab TABLE|KNOB=VALUE [DIR]  here: a second build with the tuning
+#                                    table TABLE (or the CUDA table with KNOB so), its tool and
+#                                    variants_test packed into DIR (gpu-carry-ab/)
 #   scripts/gpu_check.sh ab DIR [ROUNDS]  there: this pack against the one in DIR (an A/B build),
 #                                    `blocklstm bench` alternately (AB_* choose what), to $OUT/ab.md
 #   scripts/gpu_check.sh variants [FILTER]  there: the CUDA variant cases alone (FILTER, default
@@ -156,6 +159,41 @@ pack)
     cp "$build/tests/cli/blocklstm_cli_test" "$carry/bin/"
     cp "$build/tests/golden/tf_golden_test" "$carry/bin/"
     du -sh "$carry"
+    ;;
+pack-ab)
+    # here: the B side of an A/B on the GPU (a tuning table's knob, say): a second build, in
+    # ${AB_BUILD:-build-ab}/, with the tuning table(s) $2 (BLOCKLSTM_TUNING; or KNOB=VALUE: the
+    # checked-in CUDA table with that knob so) and otherwise the configuration of $build (its CPU
+    # targets, CUDA on), only the tool and variants_test, packed into ${3:-gpu-carry-ab}/ for `ab`
+    # and, as GPU_CARRY, `variants` there.
+    set -e
+    dir=${3:-$root/gpu-carry-ab}
+    ab_build=${AB_BUILD:-$root/build-ab}
+    mkdir -p "$ab_build"
+    if [[ ${2:-} =~ ^([a-z_0-9]+)=([0-9]+)$ ]]; then
+        python3 - "$root/schedules/tuned/cuda.json" "$ab_build/cuda.json" "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}" <<'PY'
+import json, sys
+table = json.load(open(sys.argv[1]))  # a knob no schedule reads: the build refuses the table, naming it
+table["knobs"][sys.argv[3]] = int(sys.argv[4])
+table["notes"][sys.argv[3]] = "the B side of an A/B (scripts/gpu_check.sh pack-ab)"
+json.dump(table, open(sys.argv[2], "w"), indent=2)
+PY
+        set -- "$1" "$ab_build/cuda.json" "${3:-}"
+    fi
+    [ -f "${2:-}" ] || { echo "gpu_check: pack-ab TABLE.json|KNOB=VALUE [DIR]: no such table '${2:-}'" >&2; exit 2; }
+    table=$(realpath "$2")
+    cached() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+    cmake=$(cached CMAKE_COMMAND)  # the CMake that configured $build (the toolchain's, >= 3.28)
+    "$cmake" -G Ninja -S "$root" -B "$ab_build" -DCMAKE_MAKE_PROGRAM="$(cached CMAKE_MAKE_PROGRAM)" \
+        -DCMAKE_PREFIX_PATH="$(cached CMAKE_PREFIX_PATH)" -DBLOCKLSTM_CPU_TARGETS="$(cached BLOCKLSTM_CPU_TARGETS)" \
+        -DBLOCKLSTM_CPU_CHECK_TARGETS="$(cached BLOCKLSTM_CPU_CHECK_TARGETS)" -DBLOCKLSTM_CUDA=ON \
+        -DBLOCKLSTM_PYTHON=OFF -DBLOCKLSTM_TUNING="$table" >/dev/null
+    "$cmake" --build "$ab_build" --target blocklstm_cli variants_test
+    rm -rf "$dir" && mkdir -p "$dir/lib" "$dir/bin"
+    cp "$ab_build/tools/blocklstm" "$ab_build/tests/variants_test" "$dir/bin/"
+    XZ=1 carry_lib "$ab_build/tools/blocklstm" libblocklstm.so "$dir/lib"
+    carry_lib "$ab_build/tools/blocklstm" libfmt.so "$dir/lib"
+    du -sh "$dir"
     ;;
 session)
     # A lent GPU returns few files ($OUT: at most 8): every part's logs go into session_logs.tgz,
@@ -442,7 +480,7 @@ tune)
     exit "${PIPESTATUS[0]}"
     ;;
 *)
-    echo "usage: scripts/gpu_check.sh pack | run [--quick] | session [SECONDS] | tests | bench [ARGS] | python [ARGS] | module-bench [ARGS] | ab DIR [ROUNDS] | variants [FILTER] | sanitize [FILTER] | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
+    echo "usage: scripts/gpu_check.sh pack | run [--quick] | session [SECONDS] | tests | bench [ARGS] | python [ARGS] | module-bench [ARGS] | pack-ab TABLE|KNOB=VALUE [DIR] | ab DIR [ROUNDS] | variants [FILTER] | sanitize [FILTER] | profile [T,B,H] | cpu | cpu-peers [ARGS] | pack-tune | tune [blocklstm tune options]" >&2
     exit 2
     ;;
 esac
