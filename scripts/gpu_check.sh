@@ -197,7 +197,7 @@ PY
     ;;
 session)
     # A lent GPU returns few files ($OUT: at most 8): every part's logs go into session_logs.tgz,
-    # and the tables (bench, module-bench) and this summary beside it.
+    # with the two tables (bench, module-bench) beside it.
     out=${OUT:-$carry/results}
     mkdir -p "$out"
     logs=$(mktemp -d)
