@@ -33,3 +33,30 @@ check "passes" 0 'echo "[  PASSED  ] 3 tests."'
 check "dies before printing" 1 'kill -SEGV $$'
 check "fails to load, on stderr" 1 'echo "error while loading shared libraries: libblocklstm.so.0" >&2; exit 127'
 check "skips every case (exit 77)" 1 'echo "[  SKIPPED ] 3 tests"; exit 77'
+
+# session: where the packed build finds no CUDA device it runs no part, says so and fails at once,
+# its archive of logs written all the same (a lent GPU returns that file).
+fake "$work/carry/bin/blocklstm" 'echo "CUDA: no device (no CUDA driver (libcuda.so.1 not found))"'
+out=$(PATH=$work/path:$PATH GPU_CARRY=$work/carry OUT=$work/out-session "$root/scripts/gpu_check.sh" session 60 2>&1)
+rc=$?
+if [ $rc -eq 0 ] || ! grep -q "nothing run" <<<"$out" || grep -q '^== ' <<<"$out" ||
+    [ ! -f "$work/out-session/session_logs.tgz" ]; then
+    echo "gpu_check.sh session without a CUDA device: expected a failure at once, saying so, no part run and session_logs.tgz written; got exit $rc:"
+    echo "$out"
+    exit 1
+fi
+echo "a packed build that finds no CUDA device: gpu_check.sh session exits $rc at once, as it must"
+
+# ab: each cell's medians of the two packs, and B's over A's.
+mkdir -p "$work/carry-b/bin" "$work/carry-b/lib"
+: >"$work/carry-b/lib/libplaceholder.so"
+fake "$work/carry/bin/blocklstm" 'echo "median_ms=2.0 gflops=1"'
+fake "$work/carry-b/bin/blocklstm" 'echo "median_ms=1.0 gflops=2"'
+out=$(AB_SHAPES='10,2,4' AB_DTYPES=float32 GPU_CARRY=$work/carry OUT=$work/out-ab \
+      "$root/scripts/gpu_check.sh" ab "$work/carry-b" 2 2>&1)
+if ! grep -q -F '| BlockLSTMGrad | 10,2,4 | float32 | no | 2.0 2.0 | 1.0 1.0 | 0.50 |' "$work/out-ab/ab.md" 2>/dev/null; then
+    echo "gpu_check.sh ab: expected the row of A's 2.0 ms and B's 1.0 ms (0.50) in ab.md; got:"
+    echo "$out"
+    exit 1
+fi
+echo "gpu_check.sh ab: B / A of two packs' medians, as it must"
