@@ -107,7 +107,7 @@ gpu_tests() {
     : >"$out/gpu_demo.log"
     run_logged "$out/gpu_demo.log" "." "$carry/bin/blocklstm" demo --device cuda >/dev/null || status=1
     tail -12 "$out/gpu_demo.log"
-    # Last, what has run on a GPU before (a session short of time loses these first): the same
+    # Last, what has run on a GPU before (a run short of time loses these first): the same
     # cases again with each switch of the default CUDA path off, the time loops without CUDA
     # graphs (by default the cases, which share shapes, capture and update graphs rather than run
     # directly), and the split steps' products on cublasGemmEx instead of cuBLASLt.
@@ -196,8 +196,8 @@ PY
     du -sh "$dir"
     ;;
 session)
-    # A lent GPU returns few files ($OUT: at most 8): every part's logs go into session_logs.tgz,
-    # with the two tables (bench, module-bench) beside it.
+    # Few files come back ($OUT): every part's logs go into session_logs.tgz, with the two tables
+    # (bench, module-bench) beside it.
     out=${OUT:-$carry/results}
     mkdir -p "$out"
     logs=$(mktemp -d)

@@ -35,7 +35,7 @@ check "fails to load, on stderr" 1 'echo "error while loading shared libraries: 
 check "skips every case (exit 77)" 1 'echo "[  SKIPPED ] 3 tests"; exit 77'
 
 # session: where the packed build finds no CUDA device it runs no part, says so and fails at once,
-# its archive of logs written all the same (a lent GPU returns that file).
+# its archive of logs written all the same.
 fake "$work/carry/bin/blocklstm" 'echo "CUDA: no device (no CUDA driver (libcuda.so.1 not found))"'
 out=$(PATH=$work/path:$PATH GPU_CARRY=$work/carry OUT=$work/out-session "$root/scripts/gpu_check.sh" session 60 2>&1)
 rc=$?
