@@ -1,6 +1,7 @@
 // Pieces shared by the generators: generator parameters and the matrix-product pattern.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <optional>
@@ -305,11 +306,17 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
         }
     }
     if (blocking.single_row) p.single = rows <= step_tiles::kOneRowTilesMax;
-    if (blocking.half_tile_rows > 0) p.half = step_tiles::in_half_tiles(rows, blocking.half_tile_rows);
+    for (const step_tiles::ShortTileRows &range : step_tiles::short_tile_rows(blocking.short_tiles_below)) {
+        auto twin = std::find_if(p.short_tiles.begin(), p.short_tiles.end(), [&](const auto &t) { return t.rows == range.height; });
+        if (twin == p.short_tiles.end()) twin = p.short_tiles.insert(twin, {.rows = range.height});
+        twin->when.push_back(step_tiles::in_range(rows, range));
+    }
+    std::sort(p.short_tiles.begin(), p.short_tiles.end(), [](const auto &a, const auto &b) { return a.rows < b.rows; });
     // The product's register tiles (part) and their twins for a step of one or two rows
-    // (part_single) and of at most half a tile (part_half) (schedules/step_tiles.h): sum reads
-    // the one for its rows (the schedule specializes sum on the conditions).
-    auto tiles = [&](const std::string &suffix, const Expr &b_value, Func &whole, Func &single, Func &half) {
+    // (part_single) and for its short tiles (schedules/step_tiles.h): sum reads the one for its
+    // rows (the schedule specializes sum on the conditions).
+    auto tiles = [&](const std::string &suffix, const Expr &b_value, Func &whole, Func &single,
+                     Func schedules::GemmFuncs::ShortTiles::*twin) {
         auto product = [&](const std::string &what) {
             Func f(name + what + suffix);
             f(x, y, kb) = 0.0f;
@@ -322,17 +329,19 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
             single = product("_part_single_row");
             chosen = select(p.single, single(x, y, blocks), chosen);
         }
-        if (blocking.half_tile_rows > 0) {
-            half = product("_part_half_tile");
-            chosen = select(p.half, half(x, y, blocks), chosen);
+        for (schedules::GemmFuncs::ShortTiles &s : p.short_tiles) {
+            s.*twin = product("_part_rows" + std::to_string(s.rows));
+            for (const Expr &when : s.when) chosen = select(when, (s.*twin)(x, y, blocks), chosen);
         }
         return chosen;
     };
-    Expr part = tiles("", b_kk, p.part, p.part_single, p.part_half);
+    Expr part = tiles("", b_kk, p.part, p.part_single, &schedules::GemmFuncs::ShortTiles::part);
     // The same tiles again, reading b in place (the schedule specializes sum on in_place first).
     if (p.in_place.defined())
         part = select(p.in_place,
-                      tiles("_in_place", b_in_place, p.part_in_place, p.part_single_in_place, p.part_half_in_place), part);
+                      tiles("_in_place", b_in_place, p.part_in_place, p.part_single_in_place,
+                            &schedules::GemmFuncs::ShortTiles::part_in_place),
+                      part);
     if (blocking.k_block > 0 && !blocking.init_apart) {
         // Blocked k (the CPU): the initial value joins the first block's update, so that no pass
         // of its own writes c before the products do (a parallel loop that zeroed w_grad and

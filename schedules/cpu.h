@@ -6,9 +6,11 @@
 // own unless the build names another.
 #pragma once
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "Halide.h"
 #include "schedules/panel_layout.h"
@@ -32,14 +34,20 @@ struct GemmFuncs {
     // where the step has few rows (schedules/step_tiles.h); undefined otherwise.
     Func part_single;
     Expr single;  // the condition: the step's rows are that few
-    // A step's product in tiles of half the rows (GemmBlocking::half_tile_rows): part's twin, which
-    // sum reads where the step's rows fill at most half a tile (step_tiles.h).
-    Func part_half;
-    Expr half;  // the condition (step_tiles::in_half_tiles)
-    // Where b is read in place (GemmBlocking::in_place_cols), the condition, and the three tiles'
-    // twins that read it so (sum reads them there); undefined otherwise.
+    // A step's product in short tiles (GemmBlocking::short_tiles_below): a twin of part per height
+    // of `rows` rows, which sum reads on the ranges of a step's rows that go into tiles of that
+    // height (`when`, one condition a range: step_tiles::short_tile_rows), and its twin reading b
+    // in place (see in_place).
+    struct ShortTiles {
+        int rows;
+        std::vector<Expr> when;
+        Func part, part_in_place;
+    };
+    std::vector<ShortTiles> short_tiles;  // by increasing height
+    // Where b is read in place (GemmBlocking::in_place_cols), the condition, and the tiles' twins
+    // that read it so (sum reads them there); undefined otherwise.
     Expr in_place;
-    Func part_in_place, part_single_in_place, part_half_in_place;
+    Func part_in_place, part_single_in_place;
     // On AMX's tiles (generators/common.h: amx_product): part(x, y) is the whole product over k, a_panel(k, y)
     // a's copy in whole tiles; b_panel is unused. amx_k_blocks: part(x, y, kb) is block kb's
     // (generators/common.h: amx_product), sum's update adds them over `blocks`.
@@ -94,18 +102,33 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // projection, or zero) is added in the first k block's update (generators/common.h).
     if (!use.sum_is_output) g.sum.compute_root();
     Stage update = g.sum.update();
-    // The half-tile twin (part_half) is computed at a loop `yh` over half tiles, which every
-    // branch of the specializations below has: Halide infers its rows in each branch, also in
-    // those that never read it, and there they must fit its bound (half a tile) too.
-    const int half_rows = g.part_half.defined() ? step_tiles::half_tile_rows(tile_rows) : 0;
-    Var yh("yh");
+    // Each short twin (GemmFuncs::short_tiles) is computed at a loop of its own height, `ys[i]` over
+    // at most short_tiles[i].rows rows, which every branch of the specializations below has:
+    // Halide infers a twin's rows in each branch, also in those that never read it, and there they
+    // must fit its bound too. So every branch splits its tile's rows by each height in turn, the
+    // tallest outermost; those loops only add a tile's accumulators into sum.
+    std::vector<Var> ys;
+    for (const GemmFuncs::ShortTiles &t : g.short_tiles) ys.emplace_back("y" + std::to_string(t.rows));
+    // In a branch of tiles of `rows` rows, a height's loop covers at most that many of them.
+    auto short_loops = [&](Stage s, Var yi, int rows) {
+        for (std::size_t i = ys.size(); i-- > 0;)
+            s.split(yi, ys[i], yi, std::min(g.short_tiles[i].rows, rows), TailStrategy::GuardWithIf);
+        for (const Var &v : ys) s.unroll(v);
+    };
+    // The loops innermost first: `inner`, the short tiles' loops, then `outer`.
+    auto rows_then = [&](std::vector<VarOrRVar> inner, std::vector<VarOrRVar> outer) {
+        std::vector<VarOrRVar> order = inner;
+        order.insert(order.end(), ys.begin(), ys.end());
+        order.insert(order.end(), outer.begin(), outer.end());
+        return order;
+    };
     // A step's one-row twin over a group of `one_row_tiles` column tiles (tuning.h: whole weight
     // panels), a loop `xo2` of the group's tiles under the rows `yo` in every branch: Halide
     // computes each twin at a loop that all branches have and takes its region over all of them,
     // so part is computed at xo2 (one tile in either branch; the general branch's groups are one
     // tile) and part_single at yo (the group's columns in the one-row branch).
     const int one_row_tiles =
-        g.part_single.defined() && use.b_in_panels && half_rows == 0 ? tuning.gemm_one_row_task_tiles() : 1;
+        g.part_single.defined() && use.b_in_panels && g.short_tiles.empty() ? tuning.gemm_one_row_task_tiles() : 1;
     const bool one_row_groups = one_row_tiles > 1;
     Var xoo("xoo"), xo2("xo2");
     // The loops of a stage: the specializations for few rows, then the general tiles. With b in place
@@ -119,38 +142,39 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             Stage one = s.specialize(g.single);
             one.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
                 .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
-            if (half_rows > 0) one.split(yi, yh, yi, 1);
+            short_loops(one, yi, 1);
             if (one_row_groups) {
                 one.split(xo, xoo, xo2, one_row_tiles, TailStrategy::GuardWithIf)
                     .reorder(xi, yi, xo2, yo, xoo, yb, g.blocks)
                     .fuse(xoo, yb, tile);
             } else {
-                one.reorder(half_rows > 0 ? std::vector<VarOrRVar>{xi, yi, yh, yo, xo, yb, g.blocks}
-                                          : std::vector<VarOrRVar>{xi, yi, yo, xo, yb, g.blocks})
-                    .fuse(xo, yb, tile);
+                one.reorder(rows_then({xi, yi}, {yo, xo, yb, g.blocks})).fuse(xo, yb, tile);
             }
             one.split(xi, xl, xv, vec)
                 .vectorize(xv)
                 .parallel(tile);
         }
-        if (half_rows > 0) {
-            // 3 or 4 rows (B = 3 or 4; a step of spread lengths near its end) read part_half, in tiles
-            // of half the rows, laid out as the general tiles below.
-            Stage half = s.specialize(g.half);
-            half.tile(x, y, xo, yo, xi, yi, tile_cols, half_rows, TailStrategy::GuardWithIf)
-                .split(yo, yb, yo, 2 * tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf)
-                .split(yi, yh, yi, half_rows)
-                .reorder(xi, yi, yh, yo, xo, yb, g.blocks)
-                .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
-                .vectorize(xv)
-                .unroll(yi)
-                .unroll(yh)
-                .fuse(xo, yb, tile)
-                .parallel(tile);
+        for (const GemmFuncs::ShortTiles &t : g.short_tiles) {
+            for (const Expr &when : t.when) {
+                // A step whose rows go into tiles of t.rows (3 to 7 rows in one tile; 9 to 14 rows
+                // in two of 5 to 7; a step of spread lengths as its rows end) reads that twin, laid
+                // out as the general tiles below, as many more tiles a row block as it has fewer rows.
+                Stage short_tiles = s.specialize(when);
+                short_tiles.tile(x, y, xo, yo, xi, yi, tile_cols, t.rows, TailStrategy::GuardWithIf)
+                    .split(yo, yb, yo, tuning.gemm_row_block_tiles * tile_rows / t.rows, TailStrategy::GuardWithIf);
+                short_loops(short_tiles, yi, t.rows);
+                short_tiles.reorder(rows_then({xi, yi}, {yo, xo, yb, g.blocks}))
+                    .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
+                    .vectorize(xv)
+                    .unroll(yi)
+                    .fuse(xo, yb, tile)
+                    .parallel(tile);
+            }
         }
         s.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
             .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
-        if (half_rows > 0) s.split(yi, yh, yi, half_rows).reorder(xi, yi, yh, yo, xo, yb, g.blocks).unroll(yh);
+        short_loops(s, yi, tile_rows);
+        if (!ys.empty()) s.reorder(rows_then({xi, yi}, {yo, xo, yb, g.blocks}));
         else if (one_row_groups) s.split(xo, xoo, xo2, 1).reorder(xi, yi, xo2, yo, xoo, yb, g.blocks);
         else s.reorder(xi, yi, yo, xo, yb, g.blocks);
         s.split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
@@ -268,23 +292,24 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // A step's k loop has edges to partition away where it reads a in place (its rows clamped) or b
     // from the panels; a converted a with b copied per tile (the cell's w, past one row tile) has none.
     const bool partition_k = !batched && (use.b_in_panels || !use.a_converted);
-    auto accumulators = [&](Func part, Func single, Func half, bool partition) {
+    auto accumulators = [&](Func part, Func single, Func GemmFuncs::ShortTiles::*twin, bool partition) {
         schedule_accumulators(g, part, one_row_groups ? xo2 : inner_tiles, tile_cols, tile_rows, batched,
                               /*single_row=*/false, vec, partition);
         if (single.defined())
             schedule_accumulators(g, single, inner_tiles, one_row_tiles * tile_cols, 1, false, /*single_row=*/true,
                                   vec, partition);
-        if (half_rows > 0)
-            schedule_accumulators(g, half, yh, tile_cols, half_rows, false, /*single_row=*/false, vec, partition);
+        for (std::size_t i = 0; i < ys.size(); ++i)
+            schedule_accumulators(g, g.short_tiles[i].*twin, ys[i], tile_cols, g.short_tiles[i].rows, false,
+                                  /*single_row=*/false, vec, partition);
     };
-    accumulators(g.part, g.part_single, g.part_half, partition_k);
+    accumulators(g.part, g.part_single, &GemmFuncs::ShortTiles::part, partition_k);
     // The twins reading b in place have edges again: their k is clamped. They are tiles of the same
     // width: Halide infers a twin's columns in every branch, also where it is not read, and there
     // they must fit its bound (tiles of a power of two of AVX2's 3 vectors failed so).
-    if (g.in_place.defined()) accumulators(g.part_in_place, g.part_single_in_place, g.part_half_in_place, true);
+    if (g.in_place.defined()) accumulators(g.part_in_place, g.part_single_in_place, &GemmFuncs::ShortTiles::part_in_place, true);
 }
 
-// part (or, single_row, part_single; or part_half, whose rows are those of one half tile): a
+// part (or, single_row, part_single; or a short twin, whose rows are those of one short tile): a
 // register tile of tile_cols x tile_rows accumulators, at `at`.
 inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int tile_cols, int tile_rows, bool batched,
                                   bool single_row, int vec, bool partition_k) {

@@ -1,11 +1,13 @@
 // How a CPU step product's rows go into register tiles: the one contract between the kernels
-// (generators/common.h: matrix_product's one-row twin, which a step kernel runs where its rows are
-// few) and the runtime's time loops (runtime/src/ops_sequence.cpp), which give a step's last rows
-// a call of their own where that pays. Free of Halide, so that the runtime includes it too.
+// (generators/common.h: matrix_product's one-row twin and short-tile twins, which a step kernel
+// runs where its rows are few) and the runtime's time loops (runtime/src/ops_sequence.cpp), which
+// give a step's last rows a call of their own where that pays. Free of Halide, so that the
+// runtime includes it too.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace blocklstm::step_tiles {
 
@@ -16,21 +18,54 @@ namespace blocklstm::step_tiles {
 // than a tile, three about as much.
 constexpr int kOneRowTilesMax = 2;
 
-// A step of more than kOneRowTilesMax rows and at most half a tile runs in tiles of half the
-// rows: a register tile computes all its rows, so 3 or 4 rows cost a whole 8-row tile (BlockLSTM
-// at T,I=H 100,256 on an Emerald Rapids: B = 3 3.5 ms, B = 4 4.4, B = 8 5.1), while a half tile
-// costs about half (B = 4 0.71x the time, 3 0.93x; BlockLSTMGrad 0.89x). Not past whole tiles:
-// three half tiles for 12 rows were slower than two whole ones (1.1x at H = 512, each half tile
-// streaming W_h's panel from L2 as a whole tile does). Tiles of 4 rows or fewer have no half, nor
-// tiles of an odd number of rows, which two half tiles would not fill exactly.
-constexpr int half_tile_rows(int tile_rows) {
-    return tile_rows % 2 == 0 && tile_rows / 2 > kOneRowTilesMax ? tile_rows / 2 : 0;
+// Short tiles: a step of more than kOneRowTilesMax rows and fewer than two of the table's
+// gemm_step_tile_rows runs in as few register tiles as that height allows, of as even a height
+// as fills them (ceil(rows / tiles) rows each, at least shortest_tile_rows), a twin of the
+// product per height (the kernels specialize on the rows). A register tile computes all its rows
+// whatever the rows that are real, so in tiles of the table's height a step's rows past its
+// whole tiles cost a whole tile: 12 rows in 8-row tiles cost 16, in two 6-row tiles 12. On a Zen 4
+// (BlockLSTMV2 at T,I,H 200,0,256, the steps alone, old and new builds alternated twice, new/old
+// time): B = 5 0.69-0.73, 6 0.82-0.85, 7 0.89-0.93, 10 0.74-0.80, 12 0.77-0.80, 14 0.84-0.86, 9
+// (two tiles of 5 against 8 and one row alone) 1.00-1.06, 8 and 16 level. Tiles of fewer rows than
+// half a tile are not worth a twin of their own (each twin and row range is a copy of the
+// product's code), so a step of 3 rows runs in the shortest; nor are steps of two whole tiles'
+// rows or more, where the rows past the whole tiles are a smaller share (and the runtime gives
+// one or two of them a call of their own). Tables of fewer than 6 rows have none: AVX2's 4-row
+// tiles.
+constexpr int shortest_tile_rows(int tile_rows) { return tile_rows >= 6 ? (tile_rows + 1) / 2 : 0; }
+
+// The height of the register tiles a step of `rows` rows runs in (1: one-row tiles).
+constexpr int64_t step_tile_height(int64_t rows, int tile_rows) {
+    if (rows <= kOneRowTilesMax) return 1;
+    const int shortest = shortest_tile_rows(tile_rows);
+    if (shortest == 0 || rows >= 2 * tile_rows) return tile_rows;
+    const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
+    return std::max<int64_t>((rows + tiles - 1) / tiles, shortest);
 }
-// Whether a step of `rows` rows runs in half tiles of `half_rows` rows (half_tile_rows; 0: none).
-// (A template, so that the kernels' condition, a Halide Expr of the step's rows, is this one.)
+
+// The steps that run in short tiles: rows first..last in tiles of `height` rows, one range of rows
+// each, in order of rows (8-row tiles: 3-4 in 4, 5, 6, 7, then 9-10 in 5, 11-12 in 6, 13-14 in 7).
+struct ShortTileRows {
+    int first, last;  // ints, as Halide's Exprs compare with them
+    int height;
+};
+inline std::vector<ShortTileRows> short_tile_rows(int tile_rows) {
+    std::vector<ShortTileRows> ranges;
+    for (int rows = kOneRowTilesMax + 1; rows < 2 * tile_rows; ++rows) {
+        const auto height = static_cast<int>(step_tile_height(rows, tile_rows));
+        if (height == tile_rows) continue;
+        if (!ranges.empty() && ranges.back().height == height && ranges.back().last == rows - 1) ranges.back().last = rows;
+        else ranges.push_back({rows, rows, height});
+    }
+    return ranges;
+}
+// Whether a step of `rows` rows is in `range` (a template, so that the kernels' condition, a
+// Halide Expr of the step's rows, is this one). A range of rows, one specialization each: Halide's
+// simplifier tells ranges apart, so each branch computes only its own twin; with a condition on
+// the even height (== 5, == 6, ...) it could not, and every branch computed every twin.
 template <typename Rows>
-constexpr auto in_half_tiles(const Rows &rows, int half_rows) {
-    return rows > kOneRowTilesMax && rows <= half_rows;
+constexpr auto in_range(const Rows &rows, const ShortTileRows &range) {
+    return rows >= range.first && rows <= range.last;
 }
 
 // The most rows past a step's whole tiles of `tile_rows` rows that run alone, in one-row tiles
@@ -47,10 +82,12 @@ constexpr int64_t rows_past_alone_max(int64_t tile_rows) {
 // The rows of a step in whole tiles of `tile_rows` rows: `rows` itself, or, where the rows past
 // the last whole tile are rows_past_alone_max or fewer, the rows before them, and those rows then
 // go in a call of their own (one-row tiles). 17 rows in 8-row tiles: 16, then 1 (the 17th alone
-// costs 0.3-0.4 of the third tile it would take).
+// costs 0.3-0.4 of the third tile it would take). A step that runs in short tiles stays whole:
+// 9 rows in 8-row tiles run in two of 5.
 constexpr int64_t rows_in_whole_tiles(int64_t rows, int64_t tile_rows) {
     const int64_t past = tile_rows > 0 ? rows % tile_rows : 0;
-    return rows > tile_rows && past > 0 && past <= rows_past_alone_max(tile_rows) ? rows - past : rows;
+    const int64_t whole_from = shortest_tile_rows(static_cast<int>(tile_rows)) > 0 ? 2 * tile_rows : tile_rows;
+    return rows > whole_from && past > 0 && past <= rows_past_alone_max(tile_rows) ? rows - past : rows;
 }
 
 // The calls of a step of `rows` rows: run(first row, rows) for the rows in whole tiles, then

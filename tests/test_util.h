@@ -263,7 +263,7 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
     };
     // `set(shape, v)` puts v into the dimension the tile size `unit` applies to; a shape already
     // derived from another tile keeps its first name.
-    auto add_at = [&](const std::string &what, std::initializer_list<std::pair<const char *, int64_t>> at,
+    auto add_at = [&](const std::string &what, const std::vector<std::pair<const char *, int64_t>> &at,
                       const std::function<void(Shape &, int64_t)> &set) {
         for (const auto &[where, v] : at) {
             Shape s{2, 3, 5, 9, 2, 1, 0.0, 1.0, "tile boundary"};
@@ -289,9 +289,16 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
         if (products == Products::step) {
             add(n("step_tile_rows", g.gemm_step_tile_rows), g.gemm_step_tile_rows, batch);
             add(n("tile_cols", g.gemm_step_tile_cols()), g.gemm_step_tile_cols(), units);
-            // Half tiles (schedules/step_tiles.h): a step of half a tile, whole and one row short.
-            const int64_t half = blocklstm::step_tiles::half_tile_rows(g.gemm_step_tile_rows);
-            if (half > 0) add_at(n("step_half_tile_rows", half), {{"whole", half}, {"short", half - 1}}, batch);
+            // Short tiles (schedules/step_tiles.h): each height's one tile; the shortest's one row
+            // short too (a step of 3 rows in 4-row tiles); and two tiles of it, the second one row
+            // short (9 rows in 8-row tiles: two of 5), where that is more than one whole tile.
+            const int tile = g.gemm_step_tile_rows, shortest = blocklstm::step_tiles::shortest_tile_rows(tile);
+            for (int h = shortest; shortest > 0 && h < tile; ++h) {
+                std::vector<std::pair<const char *, int64_t>> at{{"one", h}};
+                if (h == shortest) at.push_back({"one_short", h - 1});
+                if (2 * h - 1 > tile) at.push_back({"two_short", 2 * h - 1});
+                add_at(n("step_short_tile_rows", h), at, batch);
+            }
             // Rows of at most one tile read a weight matrix in place where its 4H columns fill
             // whole tiles (the cell op's kernel, generators/common.h), else its copy: 4H one tile,
             // two, and one unit short of a tile, at 1 and 2 rows (the twins of one-row tiles) and a

@@ -715,23 +715,47 @@ TEST(CpuTargets, EachPinRunsItsOwnCode) {
     if (compared == 0) GTEST_SKIP() << "this CPU runs no two targets that must round differently";
 }
 
-// Half tiles (schedules/step_tiles.h) split an even tile of more than 4 rows in two; a step of 3
-// to half a tile's rows runs in them. The tile-boundary cases run every table's half tile.
-TEST(StepTiles, HalfTilesOfEvenTilesPastFourRows) {
+// Short tiles (schedules/step_tiles.h): a step of fewer than two tiles' rows in the fewest tiles of
+// at most the table's rows, of even heights, the shortest half a tile; none below 6-row tiles.
+// The tile-boundary cases run every table's heights.
+TEST(StepTiles, ShortTilesSpreadTheRowsEvenly) {
     namespace st = blocklstm::step_tiles;
-    EXPECT_EQ(st::half_tile_rows(8), 4);
-    EXPECT_EQ(st::half_tile_rows(12), 6);
-    EXPECT_EQ(st::half_tile_rows(6), 3);
-    EXPECT_EQ(st::half_tile_rows(7), 0) << "an odd tile has no half";
-    EXPECT_EQ(st::half_tile_rows(4), 0) << "2 rows run in one-row tiles";
-    EXPECT_EQ(st::half_tile_rows(0), 0);
-    for (int64_t rows = 0; rows <= 9; ++rows)
-        EXPECT_EQ(st::in_half_tiles(rows, st::half_tile_rows(8)), rows >= 3 && rows <= 4) << rows << " rows";
-    EXPECT_FALSE(st::in_half_tiles(int64_t{3}, st::half_tile_rows(7)));
+    EXPECT_EQ(st::shortest_tile_rows(8), 4);
+    EXPECT_EQ(st::shortest_tile_rows(7), 4);
+    EXPECT_EQ(st::shortest_tile_rows(6), 3);
+    EXPECT_EQ(st::shortest_tile_rows(4), 0) << "AVX2's 4-row tiles have none";
+    EXPECT_EQ(st::shortest_tile_rows(0), 0);
+    // rows -> the height of their tiles in 8-row tiles (1: one-row tiles)
+    const std::vector<std::pair<int64_t, int64_t>> heights{{1, 1},  {2, 1},  {3, 4},  {4, 4},  {5, 5},  {7, 7},
+                                                           {8, 8},  {9, 5},  {10, 5}, {11, 6}, {12, 6}, {13, 7},
+                                                           {14, 7}, {15, 8}, {16, 8}, {17, 8}, {57, 8}};
+    for (const auto &[rows, height] : heights) EXPECT_EQ(st::step_tile_height(rows, 8), height) << rows << " rows";
+    EXPECT_EQ(st::step_tile_height(5, 4), 4) << "no short tiles: the table's";
+    // The ranges are the rows of each height, in order, none of the table's height.
+    const std::vector<st::ShortTileRows> ranges = st::short_tile_rows(8);
+    ASSERT_EQ(ranges.size(), 7u);
+    EXPECT_EQ(ranges[0].first, 3);
+    EXPECT_EQ(ranges[0].last, 4);
+    EXPECT_EQ(ranges[4].first, 9);
+    EXPECT_EQ(ranges[4].last, 10);
+    EXPECT_EQ(ranges[4].height, 5);
+    for (int64_t rows = 1; rows <= 64; ++rows) {
+        const int64_t h = st::step_tile_height(rows, 8);
+        int in = 0;
+        for (const st::ShortTileRows &r : ranges) {
+            if (!st::in_range(rows, r)) continue;
+            ++in;
+            EXPECT_EQ(r.height, h) << rows << " rows";
+        }
+        EXPECT_EQ(in, h > 1 && h < 8 ? 1 : 0) << rows << " rows: in one range where short";
+        if (h > 1) EXPECT_EQ((rows + h - 1) / h, (rows + 7) / 8) << rows << " rows: no more tiles than 8-row ones";
+    }
+    EXPECT_TRUE(st::short_tile_rows(4).empty());
 }
 
 // The rows past a step's whole tiles run alone (one-row tiles) only where they cost less than one
-// more tile: one or two past 8-row tiles, one past AVX2's 4-row tiles, none past tiles of 3 or fewer.
+// more tile: one or two past 8-row tiles (from two tiles on: below, short tiles take them), one past
+// AVX2's 4-row tiles, none past tiles of 3 or fewer.
 TEST(StepTiles, RowsPastTheTilesRunAloneWhereCheaperThanATile) {
     namespace st = blocklstm::step_tiles;
     EXPECT_EQ(st::rows_past_alone_max(8), 2);
@@ -740,7 +764,7 @@ TEST(StepTiles, RowsPastTheTilesRunAloneWhereCheaperThanATile) {
     EXPECT_EQ(st::rows_past_alone_max(16), 2) << "at most the one-row twin's rows";
     EXPECT_EQ(st::rows_past_alone_max(0), 0);
     EXPECT_EQ(st::rows_in_whole_tiles(17, 8), 16);
-    EXPECT_EQ(st::rows_in_whole_tiles(10, 8), 8);
+    EXPECT_EQ(st::rows_in_whole_tiles(10, 8), 10) << "two short tiles of 5";
     EXPECT_EQ(st::rows_in_whole_tiles(11, 8), 11);
     EXPECT_EQ(st::rows_in_whole_tiles(9, 4), 8);
     EXPECT_EQ(st::rows_in_whole_tiles(10, 4), 10) << "two rows past 4-row tiles take a tile";
