@@ -6,7 +6,6 @@
 // own unless the build names another.
 #pragma once
 
-#include <algorithm>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -105,15 +104,18 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // Each short twin (GemmFuncs::short_tiles) is computed at a loop of its own height, `ys[i]` over
     // at most short_tiles[i].rows rows, which every branch of the specializations below has:
     // Halide infers a twin's rows in each branch, also in those that never read it, and there they
-    // must fit its bound too. So every branch splits its tile's rows by each height in turn, the
+    // must fit its bound too. So every branch splits its tile's rows once for each height, the
     // tallest outermost; those loops only add a tile's accumulators into sum.
     std::vector<Var> ys;
     for (const GemmFuncs::ShortTiles &t : g.short_tiles) ys.emplace_back("y" + std::to_string(t.rows));
-    // In a branch of tiles of `rows` rows, a height's loop covers at most that many of them.
+    // In a branch of tiles of `rows` rows, a height's loop covers all of them where they fit its
+    // height, one at a time where not: splits that divide exactly, so no loop needs a guard (splits
+    // by each height, guarded, made 64 unrolled copies of an 8-row tile's rows to prune). In the
+    // short tiles' branches the rows are a loop, not unrolled: they only add a tile's accumulators
+    // into sum, once a k block, and unrolled in every branch they doubled the kernels' code and
+    // build time.
     auto short_loops = [&](Stage s, Var yi, int rows) {
-        for (std::size_t i = ys.size(); i-- > 0;)
-            s.split(yi, ys[i], yi, std::min(g.short_tiles[i].rows, rows), TailStrategy::GuardWithIf);
-        for (const Var &v : ys) s.unroll(v);
+        for (std::size_t i = ys.size(); i-- > 0;) s.split(yi, ys[i], yi, g.short_tiles[i].rows >= rows ? rows : 1);
     };
     // The loops innermost first: `inner`, the short tiles' loops, then `outer`.
     auto rows_then = [&](std::vector<VarOrRVar> inner, std::vector<VarOrRVar> outer) {
@@ -131,6 +133,13 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         g.part_single.defined() && use.b_in_panels && g.short_tiles.empty() ? tuning.gemm_one_row_task_tiles() : 1;
     const bool one_row_groups = one_row_tiles > 1;
     Var xoo("xoo"), xo2("xo2");
+    // A short or one-row branch's k blocks in one loop: Halide would otherwise split off the first
+    // block (which adds the initial value, generators/common.h) into a parallel loop of its own, a
+    // second copy of the branch's code, where a step's depth is one block up to gemm_step_k_block
+    // (2048). Not the table's tiles, kept as they were: there the one loop reads sum's old value in
+    // the first block too, and measured 1-4 % slower at B = 8 and 16, H = 256 (at the edge of this
+    // VM's noise).
+    auto blocks_in_one_loop = [&](Stage s) { s.partition(g.blocks, Partition::Never); };
     // The loops of a stage: the specializations for few rows, then the general tiles. With b in place
     // (GemmFuncs::in_place) twice, in the in-place branch first (the other reads b's copy).
     auto tile_loops = [&](Stage s) {
@@ -153,6 +162,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             one.split(xi, xl, xv, vec)
                 .vectorize(xv)
                 .parallel(tile);
+            blocks_in_one_loop(one);
         }
         for (const GemmFuncs::ShortTiles &t : g.short_tiles) {
             for (const Expr &when : t.when) {
@@ -166,14 +176,17 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
                 short_tiles.reorder(rows_then({xi, yi}, {yo, xo, yb, g.blocks}))
                     .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
                     .vectorize(xv)
-                    .unroll(yi)
                     .fuse(xo, yb, tile)
                     .parallel(tile);
+                blocks_in_one_loop(short_tiles);
             }
         }
         s.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
             .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
         short_loops(s, yi, tile_rows);
+        // The table's tiles' rows unrolled as before (a loop measured 1-6 % slower at B = 16 and 32,
+        // H = 256 and 512, at the edge of this VM's noise).
+        for (const Var &v : ys) s.unroll(v);
         if (!ys.empty()) s.reorder(rows_then({xi, yi}, {yo, xo, yb, g.blocks}));
         else if (one_row_groups) s.split(xo, xoo, xo2, 1).reorder(xi, yi, xo2, yo, xoo, yb, g.blocks);
         else s.reorder(xi, yi, yo, xo, yb, g.blocks);
