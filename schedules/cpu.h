@@ -129,10 +129,22 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // computes each twin at a loop that all branches have and takes its region over all of them,
     // so part is computed at xo2 (one tile in either branch; the general branch's groups are one
     // tile) and part_single at yo (the group's columns in the one-row branch).
-    const int one_row_tiles =
-        g.part_single.defined() && use.b_in_panels && g.short_tiles.empty() ? tuning.gemm_one_row_task_tiles() : 1;
+    const int one_row_tiles = g.part_single.defined() && use.b_in_panels ? tuning.gemm_one_row_task_tiles() : 1;
     const bool one_row_groups = one_row_tiles > 1;
     Var xoo("xoo"), xo2("xo2");
+    // A step's loops over its tiles, innermost first: the tile's columns and rows, the short
+    // tiles' loops, the column tiles of a one-row group (`group` of them in the one-row branch,
+    // one elsewhere), the row tiles, then the parallel tasks (column tiles or groups x row blocks)
+    // and the k blocks.
+    auto step_tiles_of = [&](Stage s, int group) {
+        if (one_row_groups) {
+            if (group > 1) s.split(xo, xoo, xo2, group, TailStrategy::GuardWithIf);
+            else s.split(xo, xoo, xo2, group);
+            s.reorder(rows_then({xi, yi}, {xo2, yo, xoo, yb, g.blocks})).fuse(xoo, yb, tile);
+        } else {
+            s.reorder(rows_then({xi, yi}, {yo, xo, yb, g.blocks})).fuse(xo, yb, tile);
+        }
+    };
     // A short or one-row branch's k blocks in one loop: Halide would otherwise split off the first
     // block (which adds the initial value, generators/common.h) into a parallel loop of its own, a
     // second copy of the branch's code, where a step's depth is one block up to gemm_step_k_block
@@ -152,13 +164,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             one.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
                 .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
             short_loops(one, yi, 1);
-            if (one_row_groups) {
-                one.split(xo, xoo, xo2, one_row_tiles, TailStrategy::GuardWithIf)
-                    .reorder(xi, yi, xo2, yo, xoo, yb, g.blocks)
-                    .fuse(xoo, yb, tile);
-            } else {
-                one.reorder(rows_then({xi, yi}, {yo, xo, yb, g.blocks})).fuse(xo, yb, tile);
-            }
+            step_tiles_of(one, one_row_tiles);
             one.split(xi, xl, xv, vec)
                 .vectorize(xv)
                 .parallel(tile);
@@ -173,10 +179,9 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
                 short_tiles.tile(x, y, xo, yo, xi, yi, tile_cols, t.rows, TailStrategy::GuardWithIf)
                     .split(yo, yb, yo, tuning.gemm_row_block_tiles * tile_rows / t.rows, TailStrategy::GuardWithIf);
                 short_loops(short_tiles, yi, t.rows);
-                short_tiles.reorder(rows_then({xi, yi}, {yo, xo, yb, g.blocks}))
-                    .split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
+                step_tiles_of(short_tiles, 1);
+                short_tiles.split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
                     .vectorize(xv)
-                    .fuse(xo, yb, tile)
                     .parallel(tile);
                 blocks_in_one_loop(short_tiles);
             }
@@ -187,9 +192,8 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         // The table's tiles' rows unrolled as before (a loop measured 1-6 % slower at B = 16 and 32,
         // H = 256 and 512, at the edge of this VM's noise).
         for (const Var &v : ys) s.unroll(v);
-        if (!ys.empty()) s.reorder(rows_then({xi, yi}, {yo, xo, yb, g.blocks}));
-        else if (one_row_groups) s.split(xo, xoo, xo2, 1).reorder(xi, yi, xo2, yo, xoo, yb, g.blocks);
-        else s.reorder(xi, yi, yo, xo, yb, g.blocks);
+        if (batched) s.reorder(xi, yi, yo, xo, yb, g.blocks);
+        else step_tiles_of(s, 1);
         s.split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
             .vectorize(xv)
             .unroll(yi);
@@ -198,7 +202,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         // per tile and k block (2.7 % of BlockLSTM on a Zen 4, perf); unrolled, they stay in
         // registers: the batched products 1-5 % faster. The per-step products were level or slower.
         if (batched) s.unroll(xl);
-        if (!batched) s.fuse(one_row_groups ? xoo : xo, yb, tile).parallel(tile);
+        if (!batched) s.parallel(tile);
     };
     if (g.in_place.defined()) tile_loops(update.specialize(g.in_place));
     tile_loops(update);

@@ -30,9 +30,13 @@ constexpr int kOneRowTilesMax = 2;
 // half a tile are not worth a twin of their own (each twin and row range is a copy of the
 // product's code), so a step of 3 rows runs in the shortest; nor are steps of two whole tiles'
 // rows or more, where the rows past the whole tiles are a smaller share (and the runtime gives
-// one or two of them a call of their own). Tables of fewer than 6 rows have none: AVX2's 4-row
-// tiles.
-constexpr int shortest_tile_rows(int tile_rows) { return tile_rows >= 6 ? (tile_rows + 1) / 2 : 0; }
+// one or two of them a call of their own). AVX2's 4-row tiles have one short height, 3 rows (3
+// rows in one tile, 5-6 in two), measured on the same Zen 4 running the AVX2 target's code: B = 3,
+// 5 and 6 0.87-0.98x, 0.88-0.91x and 0.88-0.92x the time, B = 1, 7, 8 level (an AVX2 CPU of its
+// own has not measured it).
+constexpr int shortest_tile_rows(int tile_rows) {
+    return tile_rows > kOneRowTilesMax + 1 ? std::max(kOneRowTilesMax + 1, (tile_rows + 1) / 2) : 0;
+}
 
 // The height of the register tiles a step of `rows` rows runs in (1: one-row tiles).
 constexpr int64_t step_tile_height(int64_t rows, int tile_rows) {

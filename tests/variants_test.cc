@@ -716,21 +716,24 @@ TEST(CpuTargets, EachPinRunsItsOwnCode) {
 }
 
 // Short tiles (schedules/step_tiles.h): a step of fewer than two tiles' rows in the fewest tiles of
-// at most the table's rows, of even heights, the shortest half a tile; none below 6-row tiles.
-// The tile-boundary cases run every table's heights.
+// at most the table's rows, of even heights, the shortest half a tile and at least 3 rows; none
+// for tiles of 3 rows or fewer. The tile-boundary cases run every table's heights.
 TEST(StepTiles, ShortTilesSpreadTheRowsEvenly) {
     namespace st = blocklstm::step_tiles;
     EXPECT_EQ(st::shortest_tile_rows(8), 4);
     EXPECT_EQ(st::shortest_tile_rows(7), 4);
     EXPECT_EQ(st::shortest_tile_rows(6), 3);
-    EXPECT_EQ(st::shortest_tile_rows(4), 0) << "AVX2's 4-row tiles have none";
+    EXPECT_EQ(st::shortest_tile_rows(4), 3) << "AVX2's 4-row tiles";
+    EXPECT_EQ(st::shortest_tile_rows(3), 0) << "no shorter tile than one-row tiles' rows and one";
     EXPECT_EQ(st::shortest_tile_rows(0), 0);
     // rows -> the height of their tiles in 8-row tiles (1: one-row tiles)
     const std::vector<std::pair<int64_t, int64_t>> heights{{1, 1},  {2, 1},  {3, 4},  {4, 4},  {5, 5},  {7, 7},
                                                            {8, 8},  {9, 5},  {10, 5}, {11, 6}, {12, 6}, {13, 7},
                                                            {14, 7}, {15, 8}, {16, 8}, {17, 8}, {57, 8}};
     for (const auto &[rows, height] : heights) EXPECT_EQ(st::step_tile_height(rows, 8), height) << rows << " rows";
-    EXPECT_EQ(st::step_tile_height(5, 4), 4) << "no short tiles: the table's";
+    EXPECT_EQ(st::step_tile_height(5, 4), 3) << "4-row tiles: two of 3";
+    EXPECT_EQ(st::step_tile_height(7, 4), 4);
+    EXPECT_EQ(st::step_tile_height(5, 3), 3) << "no short tiles: the table's";
     // The ranges are the rows of each height, in order, none of the table's height.
     const std::vector<st::ShortTileRows> ranges = st::short_tile_rows(8);
     ASSERT_EQ(ranges.size(), 7u);
@@ -750,12 +753,19 @@ TEST(StepTiles, ShortTilesSpreadTheRowsEvenly) {
         EXPECT_EQ(in, h > 1 && h < 8 ? 1 : 0) << rows << " rows: in one range where short";
         if (h > 1) EXPECT_EQ((rows + h - 1) / h, (rows + 7) / 8) << rows << " rows: no more tiles than 8-row ones";
     }
-    EXPECT_TRUE(st::short_tile_rows(4).empty());
+    const std::vector<st::ShortTileRows> avx2 = st::short_tile_rows(4);
+    ASSERT_EQ(avx2.size(), 2u);
+    EXPECT_EQ(avx2[0].first, 3);
+    EXPECT_EQ(avx2[0].last, 3);
+    EXPECT_EQ(avx2[1].first, 5);
+    EXPECT_EQ(avx2[1].last, 6);
+    EXPECT_EQ(avx2[1].height, 3);
+    EXPECT_TRUE(st::short_tile_rows(3).empty());
 }
 
 // The rows past a step's whole tiles run alone (one-row tiles) only where they cost less than one
-// more tile: one or two past 8-row tiles (from two tiles on: below, short tiles take them), one past
-// AVX2's 4-row tiles, none past tiles of 3 or fewer.
+// more tile: one or two past 8-row tiles, one past AVX2's 4-row tiles (from two tiles on: below,
+// short tiles take them), none past tiles of 3 or fewer.
 TEST(StepTiles, RowsPastTheTilesRunAloneWhereCheaperThanATile) {
     namespace st = blocklstm::step_tiles;
     EXPECT_EQ(st::rows_past_alone_max(8), 2);
@@ -769,6 +779,7 @@ TEST(StepTiles, RowsPastTheTilesRunAloneWhereCheaperThanATile) {
     EXPECT_EQ(st::rows_in_whole_tiles(9, 4), 8);
     EXPECT_EQ(st::rows_in_whole_tiles(10, 4), 10) << "two rows past 4-row tiles take a tile";
     EXPECT_EQ(st::rows_in_whole_tiles(1, 4), 1) << "no whole tile: the call's own one-row tiles";
+    EXPECT_EQ(st::rows_in_whole_tiles(5, 4), 5) << "two short tiles of 3";
     EXPECT_EQ(st::rows_in_whole_tiles(8, 4), 8);
     std::vector<std::pair<int64_t, int64_t>> calls;
     st::each_call(13, 4, [&](int64_t r0, int64_t n) { calls.emplace_back(r0, n); });
