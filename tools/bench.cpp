@@ -77,6 +77,9 @@ Tensor seq_lengths_of(const BenchOptions &o) {
         t.data_as<int64_t>()[b] = o.lengths == "full" ? o.time
                                                       : std::min(o.time, shortest + static_cast<int64_t>(rng.uniform() *
                                                                                      static_cast<double>(o.time - shortest + 1)));
+    // sorted: the spread lengths longest first, the order a PackedSequence's rows come in (the
+    // op then runs them where they are, with no reordering of its own)
+    if (o.lengths == "sorted") std::sort(t.data_as<int64_t>(), t.data_as<int64_t>() + o.batch, std::greater<>());
     return t;
 }
 
@@ -243,7 +246,7 @@ int bench(const BenchOptions &o) {
         throw CliError("bench: --lengths is " + o.lengths + ": expected none for " + o.op +
                        " (seq_lengths are the sequence ops')");
     if (o.against_padded && o.lengths.empty())
-        throw CliError("bench: --against-padded is given without --lengths: expected --lengths full or spread "
+        throw CliError("bench: --against-padded is given without --lengths: expected --lengths full, spread or sorted "
                        "(the padded call is the one without them)");
     if (o.inference && is_grad_op(o.op))
         throw CliError("bench: --inference is for the forward ops: " + o.op + " needs all seven activations");
@@ -259,7 +262,10 @@ int bench(const BenchOptions &o) {
                 shape.c_str(), o.use_peephole ? "true" : "false");
     if (!o.lengths.empty() && !cell)
         std::printf("  seq_lengths %s: %.0f of %lld row-steps run\n",
-                    o.lengths == "full" ? "full (every row T)" : "spread uniformly over [ceil(T/4), T]", row_steps(o),
+                    o.lengths == "full"     ? "full (every row T)"
+                    : o.lengths == "spread" ? "spread uniformly over [ceil(T/4), T]"
+                                            : "spread uniformly over [ceil(T/4), T], longest first",
+                    row_steps(o),
                     static_cast<long long>(o.time * o.batch));
     if (o.against_padded)
         std::printf("  each timed call followed by the same call padded (no seq_lengths, every row T steps)\n");

@@ -60,7 +60,7 @@ constexpr CommandHelp kCommands[] = {
      "                       [--dtype float32|float16|bfloat16] [--use-peephole]\n"
      "                       [--device cpu|cuda]\n"
      "                       [--reps N] [--warmup N] [--threads N] [--seed S] [--print-reps]\n"
-     "                       [--cpu-target TARGET] [--lengths full|spread [--against-padded]]\n"
+     "                       [--cpu-target TARGET] [--lengths full|spread|sorted [--against-padded]]\n"
      "                       [--inference]\n",
      "  bench <OpName> Time one op on random inputs of the given shape (the grad ops on the\n"
      "                 activations of the matching forward op) after a warm-up; print the median,\n"
@@ -78,7 +78,9 @@ constexpr CommandHelp kCommands[] = {
      "                 instead of cuBLAS. --cpu-target runs the CPU kernels compiled for TARGET\n"
      "                 (as BLOCKLSTM_CPU_TARGET does for every command). --lengths gives the\n"
      "                 sequence ops seq_lengths: full, every row T steps; spread, each row's\n"
-     "                 length uniform in [ceil(T/4), T] (from --seed); FLOPs count the steps run.\n"
+     "                 length uniform in [ceil(T/4), T] (from --seed); sorted, the same lengths\n"
+     "                 longest first (as a PackedSequence's rows; the op then reorders no rows);\n"
+     "                 FLOPs count the steps run.\n"
      "                 --against-padded alternates each timed call with the same call without\n"
      "                 seq_lengths (every row T steps) and adds \"padded_median_ms=<float>\n"
      "                 ratio=<float>\" to the last line: the median over the pairs of calls of\n"
@@ -253,7 +255,7 @@ int parse_and_run(int argc, char **argv, const std::string &command) {
     bench->add_option("--seed", b.seed)->check(seed_value());
     bench->add_flag("--print-reps", b.print_reps);
     bench->add_option("--cpu-target", b.cpu_target);
-    bench->add_option("--lengths", b.lengths)->check(CLI::IsMember({"full", "spread"}));
+    bench->add_option("--lengths", b.lengths)->check(CLI::IsMember({"full", "spread", "sorted"}));
     bench->add_flag("--against-padded", b.against_padded);
     bench->add_flag("--inference", b.inference);
     threads(bench);

@@ -955,6 +955,30 @@ TEST(Bench, AgainstPaddedPairsEveryCallWithThePaddedOne) {
     }
 }
 
+// --lengths sorted: spread's lengths (the same seed) longest first, so the same row-steps run,
+// fewer than T * B, and the header says which.
+TEST(Bench, SortedLengthsAreTheSpreadOnesLongestFirst) {
+    auto row_steps = [](const std::string &lengths, std::string *line) {
+        std::vector<std::string> args = bench_args("BlockLSTM", "float32", false, {20, 7, 3, 4});
+        args.insert(args.end(), {"--reps", "2", "--warmup", "1", "--seed", "11", "--lengths", lengths});
+        const Result r = run_cli(args);
+        EXPECT_EQ(r.code, 0) << describe(r);
+        std::smatch m;
+        if (!std::regex_search(r.out, m, std::regex(R"(\n  seq_lengths ([^:]+): ([0-9]+) of ([0-9]+) row-steps run\n)")))
+            return std::pair<long, long>{-1, -1};
+        *line = m[1];
+        return std::pair<long, long>{std::stol(m[2]), std::stol(m[3])};
+    };
+    std::string spread_line, sorted_line;
+    const auto spread = row_steps("spread", &spread_line), sorted = row_steps("sorted", &sorted_line);
+    EXPECT_EQ(spread_line, "spread uniformly over [ceil(T/4), T]");
+    EXPECT_EQ(sorted_line, "spread uniformly over [ceil(T/4), T], longest first");
+    EXPECT_EQ(spread.second, 20 * 7);
+    EXPECT_EQ(sorted, spread);
+    EXPECT_LT(spread.first, 20 * 7);
+    EXPECT_GE(spread.first, 5 * 7);  // every row at least ceil(T/4) = 5 steps
+}
+
 TEST(Bench, DefaultRepsAndWarmup) {
     const Result r = run_cli(bench_args("BlockLSTM", "float32", false));
     ASSERT_EQ(r.code, 0) << describe(r);
