@@ -5,7 +5,11 @@
 // product writing into xw in place) and the kernel is the gate math alone. With product=cell
 // (cell_fwd, the forward cell op on the CPU) the product is the cell's whole one, gates = b +
 // [x | h_prev] . w with w read in place: BlockLSTM's step over one call packs W_x's and W_h's
-// panels for one step (53 % of LSTMBlockCell's time at B = 1, H = 256).
+// panels for one step (53 % of LSTMBlockCell's time at B = 1, H = 256). With caller_rows
+// (seq_fwd_step_rows: seq_lengths on rows not in length order) the step runs the rows of its
+// product in length order but reads h_prev and cs_prev and writes its outputs in the caller's rows,
+// all of them, zeros where a row does not run: no copy of the outputs into the caller's rows after
+// the steps, and no pass of zeros before them.
 #include "generators/common.h"
 #include "schedules/schedule.h"
 
@@ -17,9 +21,11 @@ public:
     GeneratorParam<bool> use_peephole{"use_peephole", false};
     GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
     GeneratorParam<RecurrentProduct> product{"product", RecurrentProduct::inside, recurrent_product_names};
+    GeneratorParam<bool> caller_rows{"caller_rows", false};
 
     Input<Buffer<>> *xw = nullptr, *h_prev = nullptr, *w_h = nullptr, *pre_activations = nullptr, *b = nullptr;
     Input<Buffer<>> *cs_prev, *wci, *wcf, *wco;
+    Input<Buffer<>> *order = nullptr, *place = nullptr;  // caller_rows: [rows run], [B] int32
     Input<float> forget_bias{args::seq_fwd_step::forget_bias};
     Input<float> cell_clip{args::seq_fwd_step::cell_clip};
     Output<Buffer<>> *lstm;   // Tuple (i, cs, f, o, ci, co, h), each [B,H]
@@ -29,6 +35,8 @@ public:
 
     void configure() {
         namespace a = args::seq_fwd_step;
+        if (caller_rows && product != RecurrentProduct::inside)
+            throw std::invalid_argument("caller_rows is for the step with its product inside (families.inc)");
         if (product == RecurrentProduct::outside) {
             require_weights({Weights::none});
             pre_activations = add_input<Buffer<>>(a::pre_activations, Float(32), 2);  // [B,4H]
@@ -46,8 +54,12 @@ public:
             gates = add_output<Buffer<>>(a::gates, Float(32), 2);
             return;
         }
-        xw = add_input<Buffer<>>(a::xw, Float(32), 2);       // [B,4H] x.W_x + b
+        xw = add_input<Buffer<>>(a::xw, Float(32), 2);       // [B,4H] x.W_x + b (caller_rows: [rows run,4H])
         h_prev = add_input<Buffer<>>(a::h_prev, dtype, 2);   // [B,H]
+        if (caller_rows) {
+            order = add_input<Buffer<>>(a::order, Int(32), 1);  // [rows run]: the caller's row of each
+            place = add_input<Buffer<>>(a::place, Int(32), 1);  // [B]: each caller row's place in length order
+        }
         // [H,4H] rows I.. of w: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
@@ -90,7 +102,12 @@ public:
             gates->dim(1).set_min(0);
         }
         const int panel_cols = amx() ? 0 : declare_panels(w_h, gates, weights == Weights::panels, pairs());
-        auto h_prev_k = [&](Expr k, Expr yy) { return (*h_prev)(k, yy); };
+        // caller_rows: the product's rows are the rows run (xw's), in length order; the gate math's
+        // the caller's B rows, each at its place among them.
+        const Expr rows_run = caller_rows ? xw->dim(1).extent() : B;
+        auto h_prev_k = [&](Expr k, Expr yy) {
+            return (*h_prev)(k, caller_rows ? clamp((*order)(yy), 0, B - 1) : yy);
+        };
         const bool cell = product == RecurrentProduct::cell;
         auto xw_init = [&](Expr xx, Expr yy) { return cell ? f32((*b)(xx)) : (*xw)(xx, yy); };
         Expr depth = cell ? h_prev->dim(0).extent() : H;  // the cell: I + H
@@ -105,9 +122,14 @@ public:
                   : matrix_product(
                         "gates", h_prev_k,
                         [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k, pairs()); }, xw_init,
-                        B, 4 * H, depth, blocking, /*b_padded=*/panel_cols > 0, x, y, Func(*gates));
+                        rows_run, 4 * H, depth, blocking, /*b_padded=*/panel_cols > 0, x, y, Func(*gates));
 
-        gate_math([&](Expr col, Expr row) { return (*gates)(col, row); }, H, j, n);
+        if (caller_rows) {
+            const Expr at = (*place)(n);
+            gate_math([&](Expr col, Expr) { return (*gates)(col, clamp(at, 0, rows_run - 1)); }, H, j, n, at < rows_run);
+        } else {
+            gate_math([&](Expr col, Expr row) { return (*gates)(col, row); }, H, j, n);
+        }
         schedules::schedule_gemm(p,
                                  {.shape = schedules::GemmShape::step,
                                   .cols = 4 * H,
@@ -122,7 +144,9 @@ public:
     // the CPU schedule computes once per vector of units: inlined into the seven outputs, LLVM kept
     // 7-8 exp and division chains a vector where 5 are needed, and the peephole's cs (read by o)
     // made the gate math 1.3x the plain one's time (B = 64, H = 512, one core); staged, 0.85x.
-    void gate_math(const std::function<Expr(Expr, Expr)> &pre, const Expr &H, const Var &j, const Var &n) {
+    // runs (where defined): whether row n runs, else its outputs are zero.
+    void gate_math(const std::function<Expr(Expr, Expr)> &pre, const Expr &H, const Var &j, const Var &n,
+                   const Expr &runs = Expr()) {
         auto gate = [&](Gate g) { return pre(j + gate_block(layout, g) * H, n); };
         const CellActivations a = cell_activations(gate(gate_i), gate(gate_c), gate(gate_f), f32((*cs_prev)(j, n)),
                                                    f32((*wci)(j)), f32((*wcf)(j)), forget_bias, use_peephole);
@@ -131,8 +155,8 @@ public:
                                            gate(gate_o), f32((*cs_prev)(j, n)), f32((*wco)(j)), cell_clip,
                                            use_peephole);
         const Type ty = dtype;
-        (*lstm)(j, n) = Tuple(stored(ty, r.i), stored(ty, r.cs), stored(ty, r.f), stored(ty, r.o),
-                              stored(ty, r.ci), stored(ty, r.co), stored(ty, r.h));
+        auto out = [&](const Expr &v) { return runs.defined() ? select(runs, stored(ty, v), stored(ty, 0.0f)) : stored(ty, v); };
+        (*lstm)(j, n) = Tuple(out(r.i), out(r.cs), out(r.f), out(r.o), out(r.ci), out(r.co), out(r.h));
     }
 
     Func activations{"activations"};  // (i, ci, f) of unit j, row n: gate_math

@@ -458,6 +458,55 @@ inline blocklstm::LSTMBlockCellGradOutputs<Tensor> run_cell_grad(const Problem &
                                         blocklstm::GradAttrs{p.peephole});
 }
 
+// ---- seq_lengths (blocklstm's extension of the sequence ops) ------------------------------------
+
+// The lengths as the op takes them, and capped at L as the reference takes them.
+struct Lengths {
+    Tensor tensor;
+    std::vector<int64_t> capped;
+    Lengths(const std::vector<int64_t> &values, int64_t L, bool int64)
+        : tensor(int64 ? DType::i64 : DType::i32, {static_cast<int64_t>(values.size())}) {
+        for (std::size_t b = 0; b < values.size(); ++b) {
+            if (int64) tensor.data_as<int64_t>()[b] = values[b];
+            else tensor.data_as<int32_t>()[b] = static_cast<int32_t>(values[b]);
+            capped.push_back(std::min(values[b], L));
+        }
+    }
+};
+
+// The float64 reference forward with lengths (zeros past each), rounded to the dtype.
+inline ref::LSTMOut ref_forward(const Problem &p, const std::vector<int64_t> &lengths) {
+    ref::LSTMOut f = ref::block_lstm(p.s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
+                                     p.s.cell_clip, p.peephole, p.layout, &lengths);
+    for (Array *a : {&f.i, &f.cs, &f.f, &f.o, &f.ci, &f.co, &f.h}) *a = rounded(*a, p.dtype);
+    return f;
+}
+
+// The ops run into outputs that hold NaN in every byte (0xFF: NaN in float32, float16 and
+// bfloat16), not into the allocating forms' fresh zeroed tensors: the zeros past each row's length
+// must be written by the op, not left from the allocation.
+inline Tensor nan_filled(blocklstm::Device device, DType dtype, std::vector<int64_t> shape) {
+    Tensor t(dtype, std::move(shape));
+    std::memset(t.data(), 0xFF, t.num_bytes());
+    return device == blocklstm::Device::cpu ? t : on_device(t, device);
+}
+
+// The sequence forward op with seq_lengths (or none) into outputs of NaN.
+inline blocklstm::LSTMOutputs<Tensor> run_forward(const Problem &p, const Inputs &in, const TensorView *lengths) {
+    const auto fb = static_cast<float>(p.s.forget_bias), clip = static_cast<float>(p.s.cell_clip);
+    const std::vector<int64_t> seq{p.s.T, p.s.B, p.s.H};
+    auto nan = [&] { return nan_filled(in.x.device(), p.dtype, seq); };
+    blocklstm::LSTMOutputs<Tensor> out{nan(), nan(), nan(), nan(), nan(), nan(), nan()};
+    const blocklstm::LSTMOutputs<TensorView> views{out.i, out.cs, out.f, out.o, out.ci, out.co, out.h};
+    if (p.layout == Layout::icfo)
+        blocklstm::BlockLSTM(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, views,
+                             {fb, clip, p.peephole}, lengths);
+    else
+        blocklstm::BlockLSTMV2(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, views,
+                               {clip, p.peephole}, lengths);
+    return out;
+}
+
 // Tolerances, as a fraction of max(1, max |ref|) of each output.
 //  float32: inputs are exactly representable, the library rounds each stored value once and its
 //    sums run over at most a few hundred terms here: 1e-5 leaves ~two orders of magnitude of

@@ -59,6 +59,10 @@ const char *op_name(const Use &u) {
     return "?";
 }
 
+// The step on the caller's rows runs only with seq_lengths on rows not in length order, which only
+// the sequence ops take.
+bool caller_rows_family(const Variant &v) { return v.family == "seq_fwd_step_rows"; }
+
 // The ops (with attrs) that run a variant: those whose kernel families (blocklstm/ops.h) hold its
 // family on its backend and dtype, in its layout; with and without peepholes unless the family
 // has peephole variants.
@@ -73,6 +77,7 @@ std::vector<Use> uses(const Variant &v) {
         const std::vector<std::string> families = op.kernel_families(device, dtype);
         if (std::find(families.begin(), families.end(), v.family) == families.end()) continue;
         if (v.layout != "any" && v.layout != op.layout) continue;
+        if (caller_rows_family(v) && !op.sequence) continue;
         const Op kind = op.sequence ? (op.gradient ? Op::seq_grad : Op::seq) : (op.gradient ? Op::cell_grad : Op::cell);
         const Layout layout = op.layout == "ifco" ? Layout::ifco : Layout::icfo;
         for (bool peephole : {false, true})
@@ -96,13 +101,31 @@ ref::CellGradOut as_ref(const blocklstm::LSTMBlockCellGradOutputs<Tensor> &o) {
     return {a(o.cs_prev_grad), a(o.dicfo), a(o.wci_grad), a(o.wcf_grad), a(o.wco_grad)};
 }
 
+// Lengths for the step on the caller's rows: rising with the row and wrapping every T rows (T, T - 1,
+// ..., 1 from the last row back), so that all B rows run the first step (the product's tiles at B
+// rows), fewer each step after, and the rows are not in length order wherever two rows' capped
+// lengths can differ (B > 1, L > 1).
+std::vector<int64_t> rising_lengths(const Shape &s) {
+    std::vector<int64_t> v;
+    for (int64_t b = 0; b < s.B; ++b) v.push_back(s.T == 0 ? 0 : s.T - (s.B - 1 - b) % s.T);
+    return v;
+}
+
 // One op on `device` against the float64 reference; a CUDA run also against the CPU result on
 // the same inputs (both within the tolerance of the reference, so within it of each other).
-void run_use(const Use &u, DType dtype, const Shape &s, uint64_t seed, Device device) {
-    const Problem p = make_problem(seed, s, dtype, u.op == Op::cell || u.op == Op::cell_grad, u.peephole, u.layout);
+// caller_rows: the sequence forward with rising_lengths, into outputs of NaN.
+void run_use(const Use &u, DType dtype, const Shape &s, uint64_t seed, Device device, bool caller_rows) {
+    Problem p = make_problem(seed, s, dtype, u.op == Op::cell || u.op == Op::cell_grad, u.peephole, u.layout);
     const Inputs in(p, device);
     const bool cuda = device == Device::cuda;
     std::unique_ptr<Inputs> host = cuda ? std::make_unique<Inputs>(p) : nullptr;
+    if (caller_rows) {
+        ASSERT_EQ(u.op, Op::seq);
+        const Lengths lengths(rising_lengths(s), s.L, false);
+        p.fwd = ref_forward(p, lengths.capped);
+        expect_fwd(run_forward(p, in, &lengths.tensor.view()), p.fwd, fwd_tol(dtype));
+        return;
+    }
     switch (u.op) {
     case Op::cell:
     case Op::seq: {
@@ -133,9 +156,9 @@ std::string cuda_context_lost_at;
 
 // Runs one use on `device`; on CUDA also waits for its GPU work, so that a fault is named here.
 void run_and_isolate(const Use &u, DType dtype, const Shape &s, uint64_t seed, Device device,
-                     const std::string &what) {
+                     const std::string &what, bool caller_rows) {
     try {
-        run_use(u, dtype, s, seed, device);
+        run_use(u, dtype, s, seed, device, caller_rows);
         if (device == Device::cuda) blocklstm::cuda_synchronize();
     } catch (const std::exception &e) {
         ADD_FAILURE() << "exception: " << e.what();
@@ -177,7 +200,7 @@ public:
         const std::string what = v_.name() + "." + case_name(u_, c_, gemm_);
         SCOPED_TRACE(describe(c_.shape));
         BLT_SEED(seed, what);
-        run_and_isolate(u_, dtype, c_.shape, seed, device, what);
+        run_and_isolate(u_, dtype, c_.shape, seed, device, what, caller_rows_family(v_));
         blocklstm::set_cuda_gemm(blocklstm::CudaGemm::cublas);
         if (device == Device::cuda && gemm_family(v_) && gemm_ == blocklstm::CudaGemm::cublas && cublas_expected(dtype))
             EXPECT_GT(blocklstm::cublas_product_count(), cublas_before)
@@ -796,8 +819,8 @@ TEST(CpuTargets, EveryRunnableTargetMatchesReference) {
             if (!t.other_dtypes_as.empty() && dtype != DType::bf16) continue;  // that target's code
             SCOPED_TRACE(t.name + " " + blocklstm::to_string(dtype));
             BLT_SEED(seed, "CpuTargets/" + t.name);
-            run_use({Op::seq, true, Layout::ifco}, dtype, s, seed, Device::cpu);
-            run_use({Op::seq_grad, true, Layout::icfo}, dtype, s, seed, Device::cpu);
+            run_use({Op::seq, true, Layout::ifco}, dtype, s, seed, Device::cpu, false);
+            run_use({Op::seq_grad, true, Layout::icfo}, dtype, s, seed, Device::cpu, false);
         }
         ++ran;
     }

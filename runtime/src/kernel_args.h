@@ -29,6 +29,18 @@ inline void bind(KernelCall &call, const SeqFwdStepArgs &x) {
     call.buffer(a::gates, x.gates);
 }
 
+// seq_fwd_step_rows: the step on the caller's rows (seq_lengths, rows not in length order):
+// xw and gates hold the rows run in length order, h_prev, cs_prev and lstm the caller's B rows.
+struct SeqFwdStepRowsArgs {
+    SeqFwdStepArgs step;
+    Buf &order, &place;  // int32: the caller's row of each row run; each caller row's place
+};
+inline void bind(KernelCall &call, const SeqFwdStepRowsArgs &x) {
+    namespace a = kernel::args::seq_fwd_step;
+    bind(call, x.step);
+    call.buffer(a::order, x.order).buffer(a::place, x.place);
+}
+
 // cell_fwd: gates = b + x_h_prev . w (x_h_prev = [x | h_prev], w read in place), then the gate
 // math, writing the cell's seven outputs.
 struct CellFwdArgs {

@@ -287,15 +287,6 @@ int64_t side_by_side_chunk_steps(int64_t B, int64_t H, int64_t S, bool amx, bool
     return fits && steps < S ? steps : 0;
 }
 
-// Steps of a chunk of the ring that the forward's steps write on rows not in length order
-// (ForwardLayout::caller): a chunk of the `row_bytes` a row writes fills at most a core's L2, and
-// is no longer than the projection's, so that the tests' chunks of 2 run chunks of the ring too;
-// at least 2 steps (why: ForwardLayout::caller).
-int64_t ring_chunk_steps(int64_t B, int64_t H, int64_t row_bytes) {
-    return std::max<int64_t>(2, std::min(projection_chunk_steps(B, H),
-                                         l2_cache_bytes() / std::max<int64_t>(1, B * row_bytes)));
-}
-
 // This CPU call's bfloat16 products run on AMX's tiles (after off_amx_where_it_does_not_pay).
 bool steps_on_amx(const Exec &exec, DType dtype) {
     return exec.device() == Device::cpu &&
@@ -318,15 +309,17 @@ struct ForwardLayout {
     bool zero_idle_outputs = true;
     // in.x holds the packed rows of the steps (StepRows::packed), not [T, B, I]
     bool x_packed = false;
-    // The CPU on rows not in length order: the outputs are the caller's, whose rows are in the
-    // order of `caller`. The steps write a ring of one chunk of steps (ring_chunk_steps: in L2),
-    // packed, whose rows are gathered into the caller's rows (zeros where a row does not run)
-    // when the chunk is done; the next chunk writes over it from its start. Its first step reads
-    // the last step of the chunk before, whose rows start at or past the second step's, n[t-2]
-    // >= n[t] (so a chunk is at least 2 steps), so no step writes a row it or a later step still
-    // reads. Writing every output in length order first and gathering after sent each through
-    // memory three times (BlockLSTM at 200,16,256 with lengths spread over [T/4, T]: the gathers
-    // 12 % of the call).
+    // The CPU on rows not in length order: in.cs_prev, in.h_prev and the outputs are the
+    // caller's, whose rows are in the order of `caller`. Each step runs seq_fwd_step_rows: its
+    // product on the rows run in length order (x's packed rows), h_prev and cs_prev read from the
+    // caller's rows, and all B rows of each output written in the caller's rows, zeros where a row
+    // does not run. The steps had written a ring of a chunk of steps in L2, in length order, copied
+    // into the caller's rows (zeros included) as each chunk ended: on a Zen 4 (BlockLSTM, lengths
+    // spread over [T/4, T], time / the padded run's, two runs each) 0.74-0.80x at 200,16,256,
+    // 0.68-0.75x at 100,32,256, 0.89-0.92x at 50,8,128; now 0.72-0.75x, 0.66-0.69x, 0.84-0.85x,
+    // as the same lengths in length order (0.72-0.73x, 0.67x, 0.85-0.87x). Rows in length order
+    // run seq_fwd_step itself: this kernel on them (the zeros in its gate math, not a pass of
+    // their own) was level or slower (0.71-0.75x, 0.68-0.69x, 0.87-0.89x).
     const StepRows *caller = nullptr;
 };
 
@@ -350,7 +343,7 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     auto zero_idle = [&] {
         each_output(out, [&](const char *, const TV &t) {
             if (left_out(t) || !layout.zero_idle_outputs) return;
-            // The ring's gathers write the rows of every step a row runs; the steps past all of them here.
+            // The steps write all B rows of theirs (zeros where a row stops); the steps past all of them here.
             if (caller) return exec.zero_bytes(offset_bytes(t.data, S * B * H, dt), (dims.T - S) * B * H * es);
             zero_idle_rows(exec, rows, t);
         });
@@ -404,25 +397,26 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     constexpr int kCs = 1, kH = 6;
     std::optional<Scratch> step_only;  // the left-out outputs' [B, H] each
     if (only_state) step_only.emplace(exec, 5 * B * H * es, Scratch::Fill::none);
-    // Where the steps write each output (the ring's chunks, or the output itself) and the row
-    // there of step t's first row.
-    const int64_t written = only_state ? 2 : 7;
-    const int64_t ring_steps = caller ? ring_chunk_steps(B, H, written * H * es) : 0;
-    const int64_t ring_rows = ring_steps * B;
-    std::optional<Scratch> ring;
-    if (caller) ring.emplace(exec, written * ring_rows * H * es, Scratch::Fill::none);
+    // Where the steps write each output (the left-out ones' scratch, or the output itself) and
+    // the row there of step t's first row.
     void *written_to[7];
-    for (int k = 0, unused = 0, in_ring = 0; k < 7; ++k)
-        written_to[k] = left_out(*outs[k]) ? offset_bytes(step_only->data(), unused++ * B * H, dt)
-                        : caller           ? offset_bytes(ring->data(), in_ring++ * ring_rows * H, dt)
-                                           : outs[k]->data;
-    auto first_row = [&](int64_t t) { return caller ? rows.packed[t] - rows.packed[t / ring_steps * ring_steps] : t * B; };
+    for (int k = 0, unused = 0; k < 7; ++k)
+        written_to[k] = left_out(*outs[k]) ? offset_bytes(step_only->data(), unused++ * B * H, dt) : outs[k]->data;
+    auto first_row = [&](int64_t t) { return t * B; };
     std::vector<Buf> slices;
     for (void *to : written_to) slices.emplace_back(dev, to, dt, std::initializer_list<int64_t>{B, H});
     const std::array<Buf *, 7> lstm{&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5], &slices[6]};
+    // The caller's rows (ForwardLayout::caller): where each row runs, as seq_fwd_step_rows reads it.
+    std::vector<int32_t> order32, place32;
+    if (caller)
+        for (int64_t j = 0; j < B; ++j) {
+            order32.push_back(static_cast<int32_t>(caller->order[j]));
+            place32.push_back(static_cast<int32_t>(caller->place[j]));
+        }
+    Buf order(Device::cpu, order32.data(), DType::i32, {B}), place(Device::cpu, place32.data(), DType::i32, {B});
     // Every argument of step t at its rows [r0, r0 + count) (all it runs by default), set whatever
     // an earlier pass over the steps left (run_loop's fingerprint pass runs them all before the
-    // steps that launch).
+    // steps that launch). On the caller's rows the state and the outputs are all B rows.
     auto step_at = [&](int64_t t, Buf &gates_rows, int64_t r0 = 0, int64_t count = -1) {
         if (count < 0) count = rows.n[t];
         const int64_t prev = t == 0 ? r0 : first_row(t - 1) + r0;
@@ -432,8 +426,10 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
             slices[k].set_data(offset_bytes(written_to[k], (left_out(*outs[k]) ? r0 : first_row(t) + r0) * H, dt));
         const int b = xw_buffer(t);
         xw_t.set_data(xw.floats() + b * xw_rows * 4 * H + (rows.packed[t] - xw_first[b] + r0) * 4 * H);
-        for (Buf *b : {&h_prev, &cs_prev, &xw_t, &gates_rows}) b->set_rows(count);
-        for (Buf &b : slices) b.set_rows(count);
+        const int64_t state_rows = caller ? B : count;
+        for (Buf *b : {&h_prev, &cs_prev}) b->set_rows(state_rows);
+        for (Buf *b : {&xw_t, &gates_rows, &order}) b->set_rows(count);
+        for (Buf &b : slices) b.set_rows(state_rows);
     };
 
     if (split) {
@@ -460,8 +456,9 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
         return;
     }
 
-    // Each step one seq_fwd_step: xw[t] + h_{t-1} . W_h and the gate math.
-    const KernelEntry &step_kernel = kernels[Family::seq_fwd_step];
+    // Each step one seq_fwd_step (seq_fwd_step_rows on the caller's rows): xw[t] + h_{t-1} . W_h
+    // and the gate math.
+    const KernelEntry &step_kernel = kernels[caller ? Family::seq_fwd_step_rows : Family::seq_fwd_step];
     std::optional<Scratch> w_h_panels;
     const Buf w_h_rows = Buf::matrix(dev, offset_bytes(in.w.data, I * 4 * H, dt), dt, H, 4 * H, 4 * H);
     Buf w_h = recurrent_weights(exec, kernels, step_kernel, Family::panels, w_h_rows, w_h_rows, 4 * H, H, w_h_panels);
@@ -469,27 +466,28 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     Buf gates_buf = Buf::matrix(dev, gates.data(), DType::f32, B, 4 * H, 4 * H);
 
     KernelCall step(step_kernel, exec);
-    bind(step, SeqFwdStepArgs{.xw = xw_t, .h_prev = h_prev, .w_h = w_h, .cs_prev = cs_prev, .wci = wci,
-                              .wcf = wcf, .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm,
-                              .gates = gates_buf});
+    const SeqFwdStepArgs step_args{.xw = xw_t, .h_prev = h_prev, .w_h = w_h, .cs_prev = cs_prev, .wci = wci,
+                                   .wcf = wcf, .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm,
+                                   .gates = gates_buf};
+    if (caller)
+        bind(step, SeqFwdStepRowsArgs{.step = step_args, .order = order, .place = place});
+    else
+        bind(step, step_args);
 
-    // A step's last one or two rows past its whole register tiles in a call of their own.
+    // A step's last one or two rows past its whole register tiles in a call of their own (on the
+    // caller's rows each call writes all B rows, so a step is one call).
     const int tile_rows = step_tile_rows(exec, step_kernel);
-    // The ring's chunk that ends with step t, into the caller's rows.
-    std::vector<StepsInLengthOrder> in_ring;
-    for (int k = 0; k < 7; ++k)
-        if (caller && !left_out(*outs[k])) in_ring.push_back({written_to[k], outs[k]});
-    auto ring_to_caller = [&](int64_t t) {
-        from_length_order_steps(*caller, t / ring_steps * ring_steps, t + 1, first_row, in_ring);
-    };
     zero_idle();  // the first write to an output
     auto run_step = [&](int64_t t) {
-        step_tiles::each_call(rows.n[t], tile_rows, [&](int64_t r0, int64_t count) {
+        auto call = [&](int64_t r0, int64_t count) {
             gates_buf.set_data(gates.floats() + r0 * 4 * H);
             step_at(t, gates_buf, r0, count);
             step.run();
-        });
-        if (caller && ((t + 1) % ring_steps == 0 || t + 1 == S)) ring_to_caller(t);
+        };
+        if (caller)
+            call(0, rows.n[t]);
+        else
+            step_tiles::each_call(rows.n[t], tile_rows, call);
     };
     if (side_by_side > 0) {  // a chunk's steps beside the next chunk's projection
         project(0);
@@ -585,14 +583,12 @@ void forward_call(const char *op, Layout layout, const SeqInputs &in, const LSTM
     const StepRows sorted = in_length_order(rows);
     const KernelEntry &gather = kernels[Family::gather_rows];
     if (exec.device() == Device::cpu && !kernels.has(Family::seq_fwd_gates)) {
-        // x's rows that run packed (as forward_steps would pack them), the outputs through the ring.
+        // x's rows that run packed (as forward_steps would pack them), the state and the outputs in
+        // the caller's rows.
         Scratch x_packed(exec, rows.total() * c.dims.I * static_cast<int64_t>(size_of(c.dtype)), Scratch::Fill::none);
-        Reordered cs_prev(exec, in.cs_prev), h_prev(exec, in.h_prev);
         if (c.dims.I > 0) to_packed_length_order(exec, gather, rows, in.x, x_packed.data());
-        to_length_order(exec, gather, rows, in.cs_prev, cs_prev.storage.data());
-        to_length_order(exec, gather, rows, in.h_prev, h_prev.storage.data());
         const TV x_view{x_packed.data(), in.x.dtype, {rows.total(), c.dims.I}, in.x.device};
-        const SeqInputs packed_in{in.seq_len_max, x_view, cs_prev.view, h_prev.view, in.w, in.wci, in.wcf, in.wco,
+        const SeqInputs packed_in{in.seq_len_max, x_view, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco,
                                   in.b, nullptr};
         return forward_steps(exec, kernels, c.dtype, c.dims, sorted, packed_in, out, forget_bias, cell_clip,
                              {.x_packed = true, .caller = &rows});

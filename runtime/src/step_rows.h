@@ -87,9 +87,10 @@ struct StepsInLengthOrder {
 
 // Steps [t0, t1) of every tensor's dst from its src, zeros where a row does not run (every row of
 // a step past rows.steps), on the CPU: one parallel loop of row copies over (tensor, step) on the
-// kernels' threads. The forward writes its seven outputs through this every few steps (an L2 of
-// them), where a gather_rows launch per output cost 12 us for 64 KB (BlockLSTM at 200,16,256 with
-// lengths spread over [T/4, T]: 4.2 ms of a 27 ms call; 0.6 ms this way).
+// kernels' threads. The backward's x_grad goes into the caller's rows this way; a gather_rows
+// launch per step cost 12 us for 64 KB (when the forward's outputs went this way, a chunk of
+// steps at a time: BlockLSTM at 200,16,256 with lengths spread over [T/4, T], 4.2 ms of a 27 ms
+// call against 0.6 ms).
 void from_length_order_steps(const StepRows &rows, int64_t t0, int64_t t1,
                              const std::function<int64_t(int64_t)> &first,
                              const std::vector<StepsInLengthOrder> &tensors);
