@@ -105,8 +105,9 @@ public:
         // caller_rows: the product's rows are the rows run (xw's), in length order; the gate math's
         // the caller's B rows, each at its place among them.
         const Expr rows_run = caller_rows ? xw->dim(1).extent() : B;
+        // (AMX's product stages its rows in whole tiles of 16, past the rows run: order clamped.)
         auto h_prev_k = [&](Expr k, Expr yy) {
-            return (*h_prev)(k, caller_rows ? clamp((*order)(yy), 0, B - 1) : yy);
+            return (*h_prev)(k, caller_rows ? clamp((*order)(clamp(yy, 0, rows_run - 1)), 0, B - 1) : yy);
         };
         const bool cell = product == RecurrentProduct::cell;
         auto xw_init = [&](Expr xx, Expr yy) { return cell ? f32((*b)(xx)) : (*xw)(xx, yy); };

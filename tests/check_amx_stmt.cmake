@@ -1,5 +1,5 @@
 # Fails unless every bfloat16 product of an AMX target (FILES: the lowered statements of its input
-# projection, step, x_grad / h_prev_grad and w_grad kernels) runs on AMX tiles (tile_matmul:
+# projection, steps, x_grad / h_prev_grad and w_grad kernels) runs on AMX tiles (tile_matmul:
 # tdpbf16ps): a schedule that no longer stores its accumulator in an AMX tile runs as vector code
 # without a word, which the numerical tests cannot tell apart (docs/design.md). Checked on every
 # build, without an AMX CPU.
