@@ -397,12 +397,11 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     constexpr int kCs = 1, kH = 6;
     std::optional<Scratch> step_only;  // the left-out outputs' [B, H] each
     if (only_state) step_only.emplace(exec, 5 * B * H * es, Scratch::Fill::none);
-    // Where the steps write each output (the left-out ones' scratch, or the output itself) and
-    // the row there of step t's first row.
+    // Where the steps write each output: the left-out ones' scratch, or the output itself (step t
+    // from its row t * B).
     void *written_to[7];
     for (int k = 0, unused = 0; k < 7; ++k)
         written_to[k] = left_out(*outs[k]) ? offset_bytes(step_only->data(), unused++ * B * H, dt) : outs[k]->data;
-    auto first_row = [&](int64_t t) { return t * B; };
     std::vector<Buf> slices;
     for (void *to : written_to) slices.emplace_back(dev, to, dt, std::initializer_list<int64_t>{B, H});
     const std::array<Buf *, 7> lstm{&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5], &slices[6]};
@@ -419,11 +418,11 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     // steps that launch). On the caller's rows the state and the outputs are all B rows.
     auto step_at = [&](int64_t t, Buf &gates_rows, int64_t r0 = 0, int64_t count = -1) {
         if (count < 0) count = rows.n[t];
-        const int64_t prev = t == 0 ? r0 : first_row(t - 1) + r0;
+        const int64_t prev = t == 0 ? r0 : (t - 1) * B + r0;
         h_prev.set_data(offset_bytes(t == 0 ? in.h_prev.data : written_to[kH], prev * H, dt));
         cs_prev.set_data(offset_bytes(t == 0 ? in.cs_prev.data : written_to[kCs], prev * H, dt));
         for (int k = 0; k < 7; ++k)
-            slices[k].set_data(offset_bytes(written_to[k], (left_out(*outs[k]) ? r0 : first_row(t) + r0) * H, dt));
+            slices[k].set_data(offset_bytes(written_to[k], (left_out(*outs[k]) ? r0 : t * B + r0) * H, dt));
         const int b = xw_buffer(t);
         xw_t.set_data(xw.floats() + b * xw_rows * 4 * H + (rows.packed[t] - xw_first[b] + r0) * 4 * H);
         const int64_t state_rows = caller ? B : count;
@@ -447,7 +446,7 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
         exec.time_loop({0, S, N, B, I, H, static_cast<int64_t>(dt)}, [&] {
             for (int64_t t = 0; t < S; ++t) {
                 float *xw_row = xw.floats() + rows.packed[t] * 4 * H;
-                const void *h = t == 0 ? in.h_prev.data : offset_bytes(written_to[kH], first_row(t - 1) * H, dt);
+                const void *h = t == 0 ? in.h_prev.data : offset_bytes(written_to[kH], (t - 1) * B * H, dt);
                 products.run(rows.n[t], h, xw_row);
                 step_at(t, xw_t);
                 gates.run();
