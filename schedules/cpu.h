@@ -474,6 +474,23 @@ inline void schedule_gate_math_cpu(Func lstm, Func activations, Var j, Var n, co
     activations.compute_at(lstm, jo).vectorize(j, vec, TailStrategy::GuardWithIf);
 }
 
+// schedule_gate_math_cpu as lstm's update over the rows run (each writes a caller's row of its
+// own: `order` is a permutation, so the rows in parallel do not race); the zeros of the rows that
+// stop in a serial pass (a few stores a row, not worth a second fork a step).
+inline void schedule_gate_math_rows_cpu(Func lstm, Func activations, Var j, RDom run, RDom stop,
+                                        const CpuTuning &tuning) {
+    const int vec = tuning.vector_floats;
+    Var jo("jo"), ji("ji");
+    lstm.update(0)
+        .split(j, jo, ji, vec, TailStrategy::GuardWithIf)
+        .reorder(ji, jo, run.x)
+        .vectorize(ji)
+        .allow_race_conditions()
+        .parallel(run.x);
+    activations.compute_at(lstm, jo).vectorize(j, vec, TailStrategy::GuardWithIf);
+    lstm.update(1).reorder(j, stop.x).vectorize(j, vec, TailStrategy::GuardWithIf);
+}
+
 // A 3-D element-wise output (j, gate, n), e.g. the gate gradients: vectors along j, the four
 // gate blocks unrolled so the shared per-element work (dcs) is computed once.
 inline void schedule_gate_blocks_cpu(Func f, Var j, Var gate, Var n, const CpuTuning &tuning) {
