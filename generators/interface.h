@@ -116,6 +116,9 @@ inline constexpr const char dgates_next[] = "dgates_next", w_h_t[] = "w_h_t", h_
                             wco[] = "wco", dgates[] = "dgates", dcs_carry_out[] = "dcs_carry_out", dh[] = "dh";
 // With the product outside (seq_bwd_gates): dgates[t+1] . W_h^T, an input (h_grad is added inside).
 inline constexpr const char dh_product[] = "dh_product";
+// On the caller's rows (seq_bwd_step_rows): the caller's row of each row the step runs, in length
+// order (runtime/src/step_rows.h: order).
+inline constexpr const char order[] = "order";
 }  // namespace seq_bwd_step
 
 // generators/seq_bwd_reduce.cpp: the reductions after the backward recurrence.

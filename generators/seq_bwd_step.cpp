@@ -4,7 +4,11 @@
 //   cell backward math -> dgates[t] (kept for all t) and the new dcs_carry.
 // Everything else (x_grad, w_grad, b_grad, peephole grads) is batched after the loop. With
 // product=outside (seq_bwd_gates) the caller has computed dgates[t+1] . W_h^T (a library product)
-// and the kernel adds h_grad[t] and runs the cell math alone.
+// and the kernel adds h_grad[t] and runs the cell math alone. With caller_rows (seq_bwd_step_rows:
+// the CPU's step) the step's rows are in length order (dgates, the carry and dh: the rows run), while
+// its per-step inputs (h_grad, cs_grad, i, f, o, ci, co, cs_prev) are the caller's rows, each row
+// run read at its caller's row `order`: rows not in length order are not copied into it before the
+// steps (the identity where they are).
 #include "generators/common.h"
 #include "schedules/schedule.h"
 
@@ -17,8 +21,10 @@ public:
     GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
     GeneratorParam<RecurrentProduct> product{"product", RecurrentProduct::inside, recurrent_product_names};
     GeneratorParam<GateGrads> gate_grads{"gate_grads", GateGrads::float32, gate_grads_names};
+    GeneratorParam<bool> caller_rows{"caller_rows", false};
 
     Input<Buffer<>> *dgates_next = nullptr, *w_h_t = nullptr, *dh_product = nullptr;
+    Input<Buffer<>> *order = nullptr;  // caller_rows: [rows run] int32, the caller's row of each
     Input<Buffer<>> *h_grad, *cs_grad, *dcs_carry;
     Input<Buffer<>> *i, *f, *o, *ci, *co, *cs_prev, *wci, *wcf, *wco;
     Output<Buffer<>> *dgates, *dcs_carry_out;
@@ -31,6 +37,8 @@ public:
         if (gate_grads == GateGrads::dtype && product == RecurrentProduct::inside)
             throw std::invalid_argument("seq_bwd_step: gate_grads=dtype needs product=outside (the product "
                                         "inside reads dgates[t+1] as float32, but for bfloat16 on AMX)");
+        if (caller_rows && product != RecurrentProduct::inside)
+            throw std::invalid_argument("seq_bwd_step: caller_rows is for the step with its product inside (families.inc)");
         if (product == RecurrentProduct::outside) {
             require_weights({Weights::none});
             dh_product = add_input<Buffer<>>(a::dh_product, Float(32), 2);  // [B,H]
@@ -42,6 +50,7 @@ public:
         require_weights({Weights::panels, Weights::matrix});
         const bool panels = weights == Weights::panels;
         w_h_t = add_input<Buffer<>>(a::w_h_t, pairs() || amx() ? BFloat(16) : panels ? Float(32) : Type(dtype), panels ? 3 : 2);
+        if (caller_rows) order = add_input<Buffer<>>(a::order, Int(32), 1);
         add_cell_arguments();
         dh = add_output<Buffer<>>(a::dh, Float(32), 2);
     }
@@ -87,7 +96,8 @@ public:
 
     void generate() {
         Var x("x"), y("y"), j("j"), n("n"), g("g");
-        Expr H = h_grad->dim(0).extent(), B = h_grad->dim(1).extent();
+        // B: the rows the step runs (caller_rows: `order`'s, fewer than the caller's rows of h_grad).
+        Expr H = h_grad->dim(0).extent(), B = caller_rows ? order->dim(0).extent() : h_grad->dim(1).extent();
         const schedules::Machine t = machine();
         if (product == RecurrentProduct::outside) {
             cell_math((*dh_product)(j, n) + f32((*h_grad)(j, n)), j, g, n);
@@ -105,7 +115,10 @@ public:
             Expr d = (*dgates_next)(k, yy);
             return pairs() || amx() ? cast(BFloat(16), d) : f32(d);
         };
-        auto h_grad_init = [&](Expr xx, Expr yy) { return (*h_grad)(xx, yy); };
+        // (AMX's product stages its rows in whole tiles of 16, past the rows run: yy clamped.)
+        auto h_grad_init = [&](Expr xx, Expr yy) {
+            return (*h_grad)(xx, caller_rows ? caller_row(clamp(yy, 0, B - 1)) : yy);
+        };
         schedules::GemmFuncs p =
             amx() ? amx_product("dh", dgates_k, Func(*w_h_t), h_grad_init, B, 4 * H, /*k_block=*/0, x, y, Func(*dh))
                   : matrix_product(
@@ -122,9 +135,14 @@ public:
         schedules::schedule_gate_blocks_and(*dgates, *dcs_carry_out, j, g, n, Type(dtype), t);
     }
 
+    // The caller's row of the step's row n (caller_rows), else n.
+    Expr caller_row(const Expr &row) const {
+        return caller_rows ? clamp((*order)(row), 0, h_grad->dim(1).extent() - 1) : row;
+    }
+
     // dgates and dcs_carry_out from the step's total gradient of h, `dh`.
     void cell_math(const Expr &dh_total, const Var &j, const Var &g, const Var &n) {
-        auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, n)); };
+        auto in = [&](Input<Buffer<>> *b) { return f32((*b)(j, caller_row(n))); };
         CellBackward r = cell_backward(in(i), in(f), in(o), in(ci), in(co), in(cs_prev),
                                        f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)), dh_total,
                                        in(cs_grad) + (*dcs_carry)(j, n), use_peephole);

@@ -81,27 +81,6 @@ void poison_past_lengths(Array &a, const std::vector<int64_t> &lengths) {
                 for (int64_t k = 0; k < width; ++k) a.data[(t * B + b) * width + k] = kNaN;
 }
 
-blocklstm::BlockLSTMGradOutputs<Tensor> run_grad(const Problem &p, const Inputs &in, const TensorView *lengths) {
-    using Fn = void (*)(int64_t, const TensorView &, const TensorView &, const TensorView &, const TensorView &,
-                        const TensorView &, const TensorView &, const TensorView &, const TensorView &,
-                        const TensorView &, const TensorView &, const TensorView &, const TensorView &,
-                        const TensorView &, const TensorView &, const TensorView &, const TensorView &,
-                        const TensorView &, const blocklstm::BlockLSTMGradOutputs<TensorView> &,
-                        const blocklstm::GradAttrs &, const TensorView *);
-    const Fn fn = p.layout == Layout::icfo ? static_cast<Fn>(&blocklstm::BlockLSTMGrad)
-                                           : static_cast<Fn>(&blocklstm::BlockLSTMGradV2);
-    const int64_t T = p.s.T, B = p.s.B, I = p.s.I, H = p.s.H;
-    auto nan = [&](std::vector<int64_t> shape) { return nan_filled(in.x.device(), p.dtype, std::move(shape)); };
-    blocklstm::BlockLSTMGradOutputs<Tensor> out{nan({T, B, I}), nan({B, H}), nan({B, H}), nan({I + H, 4 * H}),
-                                                nan({H}),       nan({H}),    nan({H}),    nan({4 * H})};
-    fn(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, in.i, in.cs, in.f, in.o, in.ci, in.co,
-       in.h, in.cs_grad, in.h_grad,
-       {out.x_grad, out.cs_prev_grad, out.h_prev_grad, out.w_grad, out.wci_grad, out.wcf_grad, out.wco_grad,
-        out.b_grad},
-       {p.peephole}, lengths);
-    return out;
-}
-
 // A problem whose forward activations are the reference's with lengths.
 Problem problem_with_lengths(const Combo &c, const std::vector<int64_t> &capped) {
     BLT_SEED(seed, "seq_lengths/" + std::string(c.c.name));

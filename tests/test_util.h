@@ -507,6 +507,28 @@ inline blocklstm::LSTMOutputs<Tensor> run_forward(const Problem &p, const Inputs
     return out;
 }
 
+// The sequence gradient op with seq_lengths (or none) into outputs of NaN.
+inline blocklstm::BlockLSTMGradOutputs<Tensor> run_grad(const Problem &p, const Inputs &in, const TensorView *lengths) {
+    using Fn = void (*)(int64_t, const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+                        const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+                        const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+                        const TensorView &, const TensorView &, const TensorView &, const TensorView &,
+                        const TensorView &, const blocklstm::BlockLSTMGradOutputs<TensorView> &,
+                        const blocklstm::GradAttrs &, const TensorView *);
+    const Fn fn = p.layout == Layout::icfo ? static_cast<Fn>(&blocklstm::BlockLSTMGrad)
+                                           : static_cast<Fn>(&blocklstm::BlockLSTMGradV2);
+    const int64_t T = p.s.T, B = p.s.B, I = p.s.I, H = p.s.H;
+    auto nan = [&](std::vector<int64_t> shape) { return nan_filled(in.x.device(), p.dtype, std::move(shape)); };
+    blocklstm::BlockLSTMGradOutputs<Tensor> out{nan({T, B, I}), nan({B, H}), nan({B, H}), nan({I + H, 4 * H}),
+                                                nan({H}),       nan({H}),    nan({H}),    nan({4 * H})};
+    fn(p.s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b, in.i, in.cs, in.f, in.o, in.ci, in.co,
+       in.h, in.cs_grad, in.h_grad,
+       {out.x_grad, out.cs_prev_grad, out.h_prev_grad, out.w_grad, out.wci_grad, out.wcf_grad, out.wco_grad,
+        out.b_grad},
+       {p.peephole}, lengths);
+    return out;
+}
+
 // Tolerances, as a fraction of max(1, max |ref|) of each output.
 //  float32: inputs are exactly representable, the library rounds each stored value once and its
 //    sums run over at most a few hundred terms here: 1e-5 leaves ~two orders of magnitude of

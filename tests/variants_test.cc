@@ -59,9 +59,10 @@ const char *op_name(const Use &u) {
     return "?";
 }
 
-// The step on the caller's rows runs only with seq_lengths on rows not in length order, which only
-// the sequence ops take.
-bool caller_rows_family(const Variant &v) { return v.family == "seq_fwd_step_rows"; }
+// The steps on the caller's rows: the forward's runs only with seq_lengths on rows not in length
+// order, which only the sequence ops take; the backward's (the CPU's backward step) also on rows in
+// length order, each its own caller row.
+bool caller_rows_family(const Variant &v) { return v.family == "seq_fwd_step_rows" || v.family == "seq_bwd_step_rows"; }
 
 // The ops (with attrs) that run a variant: those whose kernel families (blocklstm/ops.h) hold its
 // family on its backend and dtype, in its layout; with and without peepholes unless the family
@@ -113,19 +114,28 @@ std::vector<int64_t> rising_lengths(const Shape &s) {
 
 // One op on `device` against the float64 reference; a CUDA run also against the CPU result on
 // the same inputs (both within the tolerance of the reference, so within it of each other).
-// caller_rows: the sequence forward with rising_lengths, into outputs of NaN.
+// caller_rows: the sequence op with rising_lengths, into outputs of NaN (the gradient op also
+// without lengths, below).
 void run_use(const Use &u, DType dtype, const Shape &s, uint64_t seed, Device device, bool caller_rows) {
     Problem p = make_problem(seed, s, dtype, u.op == Op::cell || u.op == Op::cell_grad, u.peephole, u.layout);
-    const Inputs in(p, device);
     const bool cuda = device == Device::cuda;
-    std::unique_ptr<Inputs> host = cuda ? std::make_unique<Inputs>(p) : nullptr;
     if (caller_rows) {
-        ASSERT_EQ(u.op, Op::seq);
+        ASSERT_TRUE(u.op == Op::seq || u.op == Op::seq_grad);
+        Problem with = p;
         const Lengths lengths(rising_lengths(s), s.L, false);
-        p.fwd = ref_forward(p, lengths.capped);
-        expect_fwd(run_forward(p, in, &lengths.tensor.view()), p.fwd, fwd_tol(dtype));
-        return;
+        with.fwd = ref_forward(with, lengths.capped);
+        const Inputs in(with, device);
+        if (u.op == Op::seq) return expect_fwd(run_forward(with, in, &lengths.tensor.view()), with.fwd, fwd_tol(dtype));
+        SCOPED_TRACE("rising lengths");
+        expect_seq_grad(run_grad(with, in, &lengths.tensor.view()),
+                        ref::block_lstm_grad(with.s.L, with.x, with.cs_prev, with.h_prev, with.w, with.wci, with.wcf,
+                                             with.wco, with.b, with.fwd.i, with.fwd.cs, with.fwd.f, with.fwd.o,
+                                             with.fwd.ci, with.fwd.co, with.fwd.h, with.cs_grad, with.h_grad,
+                                             with.peephole, with.layout, &lengths.capped),
+                        grad_tol(dtype));
     }
+    const Inputs in(p, device);
+    std::unique_ptr<Inputs> host = cuda ? std::make_unique<Inputs>(p) : nullptr;
     switch (u.op) {
     case Op::cell:
     case Op::seq: {

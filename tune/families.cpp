@@ -159,9 +159,16 @@ Call forward_step(const LstmShape &s, std::mt19937 &rng, bool panels) {
     return c;
 }
 
-Call backward_step(const LstmShape &s, std::mt19937 &rng, bool panels) {
+// caller_rows (the CPU's seq_bwd_step_rows): each row read at its caller row, here the identity,
+// as the runtime passes it where the rows are in length order.
+Call backward_step(const LstmShape &s, std::mt19937 &rng, bool panels, bool caller_rows) {
     namespace n = kernel::args::seq_bwd_step;
     Call c;
+    if (caller_rows) {
+        Buffer<int32_t> order(s.B);
+        order.for_each_element([&](int b) { order(b) = b; });
+        c.buffers[n::order] = order;
+    }
     c.buffers[n::dgates_next] = random(rng, {4 * s.H, s.B});
     c.buffers[n::w_h_t] = panels ? random_panels(rng, s.H, 4 * s.H) : random(rng, {s.H, 4 * s.H});  // W_h^T [4H, H]
     for (const char *p : {n::h_grad, n::cs_grad, n::dcs_carry, n::cs_prev, n::ci, n::co}) c.buffers[p] = random(rng, {s.H, s.B});
@@ -199,7 +206,8 @@ std::vector<Family> cpu_families() {
         family("gemm_nn_bias", Family::gemm_nn_bias, false, {Site::input_projection},
                std::bind(input_projection, _1, _2, true)),
         family("seq_fwd_step", Family::seq_fwd_step, false, {Site::forward_step}, std::bind(forward_step, _1, _2, true)),
-        family("seq_bwd_step", Family::seq_bwd_step, false, {Site::backward_step}, std::bind(backward_step, _1, _2, true)),
+        family("seq_bwd_step", Family::seq_bwd_step_rows, false, {Site::backward_step},
+               std::bind(backward_step, _1, _2, true, true)),
         family("gemm_nn", Family::gemm_nn, false, {Site::x_grad}, std::bind(input_grad, _1, _2, true)),
         // w_grad's product (and b_grad's column sums) over one chunk of dgates.
         family("gemm_tn_panels", Family::gemm_tn_panels, false, {Site::w_grad},
@@ -231,7 +239,8 @@ std::vector<Family> gpu_families() {
     return {
         // The per-step products with their gate math: the recurrence, T launches per op.
         family("seq_fwd_step", Family::seq_fwd_step, true, {Site::forward_step}, std::bind(forward_step, _1, _2, false)),
-        family("seq_bwd_step", Family::seq_bwd_step, true, {Site::backward_step}, std::bind(backward_step, _1, _2, false)),
+        family("seq_bwd_step", Family::seq_bwd_step, true, {Site::backward_step},
+               std::bind(backward_step, _1, _2, false, false)),
         // After the recurrence: b_grad and cs_prev_grad, and with peepholes their three sums.
         family("seq_bwd_reduce", Family::seq_bwd_reduce, true, {Site::reductions},
                std::bind(reductions, _1, _2, false, false), false),

@@ -88,6 +88,17 @@ inline void bind(KernelCall &call, const SeqBwdStepArgs &x) {
     call.buffer(a::dgates, x.dgates).buffer(a::dcs_carry_out, x.dcs_carry_out).buffer(a::dh, x.dh);
 }
 
+// seq_bwd_step_rows: the CPU's backward step, its per-step inputs (h_grad, cs_grad, i, f, o, ci,
+// co, cs_prev) the caller's rows, each row run read at its caller row `order`.
+struct SeqBwdStepRowsArgs {
+    SeqBwdStepArgs step;
+    Buf &order;  // int32 [rows run]
+};
+inline void bind(KernelCall &call, const SeqBwdStepRowsArgs &x) {
+    bind(call, x.step);
+    call.buffer(kernel::args::seq_bwd_step::order, x.order);
+}
+
 // seq_bwd_gates: the cell's backward math alone, after a library product's dgates[t+1] . W_h^T.
 struct SeqBwdGatesArgs {
     Buf &dh_product, &h_grad, &cs_grad, &dcs_carry, &i, &f, &o, &ci, &co, &cs_prev, &wci, &wcf, &wco;

@@ -729,13 +729,22 @@ private:
 // Exec first, so that they are freed before it.
 class GradPass {
 public:
-    // caller: the CPU on rows not in length order (grad_call): x and the activations hold the
-    // packed rows of the steps (StepRows::packed) in length order, and out.x_grad is the caller's,
-    // its rows in the order of `caller`.
+    // The CPU on rows not in length order (grad_call): `rows` (StepRows::order), and the caller's
+    // cs and cs_prev, which the steps read at each row's caller row.
+    struct Caller {
+        const StepRows &rows;
+        const TV &cs, &cs_prev;
+    };
+    // caller: x, act.cs and act.h hold the packed rows of the steps (StepRows::packed) in length
+    // order (what the batched products and the reductions read), in.cs_prev and in.h_prev the rows
+    // in length order; act's other tensors are the caller's, which only the steps read (at each
+    // row's caller row); out.x_grad is the caller's, its rows in the order of `caller`.
     GradPass(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &c, const StepRows &rows,
              const SeqInputs &in, const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole,
-             const StepRows *caller = nullptr)
-        : exec_(exec), kernels_(kernels), d_(c.dims), rows_(rows), caller_(caller), dt_(c.dtype), dev_(c.device),
+             const Caller *caller = nullptr)
+        : exec_(exec), kernels_(kernels), d_(c.dims), rows_(rows), caller_(caller ? &caller->rows : nullptr),
+          caller_cs_(caller ? &caller->cs : nullptr), caller_cs_prev_(caller ? &caller->cs_prev : nullptr),
+          dt_(c.dtype), dev_(c.device),
           es_(static_cast<int64_t>(size_of(c.dtype))), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
           b_grad_from_w_grad_(plan::b_grad_with_w_grad(c.device, c.dims.I)), split_(kernels.has(Family::seq_bwd_gates)),
           gate_grads_(split_ ? c.dtype : c.device == Device::cpu ? cpu_gate_grads(exec, c.dtype) : DType::f32) {}
@@ -786,17 +795,28 @@ public:
         Buf dgates_t = Buf::gate_blocks(dev_, dgates_->data(), gate_grads_, B, H);
         Scratch dh(exec_, B * H * 4, Scratch::Fill::none);  // one step's gradient of h, reused
         Buf dh_buf = Buf::matrix(dev_, dh.data(), DType::f32, B, H, H);
-        // Every per-row argument at rows [r0, r0 + count) of step t.
+        // seq_bwd_step_rows (the CPU's fused steps) reads the per-step inputs of all B rows, each
+        // row run at its caller row: the caller's order, or the identity.
+        const bool at_caller_rows = !kernels_.has(Family::seq_bwd_gates) && kernels_.has(Family::seq_bwd_step_rows);
+        std::vector<int32_t> order32(B);
+        for (int64_t j = 0; j < B; ++j) order32[j] = static_cast<int32_t>(caller_ ? caller_->order[j] : j);
+        Buf order(Device::cpu, order32.data(), DType::i32, {B});
+        const TV &cs_first = caller_cs_prev_ ? *caller_cs_prev_ : in_.cs_prev, &cs_steps = caller_cs_ ? *caller_cs_ : act_.cs;
+        // Every per-row argument at rows [r0, r0 + count) of step t (with at_caller_rows, the
+        // per-step inputs at all B of its rows).
         auto rows_at = [&](int64_t t, int64_t r0, int64_t count) {
+            const int64_t first = at_caller_rows ? 0 : r0, rows = at_caller_rows ? B : count;
             for (std::size_t k = 0; k < per_step.size(); ++k)
-                per_step[k].set_data(offset_bytes(step_inputs[k]->data, (step_row(t) + r0) * H, dt_));
-            cs_prev.set_data(offset_bytes(t == 0 ? in_.cs_prev.data : act_.cs.data, ((t == 0 ? 0 : step_row(t - 1)) + r0) * H, dt_));
+                per_step[k].set_data(offset_bytes(step_inputs[k]->data, (t * B + first) * H, dt_));
+            cs_prev.set_data(offset_bytes(t == 0 ? cs_first.data : cs_steps.data, ((t == 0 ? 0 : (t - 1) * B) + first) * H, dt_));
             carry_in.set_data(carry[t % 2] + r0 * H);
             carry_out.set_data(carry[(t + 1) % 2] + r0 * H);
             dgates_t.set_data(offset_bytes(dgates_->data(), (rows_.packed[t] + r0) * 4 * H, gate_grads_));
             dh_buf.set_data(dh.floats() + r0 * H);
-            for (Buf &b : per_step) b.set_rows(count);
-            for (Buf *b : {&cs_prev, &carry_in, &carry_out, &dgates_t, &dh_buf}) b->set_rows(count);
+            order.set_data(order32.data() + r0);
+            for (Buf &b : per_step) b.set_rows(rows);
+            cs_prev.set_rows(rows);
+            for (Buf *b : {&carry_in, &carry_out, &dgates_t, &dh_buf, &order}) b->set_rows(count);
         };
         // The rows running at step t and at step t+1 (a prefix of them).
         auto running = [&](int64_t t) { return std::pair{rows_.n[t], t + 1 < S ? rows_.n[t + 1] : 0}; };
@@ -835,11 +855,12 @@ public:
             return;
         }
 
-        // Each step one seq_bwd_step: dh = h_grad[t] + dgates[t+1] . W_h^T and the cell's
-        // backward math. W_h^T: in panels straight from the rows of W_h, or the rows of w^T. Where
-        // rows stop at t, dgates[t+1] is read from a copy whose rows past step t+1's are zero (a
-        // second call for those rows instead read all of W_h^T again for a row or two).
-        const KernelEntry &step_kernel = kernels_[Family::seq_bwd_step];
+        // Each step one seq_bwd_step (seq_bwd_step_rows on the CPU): dh = h_grad[t] + dgates[t+1] .
+        // W_h^T and the cell's backward math. W_h^T: in panels straight from the rows of W_h, or
+        // the rows of w^T. Where rows stop at t, dgates[t+1] is read from a copy whose rows past
+        // step t+1's are zero (a second call for those rows instead read all of W_h^T again for a
+        // row or two).
+        const KernelEntry &step_kernel = kernels_[at_caller_rows ? Family::seq_bwd_step_rows : Family::seq_bwd_step];
         const int64_t gs = static_cast<int64_t>(size_of(gate_grads_));
         Scratch padded(exec_, B * 4 * H * gs);  // zeros past the rows copied in, which only grow
         Buf dnext = Buf::matrix(dev_, padded.data(), gate_grads_, B, 4 * H, 4 * H);
@@ -848,10 +869,15 @@ public:
         // A step's last one or two rows past its whole register tiles in a call of their own.
         const int tile_rows = step_tile_rows(exec_, step_kernel);
         KernelCall step(step_kernel, exec_);
-        bind(step, SeqBwdStepArgs{.dgates_next = dnext, .w_h_t = w_h_t, .h_grad = per_step[0], .cs_grad = per_step[1],
-                                  .dcs_carry = carry_in, .i = per_step[2], .f = per_step[3], .o = per_step[4],
-                                  .ci = per_step[5], .co = per_step[6], .cs_prev = cs_prev, .wci = wci, .wcf = wcf,
-                                  .wco = wco, .dgates = dgates_t, .dcs_carry_out = carry_out, .dh = dh_buf});
+        const SeqBwdStepArgs step_args{.dgates_next = dnext, .w_h_t = w_h_t, .h_grad = per_step[0],
+                                       .cs_grad = per_step[1], .dcs_carry = carry_in, .i = per_step[2],
+                                       .f = per_step[3], .o = per_step[4], .ci = per_step[5], .co = per_step[6],
+                                       .cs_prev = cs_prev, .wci = wci, .wcf = wcf, .wco = wco, .dgates = dgates_t,
+                                       .dcs_carry_out = carry_out, .dh = dh_buf};
+        if (at_caller_rows)
+            bind(step, SeqBwdStepRowsArgs{.step = step_args, .order = order});
+        else
+            bind(step, step_args);
 
         auto step_back = [&](int64_t t) {
             const auto [n, m] = running(t);
@@ -1048,8 +1074,9 @@ public:
 private:
     std::byte *w_t_bytes() const { return static_cast<std::byte *>(w_t_->data()); }
 
-    // The row of x and of the activations where step t's rows start.
+    // The row of x, act.h and act.cs where step t's rows start (packed on the caller's rows).
     int64_t step_row(int64_t t) const { return caller_ ? rows_.packed[t] : t * d_.B; }
+
 
     // The transpose of w's rows [first, first + count) (W_x^T: 0, I; W_h^T: I, H), [4H, count], in
     // the panels `kernel` reads (kernels.inc's weights column), packed from those rows of w into
@@ -1080,6 +1107,7 @@ private:
     const SeqDims d_;
     const StepRows &rows_;
     const StepRows *caller_;
+    const TV *caller_cs_, *caller_cs_prev_;  // the caller's cs and cs_prev (caller_), else null
     const DType dt_;
     const Device dev_;
     const int64_t es_;  // bytes per element of dtype
@@ -1109,7 +1137,7 @@ private:
 
 void grad_steps(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &c, const StepRows &rows,
                 const SeqInputs &in, const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out,
-                bool use_peephole, const StepRows *caller = nullptr) {
+                bool use_peephole, const GradPass::Caller *caller = nullptr) {
     GradPass pass(exec, kernels, c, rows, in, act, out, use_peephole, caller);
     if (!pass.anything_to_run()) return;
     // The weights' transpose and dgates (the largest workspace, 4H floats per packed row) come
@@ -1143,15 +1171,17 @@ void grad_call(const char *op, Layout layout, const SeqInputs &in, const SeqActi
     const KernelEntry &gather = kernels[Family::gather_rows];
     Reordered cs_prev_grad(*exec, out.cs_prev_grad), h_prev_grad(*exec, out.h_prev_grad);
     if (exec->device() == Device::cpu && !kernels.has(Family::seq_bwd_gates)) {
-        // x and the activations as the packed rows of the steps (what the batched products read;
-        // the [T, B] copies in length order were each packed again), x_grad straight from its
-        // packed rows into the caller's: at 200,16,256 with lengths spread over [T/4, T] the
-        // copies in length order wrote 1.6x the rows that run.
+        // x, cs and h as the packed rows of the steps (what the batched products and the
+        // reductions read; the [T, B] copies in length order were each packed again), x_grad
+        // straight from its packed rows into the caller's: at 200,16,256 with lengths spread over
+        // [T/4, T] the copies in length order wrote 1.6x the rows that run. The steps read the
+        // rest at each row's caller row (seq_bwd_step_rows): copied, the nine per-step inputs'
+        // gathers were 1322 of 19969 samples there (1.9 ms a call).
         const int64_t N = rows.total();
         std::vector<Scratch> packed;
-        packed.reserve(10);
+        packed.reserve(3);
         std::vector<TV> views;
-        views.reserve(10);
+        views.reserve(3);
         auto packed_rows = [&](const TV &t) -> const TV & {
             const int64_t width = t.shape.back();
             packed.emplace_back(*exec, N * width * static_cast<int64_t>(size_of(t.dtype)), Scratch::Fill::none);
@@ -1163,12 +1193,12 @@ void grad_call(const char *op, Layout layout, const SeqInputs &in, const SeqActi
         to_length_order(*exec, gather, rows, in.h_prev, h_prev.storage.data());
         const SeqInputs packed_in{in.seq_len_max, packed_rows(in.x), cs_prev.view, h_prev.view, in.w,
                                   in.wci, in.wcf, in.wco, in.b, nullptr};
-        const SeqActivations packed_act{packed_rows(act.i),  packed_rows(act.cs), packed_rows(act.f),
-                                        packed_rows(act.o),  packed_rows(act.ci), packed_rows(act.co),
-                                        packed_rows(act.h),  packed_rows(act.cs_grad), packed_rows(act.h_grad)};
+        const SeqActivations packed_act{act.i, packed_rows(act.cs), act.f,          act.o,     act.ci,
+                                        act.co, packed_rows(act.h), act.cs_grad, act.h_grad};
         const BlockLSTMGradOutputs<TV> packed_out{out.x_grad, cs_prev_grad.view, h_prev_grad.view, out.w_grad,
                                                   out.wci_grad, out.wcf_grad, out.wco_grad, out.b_grad};
-        grad_steps(*exec, kernels, c, in_length_order(rows), packed_in, packed_act, packed_out, use_peephole, &rows);
+        const GradPass::Caller caller{rows, act.cs, in.cs_prev};
+        grad_steps(*exec, kernels, c, in_length_order(rows), packed_in, packed_act, packed_out, use_peephole, &caller);
     } else {
         std::vector<Reordered> ins;
         ins.reserve(12);

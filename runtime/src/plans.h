@@ -72,6 +72,7 @@ inline constexpr Step w_transpose{Site::w_transpose, Family::transpose, Times::o
 inline constexpr Step w_x_t_panels{Site::w_x_t_panels, Family::panels_t, Times::once, "W_x^T packed into panels from w's rows (I > 0)"};
 inline constexpr Step w_h_t_panels{Site::w_h_t_panels, Family::panels_t, Times::once, "W_h^T packed into panels"};
 inline constexpr Step backward_step{Site::backward_step, Family::seq_bwd_step, Times::per_step, "dgates[t]: dgates[t+1] . W_h^T, the cell's backward math"};
+inline constexpr Step backward_step_rows{Site::backward_step, Family::seq_bwd_step_rows, Times::per_step, "dgates[t]: dgates[t+1] . W_h^T, the cell's backward math on each row's inputs at its caller row"};
 inline constexpr Step x_grad{Site::x_grad, Family::gemm_nn, Times::once, "x_grad = dgates . W_x^T (I > 0)"};
 inline constexpr Step h_prev_grad{Site::h_prev_grad, Family::gemm_nn, Times::once, "h_prev_grad = dgates[0] . W_h^T"};
 inline constexpr Step dgates_panels{Site::dgates_panels, Family::panels, Times::per_chunk, "a chunk of dgates packed into panels"};
@@ -92,10 +93,10 @@ inline constexpr Step kForwardCpu[] = {steps::w_x_panels,   steps::input_project
 inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_step, steps::length_order};
 inline constexpr Step kCellCpuFloat32[] = {steps::cell_forward};
 inline constexpr Step kCellGrad[] = {steps::cell_backward};
-inline constexpr Step kSequenceGradCpuFloat32[] = {steps::w_h_t_panels, steps::backward_step, steps::w_x_t_panels,
+inline constexpr Step kSequenceGradCpuFloat32[] = {steps::w_h_t_panels, steps::backward_step_rows, steps::w_x_t_panels,
                                                    steps::x_grad,       steps::h_prev_grad,   steps::dgates_panels,
                                                    steps::w_grad_chunk, steps::reductions,    steps::length_order};
-inline constexpr Step kSequenceGradCpuFloat16[] = {steps::w_h_t_panels, steps::backward_step, steps::w_x_t_panels,
+inline constexpr Step kSequenceGradCpuFloat16[] = {steps::w_h_t_panels, steps::backward_step_rows, steps::w_x_t_panels,
                                                    steps::x_grad,       steps::h_prev_grad,   steps::w_grad_x,
                                                    steps::w_grad_h,     steps::reductions,    steps::length_order};
 inline constexpr Step kSequenceGradCuda[] = {steps::w_transpose, steps::backward_step, steps::x_grad, steps::h_prev_grad,
