@@ -1077,7 +1077,6 @@ private:
     // The row of x, act.h and act.cs where step t's rows start (packed on the caller's rows).
     int64_t step_row(int64_t t) const { return caller_ ? rows_.packed[t] : t * d_.B; }
 
-
     // The transpose of w's rows [first, first + count) (W_x^T: 0, I; W_h^T: I, H), [4H, count], in
     // the panels `kernel` reads (kernels.inc's weights column), packed from those rows of w into
     // `storage` once (a second kernel reading the same panels finds them there); nullopt where
