@@ -59,9 +59,9 @@ const char *op_name(const Use &u) {
     return "?";
 }
 
-// The steps on the caller's rows: the forward's runs only with seq_lengths on rows not in length
-// order, which only the sequence ops take; the backward's (the CPU's backward step) also on rows in
-// length order, each its own caller row.
+// The steps on the caller's rows, which only the sequence ops run, here with seq_lengths on rows not
+// in length order: the forward's runs only so; the backward's (the CPU's backward step) also on rows
+// in length order, each its own caller row, as every other CPU test of the gradient ops runs it.
 bool caller_rows_family(const Variant &v) { return v.family == "seq_fwd_step_rows" || v.family == "seq_bwd_step_rows"; }
 
 // The ops (with attrs) that run a variant: those whose kernel families (blocklstm/ops.h) hold its
@@ -114,25 +114,21 @@ std::vector<int64_t> rising_lengths(const Shape &s) {
 
 // One op on `device` against the float64 reference; a CUDA run also against the CPU result on
 // the same inputs (both within the tolerance of the reference, so within it of each other).
-// caller_rows: the sequence op with rising_lengths, into outputs of NaN (the gradient op also
-// without lengths, below).
+// caller_rows: the sequence op with rising_lengths, into outputs of NaN.
 void run_use(const Use &u, DType dtype, const Shape &s, uint64_t seed, Device device, bool caller_rows) {
     Problem p = make_problem(seed, s, dtype, u.op == Op::cell || u.op == Op::cell_grad, u.peephole, u.layout);
     const bool cuda = device == Device::cuda;
     if (caller_rows) {
         ASSERT_TRUE(u.op == Op::seq || u.op == Op::seq_grad);
-        Problem with = p;
         const Lengths lengths(rising_lengths(s), s.L, false);
-        with.fwd = ref_forward(with, lengths.capped);
-        const Inputs in(with, device);
-        if (u.op == Op::seq) return expect_fwd(run_forward(with, in, &lengths.tensor.view()), with.fwd, fwd_tol(dtype));
-        SCOPED_TRACE("rising lengths");
-        expect_seq_grad(run_grad(with, in, &lengths.tensor.view()),
-                        ref::block_lstm_grad(with.s.L, with.x, with.cs_prev, with.h_prev, with.w, with.wci, with.wcf,
-                                             with.wco, with.b, with.fwd.i, with.fwd.cs, with.fwd.f, with.fwd.o,
-                                             with.fwd.ci, with.fwd.co, with.fwd.h, with.cs_grad, with.h_grad,
-                                             with.peephole, with.layout, &lengths.capped),
-                        grad_tol(dtype));
+        p.fwd = ref_forward(p, lengths.capped);
+        const Inputs in(p, device);
+        if (u.op == Op::seq) return expect_fwd(run_forward(p, in, &lengths.tensor.view()), p.fwd, fwd_tol(dtype));
+        return expect_seq_grad(run_grad(p, in, &lengths.tensor.view()),
+                               ref::block_lstm_grad(p.s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b,
+                                                    p.fwd.i, p.fwd.cs, p.fwd.f, p.fwd.o, p.fwd.ci, p.fwd.co, p.fwd.h,
+                                                    p.cs_grad, p.h_grad, p.peephole, p.layout, &lengths.capped),
+                               grad_tol(dtype));
     }
     const Inputs in(p, device);
     std::unique_ptr<Inputs> host = cuda ? std::make_unique<Inputs>(p) : nullptr;
