@@ -85,12 +85,16 @@ protected:
     }
 };
 
-inline const std::map<std::string, Layout> layout_names{{"icfo", Layout::icfo},
-                                                        {"ifco", Layout::ifco}};
+inline const std::map<std::string, Layout> layout_names{
+    {"icfo", Layout::icfo}, {"ifco", Layout::ifco}, {"any", Layout::any}};
 
-// The gate gradients placed by gate block (0..3) in a layout's order: dgates(j, block, n).
+// The gate gradients placed by gate block (0..3) in a layout's order: dgates(j, block, n). With
+// Layout::any in the order `gate_order` (0 icfo, 1 ifco).
 inline Expr gate_gradient_blocks(Layout layout, const Expr &block, const Expr &di,
-                                 const Expr &dci, const Expr &df, const Expr &do_) {
+                                 const Expr &dci, const Expr &df, const Expr &do_, const Expr &gate_order = Expr()) {
+    if (layout == Layout::any)
+        return select(gate_order == 1, gate_gradient_blocks(Layout::ifco, block, di, dci, df, do_),
+                      gate_gradient_blocks(Layout::icfo, block, di, dci, df, do_));
     std::vector<Expr> blocks(4);
     blocks[gate_block(layout, gate_i)] = di;
     blocks[gate_block(layout, gate_c)] = dci;
@@ -110,9 +114,11 @@ struct CellGrads {
     Expr df(const Expr &j, const Expr &n) const { return f(j, n)[2]; }
     Expr do_(const Expr &j, const Expr &n) const { return f(j, n)[3]; }
     Expr cs_prev_grad(const Expr &j, const Expr &n) const { return f(j, n)[4]; }
-    // dgates(j, block, n): the four gate gradients in the layout's block order.
-    Expr gate_blocks(Layout layout, const Expr &j, const Expr &block, const Expr &n) const {
-        return gate_gradient_blocks(layout, block, f(j, n)[0], f(j, n)[1], f(j, n)[2], f(j, n)[3]);
+    // dgates(j, block, n): the four gate gradients in the layout's block order (Layout::any:
+    // gate_order's).
+    Expr gate_blocks(Layout layout, const Expr &j, const Expr &block, const Expr &n,
+                     const Expr &gate_order = Expr()) const {
+        return gate_gradient_blocks(layout, block, f(j, n)[0], f(j, n)[1], f(j, n)[2], f(j, n)[3], gate_order);
     }
 };
 

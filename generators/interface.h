@@ -15,8 +15,10 @@
 namespace blocklstm::kernel {
 
 // The gate block order of w, b and the gate gradients: TF's BlockLSTM and the cell ops i, c, f, o;
-// the V2 ops i, f, c, o.
-enum class Layout { icfo, ifco };
+// the V2 ops i, f, c, o. A kernel compiled for `any` takes the order as its argument `gate_order`
+// (the Layout's value: 0 icfo, 1 ifco), so one kernel serves both op versions: the CPU's step
+// kernels, which the two layouts had doubled (198 kernels, a third of the build's generation time).
+enum class Layout { icfo, ifco, any };
 
 // Where a step's recurrent product is computed: inside its kernel (with the gate math), or outside
 // it (a library product, e.g. cuBLAS, writes it in place; the kernel is the gate math alone); or
@@ -99,6 +101,8 @@ namespace seq_fwd_step {
 inline constexpr const char xw[] = "xw", h_prev[] = "h_prev", w_h[] = "w_h", cs_prev[] = "cs_prev", wci[] = "wci",
                             wcf[] = "wcf", wco[] = "wco", forget_bias[] = "forget_bias", cell_clip[] = "cell_clip",
                             lstm[] = "lstm", gates[] = "gates";
+// Layout::any: the gate order, int32 (0 icfo, 1 ifco).
+inline constexpr const char gate_order[] = "gate_order";
 // With the product outside (seq_fwd_gates): the step's pre-activations xw[t] + h . W_h, an input.
 inline constexpr const char pre_activations[] = "pre_activations";
 // The cell's whole product (cell_fwd): gates = b + x_h_prev . w, x_h_prev = [x | h_prev].
@@ -114,6 +118,8 @@ inline constexpr const char dgates_next[] = "dgates_next", w_h_t[] = "w_h_t", h_
                             cs_grad[] = "cs_grad", dcs_carry[] = "dcs_carry", i[] = "i", f[] = "f", o[] = "o",
                             ci[] = "ci", co[] = "co", cs_prev[] = "cs_prev", wci[] = "wci", wcf[] = "wcf",
                             wco[] = "wco", dgates[] = "dgates", dcs_carry_out[] = "dcs_carry_out", dh[] = "dh";
+// Layout::any: the gate order, int32 (0 icfo, 1 ifco).
+inline constexpr const char gate_order[] = "gate_order";
 // With the product outside (seq_bwd_gates): dgates[t+1] . W_h^T, an input (h_grad is added inside).
 inline constexpr const char dh_product[] = "dh_product";
 // On the caller's rows (seq_bwd_step_rows): the caller's row of each row the step runs, in length

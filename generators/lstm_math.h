@@ -3,6 +3,8 @@
 // on load and round once on store (docs/semantics.md). Association order follows TF's kernels.
 #pragma once
 
+#include <stdexcept>
+
 #include "Halide.h"
 #include "generators/interface.h"
 
@@ -16,8 +18,18 @@ enum Gate { gate_i, gate_c, gate_f, gate_o };
 
 // Block index of a gate in a layout: ICFO = [i | c | f | o], IFCO = [i | f | c | o].
 inline int gate_block(Layout layout, Gate gate) {
+    if (layout == Layout::any) throw std::invalid_argument("gate_block: the layout is the kernel's argument");
     if (layout == Layout::ifco && gate == gate_c) return 2;
     if (layout == Layout::ifco && gate == gate_f) return 1;
+    return static_cast<int>(gate);
+}
+
+// The same where the layout may be Layout::any: the order `gate_order` (0 icfo, 1 ifco) moves c
+// and f only.
+inline Expr gate_block(Layout layout, Gate gate, const Expr &gate_order) {
+    if (layout != Layout::any) return gate_block(layout, gate);
+    if (gate == gate_c) return 1 + gate_order;
+    if (gate == gate_f) return 2 - gate_order;
     return static_cast<int>(gate);
 }
 

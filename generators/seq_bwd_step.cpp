@@ -18,7 +18,8 @@ class SeqBwdStep : public KernelGenerator<SeqBwdStep> {
 public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> use_peephole{"use_peephole", false};
-    GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
+    // any (kernels.inc's lines without a layout): the gate order is the argument gate_order.
+    GeneratorParam<Layout> layout{"layout", Layout::any, layout_names};
     GeneratorParam<RecurrentProduct> product{"product", RecurrentProduct::inside, recurrent_product_names};
     GeneratorParam<GateGrads> gate_grads{"gate_grads", GateGrads::float32, gate_grads_names};
     GeneratorParam<bool> caller_rows{"caller_rows", false};
@@ -27,6 +28,7 @@ public:
     Input<Buffer<>> *order = nullptr;  // caller_rows: [rows run] int32, the caller's row of each
     Input<Buffer<>> *h_grad, *cs_grad, *dcs_carry;
     Input<Buffer<>> *i, *f, *o, *ci, *co, *cs_prev, *wci, *wcf, *wco;
+    Input<int32_t> *gate_order = nullptr;  // Layout::any: 0 icfo, 1 ifco
     Output<Buffer<>> *dgates, *dcs_carry_out;
     Output<Buffer<>> *dh = nullptr;  // [B,H] float32: the caller's workspace, so a step allocates nothing
 
@@ -90,6 +92,7 @@ public:
         wci = add_input<Buffer<>>(a::wci, dtype, 1);
         wcf = add_input<Buffer<>>(a::wcf, dtype, 1);
         wco = add_input<Buffer<>>(a::wco, dtype, 1);
+        if (layout == Layout::any) gate_order = add_input<int32_t>(a::gate_order);
         dgates = add_output<Buffer<>>(a::dgates, gate_grads_type(), 3);  // (j, gate block, n) of [B,4H]
         dcs_carry_out = add_output<Buffer<>>(a::dcs_carry_out, Float(32), 2);
     }
@@ -147,7 +150,8 @@ public:
                                        f32((*wci)(j)), f32((*wcf)(j)), f32((*wco)(j)), dh_total,
                                        in(cs_grad) + (*dcs_carry)(j, n), use_peephole);
         const CellGrads cell(r, j, n);
-        (*dgates)(j, g, n) = stored(gate_grads_type(), cell.gate_blocks(layout, j, g, n));
+        const Expr gates_order = gate_order ? Expr(*gate_order) : Expr();
+        (*dgates)(j, g, n) = stored(gate_grads_type(), cell.gate_blocks(layout, j, g, n, gates_order));
         (*dcs_carry_out)(j, n) = cell.cs_prev_grad(j, n);
     }
 };

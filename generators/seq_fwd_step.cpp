@@ -19,13 +19,15 @@ class SeqFwdStep : public KernelGenerator<SeqFwdStep> {
 public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> use_peephole{"use_peephole", false};
-    GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
+    // any (kernels.inc's lines without a layout): the gate order is the argument gate_order.
+    GeneratorParam<Layout> layout{"layout", Layout::any, layout_names};
     GeneratorParam<RecurrentProduct> product{"product", RecurrentProduct::inside, recurrent_product_names};
     GeneratorParam<bool> caller_rows{"caller_rows", false};
 
     Input<Buffer<>> *xw = nullptr, *h_prev = nullptr, *w_h = nullptr, *pre_activations = nullptr, *b = nullptr;
     Input<Buffer<>> *cs_prev, *wci, *wcf, *wco;
     Input<Buffer<>> *order = nullptr, *place = nullptr;  // caller_rows: [rows run], [B] int32
+    Input<int32_t> *gate_order = nullptr;                // Layout::any: 0 icfo, 1 ifco
     Input<float> forget_bias{args::seq_fwd_step::forget_bias};
     Input<float> cell_clip{args::seq_fwd_step::cell_clip};
     Output<Buffer<>> *lstm;   // Tuple (i, cs, f, o, ci, co, h), each [B,H]
@@ -84,6 +86,7 @@ public:
         wci = add_input<Buffer<>>(a::wci, dtype, 1);
         wcf = add_input<Buffer<>>(a::wcf, dtype, 1);
         wco = add_input<Buffer<>>(a::wco, dtype, 1);
+        if (layout == Layout::any) gate_order = add_input<int32_t>(a::gate_order);
     }
 
     void generate() {
@@ -159,7 +162,9 @@ public:
     // each the caller's row caller(n).
     void gate_math(const std::function<Expr(Expr, Expr)> &pre, const Expr &H, const Var &j, const Var &n,
                    const std::function<Expr(Expr)> &caller = nullptr, const std::optional<RDom> &rows = std::nullopt) {
-        auto gate = [&](Gate g, const Expr &row) { return pre(j + gate_block(layout, g) * H, row); };
+        // (gate_order clamped: a block past the four would be read out of the pre-activations)
+        const Expr gates_order = gate_order ? clamp(Expr(*gate_order), 0, 1) : Expr();
+        auto gate = [&](Gate g, const Expr &row) { return pre(j + gate_block(layout, g, gates_order) * H, row); };
         auto state_row = [&](const Expr &row) { return caller ? caller(row) : row; };
         const CellActivations a = cell_activations(gate(gate_i, n), gate(gate_c, n), gate(gate_f, n),
                                                    f32((*cs_prev)(j, state_row(n))), f32((*wci)(j)), f32((*wcf)(j)),

@@ -44,7 +44,7 @@ Tuner::Result Tuner::autoscheduled_time(const Family &f, const LstmShape &s, con
             if (info.dir == Halide::Internal::ArgInfoDirection::Input) {
                 Halide::Parameter p = c.generator->input_parameter(info.name).at(0);
                 if (info.kind != Halide::Internal::ArgInfoKind::Buffer) {
-                    p.set_estimate(Halide::Expr(inputs.scalars.at(info.name)));
+                    p.set_estimate(Halide::cast(p.type(), Halide::Expr(inputs.scalars.at(info.name))));
                     continue;
                 }
                 const Halide::Buffer<> &b = inputs.buffers.at(info.name);

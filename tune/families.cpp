@@ -154,6 +154,7 @@ Call forward_step(const LstmShape &s, std::mt19937 &rng, bool panels) {
     for (const char *p : {n::wci, n::wcf, n::wco}) c.buffers[p] = random(rng, {s.H});
     c.scalars[n::forget_bias] = 1.0f;
     c.scalars[n::cell_clip] = 3.0f;
+    c.scalars[n::gate_order] = 0;  // icfo, for a kernel compiled for any layout
     for (int k = 0; k < 7; ++k) c.buffers[kernel::tuple_element(n::lstm, k)] = empty_like({s.H, s.B});
     c.buffers[n::gates] = empty_like({4 * s.H, s.B});
     return c;
@@ -177,6 +178,7 @@ Call backward_step(const LstmShape &s, std::mt19937 &rng, bool panels, bool call
     c.buffers[n::dgates] = empty_like({s.H, 4, s.B});
     c.buffers[n::dcs_carry_out] = empty_like({s.H, s.B});
     c.buffers[n::dh] = empty_like({s.H, s.B});
+    c.scalars[n::gate_order] = 0;  // icfo, for a kernel compiled for any layout
     return c;
 }
 

@@ -33,6 +33,7 @@ std::vector<Halide::Buffer<>> bind(Compiled &c, Call &call) {
         if (info.dir == Halide::Internal::ArgInfoDirection::Input) {
             Halide::Parameter p = c.generator->input_parameter(info.name).at(0);
             if (info.kind == Halide::Internal::ArgInfoKind::Buffer) p.set_buffer(call.buffers.at(info.name));
+            else if (p.type() == Halide::Int(32)) p.set_scalar<int32_t>(static_cast<int32_t>(call.scalars.at(info.name)));
             else p.set_scalar<float>(call.scalars.at(info.name));
         } else {
             if (info.types.size() == 1) outs.push_back(call.buffers.at(info.name));

@@ -19,6 +19,7 @@ struct SeqFwdStepArgs {
     float &forget_bias, &cell_clip;
     std::array<Buf *, 7> lstm;  // the step's i, cs, f, o, ci, co, h
     Buf &gates;                        // the caller's workspace of one step's pre-activations
+    Layout layout;                     // the op's gate layout (KernelCall::gate_order)
 };
 inline void bind(KernelCall &call, const SeqFwdStepArgs &x) {
     namespace a = kernel::args::seq_fwd_step;
@@ -26,7 +27,7 @@ inline void bind(KernelCall &call, const SeqFwdStepArgs &x) {
     call.buffer(a::wci, x.wci).buffer(a::wcf, x.wcf).buffer(a::wco, x.wco);
     call.scalar(a::forget_bias, &x.forget_bias).scalar(a::cell_clip, &x.cell_clip);
     for (int k = 0; k < 7; ++k) call.buffer(kernel::tuple_element(a::lstm, k), *x.lstm[k]);
-    call.buffer(a::gates, x.gates);
+    call.buffer(a::gates, x.gates).gate_order(x.layout);
 }
 
 // seq_fwd_step_rows: the step on the caller's rows (seq_lengths, rows not in length order):
@@ -78,6 +79,7 @@ struct SeqBwdStepArgs {
     Buf &dgates_next, &w_h_t, &h_grad, &cs_grad, &dcs_carry, &i, &f, &o, &ci, &co, &cs_prev, &wci, &wcf, &wco;
     Buf &dgates, &dcs_carry_out;
     Buf &dh;  // the caller's workspace of one step's total gradient of h
+    Layout layout;  // the op's gate layout (KernelCall::gate_order)
 };
 inline void bind(KernelCall &call, const SeqBwdStepArgs &x) {
     namespace a = kernel::args::seq_bwd_step;
@@ -86,6 +88,7 @@ inline void bind(KernelCall &call, const SeqBwdStepArgs &x) {
     call.buffer(a::i, x.i).buffer(a::f, x.f).buffer(a::o, x.o).buffer(a::ci, x.ci).buffer(a::co, x.co);
     call.buffer(a::cs_prev, x.cs_prev).buffer(a::wci, x.wci).buffer(a::wcf, x.wcf).buffer(a::wco, x.wco);
     call.buffer(a::dgates, x.dgates).buffer(a::dcs_carry_out, x.dcs_carry_out).buffer(a::dh, x.dh);
+    call.gate_order(x.layout);
 }
 
 // seq_bwd_step_rows: the CPU's backward step, its per-step inputs (h_grad, cs_grad, i, f, o, ci,

@@ -61,6 +61,9 @@ public:
     KernelCall(const KernelEntry &kernel, Exec &exec);
     KernelCall &buffer(const std::string &name, Buf &buf);
     KernelCall &scalar(const std::string &name, float *value);
+    // The op's gate layout (icfo or ifco): the argument gate_order of a kernel compiled for any
+    // (generators/interface.h: Layout::any); a kernel compiled for one layout must be of that one.
+    KernelCall &gate_order(Layout layout);
     void run();
 
 private:
@@ -82,9 +85,12 @@ public:
     const KernelEntry &operator[](Family family) const;
     // Whether the plan runs `family` (a time loop's path between plans).
     bool has(Family family) const { return (*kernels_)[static_cast<std::size_t>(family)] != nullptr; }
+    // The call's gate layout, which its cell math kernels compiled for any take as an argument.
+    Layout gate_layout() const { return layout_; }
 
 private:
     const std::array<const KernelEntry *, kernel::kFamilyCount> *kernels_;
+    Layout layout_;
 };
 
 // Throws, naming the kernel, unless every kernel an op call needs is compiled in (the op's plan).

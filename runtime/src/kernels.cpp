@@ -74,7 +74,7 @@ const KernelEntry kernel_table[] = {
 #undef BLOCKLSTM_KERNEL
 };
 
-const char *layout_name(Layout layout) { return layout == Layout::icfo ? "icfo" : "ifco"; }
+const char *layout_name(Layout layout) { return layout == Layout::icfo ? "icfo" : layout == Layout::ifco ? "ifco" : "any"; }
 
 // Halide reports errors through a global handler, on the calling thread or on a worker of its
 // thread pool; keep the message for the exception instead of printing it (validation runs first,
@@ -185,7 +185,8 @@ const Resolved &resolved(plan::Kind kind, Device device, DType dtype, CellVarian
 
 }  // namespace
 
-PlanKernels::PlanKernels(plan::Kind kind, Device device, DType dtype, CellVariant cell, plan::Steps steps) {
+PlanKernels::PlanKernels(plan::Kind kind, Device device, DType dtype, CellVariant cell, plan::Steps steps)
+    : layout_(cell.layout) {
     const Resolved &r = resolved(kind, device, dtype, cell, steps);
     if (!r.missing.empty()) throw Error(r.missing);
     kernels_ = &r.kernels;
@@ -254,6 +255,21 @@ KernelCall &KernelCall::scalar(const std::string &name, float *value) {
     return *this;
 }
 
+KernelCall &KernelCall::gate_order(Layout layout) {
+    static const int32_t orders[] = {static_cast<int32_t>(Layout::icfo), static_cast<int32_t>(Layout::ifco)};
+    if (layout == Layout::any)
+        throw Error(std::string("blocklstm internal error: kernel ") + kernel_.name + " run without a gate layout");
+    if (std::strcmp(kernel_.layout, "any") != 0) {  // compiled for one
+        if (std::strcmp(kernel_.layout, layout_name(layout)) != 0)
+            throw Error(std::string("blocklstm internal error: kernel ") + kernel_.name + " run for gate layout " +
+                        layout_name(layout));
+        return *this;
+    }
+    args_[index_of(kernel::args::seq_fwd_step::gate_order, false)] =
+        const_cast<int32_t *>(&orders[static_cast<int>(layout)]);  // an input: never written
+    return *this;
+}
+
 void KernelCall::run() {
     for (std::size_t i = 0; i < args_.size(); ++i) {
         if (!args_[i]) {
@@ -270,7 +286,7 @@ void KernelCall::run() {
             if (names_[i] == "__user_context") continue;
             if (md->arguments[i].kind == halide_argument_kind_input_scalar) {
                 uint32_t bits;
-                std::memcpy(&bits, args_[i], 4);  // every scalar argument is a float
+                std::memcpy(&bits, args_[i], 4);  // every scalar argument is 4 bytes (float, or int32: gate_order)
                 fp->push_back(bits);
                 continue;
             }

@@ -467,7 +467,7 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     KernelCall step(step_kernel, exec);
     const SeqFwdStepArgs step_args{.xw = xw_t, .h_prev = h_prev, .w_h = w_h, .cs_prev = cs_prev, .wci = wci,
                                    .wcf = wcf, .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm,
-                                   .gates = gates_buf};
+                                   .gates = gates_buf, .layout = kernels.gate_layout()};
     if (caller)
         bind(step, SeqFwdStepRowsArgs{.step = step_args, .order = order, .place = place});
     else
@@ -873,7 +873,7 @@ public:
                                        .cs_grad = per_step[1], .dcs_carry = carry_in, .i = per_step[2],
                                        .f = per_step[3], .o = per_step[4], .ci = per_step[5], .co = per_step[6],
                                        .cs_prev = cs_prev, .wci = wci, .wcf = wcf, .wco = wco, .dgates = dgates_t,
-                                       .dcs_carry_out = carry_out, .dh = dh_buf};
+                                       .dcs_carry_out = carry_out, .dh = dh_buf, .layout = kernels_.gate_layout()};
         if (at_caller_rows)
             bind(step, SeqBwdStepRowsArgs{.step = step_args, .order = order});
         else
