@@ -742,9 +742,7 @@ public:
     GradPass(Exec &exec, const PlanKernels &kernels, const Checked<SeqDims> &c, const StepRows &rows,
              const SeqInputs &in, const SeqActivations &act, const BlockLSTMGradOutputs<TV> &out, bool use_peephole,
              const Caller *caller = nullptr)
-        : exec_(exec), kernels_(kernels), d_(c.dims), rows_(rows), caller_(caller ? &caller->rows : nullptr),
-          caller_cs_(caller ? &caller->cs : nullptr), caller_cs_prev_(caller ? &caller->cs_prev : nullptr),
-          dt_(c.dtype), dev_(c.device),
+        : exec_(exec), kernels_(kernels), d_(c.dims), rows_(rows), caller_(caller), dt_(c.dtype), dev_(c.device),
           es_(static_cast<int64_t>(size_of(c.dtype))), in_(in), act_(act), out_(out), use_peephole_(use_peephole),
           b_grad_from_w_grad_(plan::b_grad_with_w_grad(c.device, c.dims.I)), split_(kernels.has(Family::seq_bwd_gates)),
           gate_grads_(split_ ? c.dtype : c.device == Device::cpu ? cpu_gate_grads(exec, c.dtype) : DType::f32) {}
@@ -799,9 +797,9 @@ public:
         // row run at its caller row: the caller's order, or the identity.
         const bool at_caller_rows = !kernels_.has(Family::seq_bwd_gates) && kernels_.has(Family::seq_bwd_step_rows);
         std::vector<int32_t> order32(B);
-        for (int64_t j = 0; j < B; ++j) order32[j] = static_cast<int32_t>(caller_ ? caller_->order[j] : j);
+        for (int64_t j = 0; j < B; ++j) order32[j] = static_cast<int32_t>(caller_ ? caller_->rows.order[j] : j);
         Buf order(Device::cpu, order32.data(), DType::i32, {B});
-        const TV &cs_first = caller_cs_prev_ ? *caller_cs_prev_ : in_.cs_prev, &cs_steps = caller_cs_ ? *caller_cs_ : act_.cs;
+        const TV &cs_first = caller_ ? caller_->cs_prev : in_.cs_prev, &cs_steps = caller_ ? caller_->cs : act_.cs;
         // Every per-row argument at rows [r0, r0 + count) of step t (with at_caller_rows, the
         // per-step inputs at all B of its rows).
         auto rows_at = [&](int64_t t, int64_t r0, int64_t count) {
@@ -962,7 +960,7 @@ public:
         const int64_t I = d_.I, H = d_.H;
         x_grad_rows_from(0);
         if (I > 0 && caller_) {  // into the caller's rows, zeros where a row does not run
-            from_length_order_steps(*caller_, 0, d_.T, [&](int64_t t) { return rows_.packed[t]; },
+            from_length_order_steps(caller_->rows, 0, d_.T, [&](int64_t t) { return rows_.packed[t]; },
                                     {{x_grad_rows_, &out_.x_grad}});
         } else if (I > 0 && x_grad_packed_) {
             unpack_steps(exec_, rows_, x_grad_rows_, out_.x_grad.data, I, dt_);
@@ -1105,8 +1103,7 @@ private:
     const PlanKernels &kernels_;
     const SeqDims d_;
     const StepRows &rows_;
-    const StepRows *caller_;
-    const TV *caller_cs_, *caller_cs_prev_;  // the caller's cs and cs_prev (caller_), else null
+    const Caller *caller_;  // the CPU on rows not in length order, else null
     const DType dt_;
     const Device dev_;
     const int64_t es_;  // bytes per element of dtype
