@@ -99,7 +99,10 @@ Family family(const std::string &name, kernel::Family id, bool gpu, std::vector<
     for (std::string word; words >> word;) f.params[word.substr(0, word.find('='))] = word.substr(word.find('=') + 1);
     f.params["dtype"] = "float32";
     if (const std::string w = weights_of(id, gpu); w != "none") f.params["weights"] = w;
-    if (peephole.value_or(false)) f.params["use_peephole"] = "true", f.params["layout"] = "icfo";
+    // The layout of the kernels the ops run (kernels.inc): on the GPU one kernel per layout (ICFO's
+    // timed); on the CPU the generators' default (the step kernels' `any`, ICFO elsewhere).
+    if (gpu && r.has_layout_variants()) f.params["layout"] = "icfo";
+    if (peephole.value_or(false)) f.params["use_peephole"] = "true";
     f.knobs = knobs_of(r.products, gpu);
     f.make = std::move(make);
     auto calls = [id, gpu, sites, peephole](plan::Kind kind, bool op_peephole) {
