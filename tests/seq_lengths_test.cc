@@ -448,6 +448,55 @@ TEST(ForwardWithActivationsLeftOut, WritesCsAndHAsTheFullCall) {
         }
 }
 
+// Inference with cs [B, H]: each row's final cell state (cs at its last step; cs_prev where it
+// runs none), the same bits as the full call's; h as the full call's. Without lengths, with
+// seq_len_max below T, with lengths in length order and not (rows of length 0 among them), over
+// whole and partial register tiles (B = 9: 8 + 1 on AVX-512), by name too; CPU only.
+TEST(ForwardWithActivationsLeftOut, FinalCsIsEachRowsLastState) {
+    for (DType dt : blocklstm::kFloatDTypes)
+        for (const auto &[T, L, lens] : std::vector<std::tuple<int64_t, int64_t, std::vector<int64_t>>>{
+                 {6, 6, {}},
+                 {6, 4, {}},
+                 {6, 0, {}},
+                 {7, 7, {7, 7, 6, 5, 5, 3, 2, 1, 0}},
+                 {7, 6, {2, 7, 0, 4, 5, 1, 7, 3, 6}},
+                 {5, 5, {0, 0, 0, 0, 0, 0, 0, 0, 0}}}) {
+            const Shape s{T, 9, 4, 8, L, 1.5, 0.0, 0.7, ""};
+            SCOPED_TRACE(std::string(blocklstm::short_name(dt)) + " T=" + std::to_string(T) + " L=" +
+                         std::to_string(L) + " lengths " + std::to_string(lens.size()));
+            BLT_SEED(seed, "left_out/final_cs");
+            const Problem p = make_problem(seed, s, dt, false, true, Layout::ifco);
+            const Inputs in(p);
+            const Lengths lengths(lens.empty() ? std::vector<int64_t>(s.B, s.T) : lens, s.L, false);
+            const TensorView *len = lens.empty() ? nullptr : &lengths.tensor.view();
+            const auto full = run_forward(p, in, len);
+            const Tensor expected(dt, {s.B, s.H});
+            const std::size_t row = static_cast<std::size_t>(s.H) * blocklstm::size_of(dt);
+            for (int64_t b = 0; b < s.B; ++b) {
+                const int64_t last = lengths.capped[b] - 1;
+                const char *from = last < 0 ? in.cs_prev.data_as<char>() + b * row
+                                            : full.cs.data_as<char>() + (last * s.B + b) * row;
+                std::memcpy(expected.data_as<char>() + b * row, from, row);
+            }
+            const Tensor cs(dt, {s.B, s.H}), h(dt, {s.T, s.B, s.H});
+            blocklstm::BlockLSTMV2(s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                   {{}, cs, {}, {}, {}, {}, h}, {static_cast<float>(s.cell_clip), true}, len);
+            EXPECT_TRUE(same_bits("final cs", cs, expected));
+            EXPECT_TRUE(same_bits("h", h, full.h));
+            std::map<std::string, TensorView> named{{"x", in.x},     {"cs_prev", in.cs_prev}, {"h_prev", in.h_prev},
+                                                    {"w", in.w},     {"wci", in.wci},         {"wcf", in.wcf},
+                                                    {"wco", in.wco}, {"b", in.b}};
+            if (len) named["seq_lengths"] = *len;
+            const Tensor cs2(dt, {s.B, s.H}), h2(dt, {s.T, s.B, s.H});
+            blocklstm::OpAttrs attrs;
+            attrs.cell_clip = static_cast<float>(s.cell_clip);
+            attrs.use_peephole = true;
+            blocklstm::invoke("BlockLSTMV2", s.L, named, {{"cs", cs2}, {"h", h2}}, attrs);
+            EXPECT_TRUE(same_bits("final cs by name", cs2, expected));
+            EXPECT_TRUE(same_bits("h by name", h2, full.h));
+        }
+}
+
 // The cell too: one row, the rows past whole register tiles (9: 8 + 1 alone on AVX-512) and two
 // tiles and more (17), with and without peepholes, every dtype: the same bits as the full call.
 TEST(ForwardWithActivationsLeftOut, CellWritesCsAndHAsTheFullCall) {
@@ -529,6 +578,26 @@ TEST(ForwardWithActivationsLeftOut, SomeLeftOutIsBadInput) {
     } catch (const blocklstm::Error &e) {
         EXPECT_NE(std::string(e.what()).find("argument 'cs'"), std::string::npos) << e.what();
     }
+    for (const std::vector<int64_t> &bad : {std::vector<int64_t>{3, 4}, {2, 5}, {4}}) {  // cs [B, H] = [2, 4] only
+        const Tensor final_cs(DType::f32, bad);
+        try {
+            blocklstm::BlockLSTM(s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                 {{}, final_cs, {}, {}, {}, {}, h});
+            ADD_FAILURE() << "no error";
+        } catch (const blocklstm::Error &e) {
+            EXPECT_NE(std::string(e.what()).find("argument 'cs'"), std::string::npos) << e.what();
+        }
+    }
+    try {  // a final cs with the activations given
+        const Tensor final_cs(DType::f32, {2, 4}), i(DType::f32, {3, 2, 4}), o(DType::f32, {3, 2, 4}),
+            ci(DType::f32, {3, 2, 4}), co(DType::f32, {3, 2, 4});
+        blocklstm::BlockLSTM(s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                             {i, final_cs, f, o, ci, co, h});
+        ADD_FAILURE() << "no error";
+    } catch (const blocklstm::Error &e) {
+        EXPECT_NE(std::string(e.what()).find("argument 'cs'"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(max_abs(ref::to_array(h)), 0.0) << "an output written on bad input";
     const Problem pc = make_problem(seed, s, DType::f32, true, false, Layout::icfo);
     const Inputs ic(pc);
     const Tensor cell_cs(DType::f32, {2, 4}), cell_h(DType::f32, {2, 4}), cell_co(DType::f32, {2, 4});

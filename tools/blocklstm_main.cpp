@@ -85,7 +85,8 @@ constexpr CommandHelp kCommands[] = {
      "                 seq_lengths (every row T steps) and adds \"padded_median_ms=<float>\n"
      "                 ratio=<float>\" to the last line: the median over the pairs of calls of\n"
      "                 the call's time over the padded call's.\n"
-     "                 --inference leaves out a forward op's i, f, o, ci, co: only cs and h written.\n"},
+     "                 --inference leaves out a forward op's i, f, o, ci, co: only cs and h written,\n"
+     "                 on the CPU a sequence op's cs as each row's final state [B, H].\n"},
     {"list", "blocklstm list [--kernels] [--plans]\n",
      "  list           The op variants this build runs (op x backend x dtype x peephole), the CPU\n"
      "                 targets and the one in use, and CUDA's state; --kernels also every kernel,\n"

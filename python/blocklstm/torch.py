@@ -735,12 +735,18 @@ class LSTM(_PeepholeModule):
                 h, cs = run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(), run_lengths)
                 if T == 0:  # no step: the state passes through
                     h_last, c_last = h0[k], c0[k]
-                elif lengths is None:
-                    h_last, c_last = h[-1], cs[-1]
                 else:
-                    started = (lengths > 0)[:, None]
-                    h_last = torch.where(started, h.gather(0, last[None, :, None].expand(1, B, R))[0], h0[k])
-                    c_last = torch.where(started, cs.gather(0, last[None, :, None].expand(1, B, H))[0], c0[k])
+                    started = (lengths > 0)[:, None] if lengths is not None else None
+                    if lengths is None:
+                        h_last = h[-1]
+                    else:
+                        h_last = torch.where(started, h.gather(0, last[None, :, None].expand(1, B, R))[0], h0[k])
+                    if cs.dim() == 2:  # the op's final state (inference on the CPU: _op)
+                        c_last = cs
+                    elif lengths is None:
+                        c_last = cs[-1]
+                    else:
+                        c_last = torch.where(started, cs.gather(0, last[None, :, None].expand(1, B, H))[0], c0[k])
                 if direction == 1:  # back in time order; zeros past a row's length stay there
                     if lengths is None:
                         h = h.flip(0)
@@ -758,8 +764,8 @@ class LSTM(_PeepholeModule):
 
     def _run_projected(self, index, x, r0, c0, lengths=None):
         """One layer and direction of LSTMP (nn.LSTM's proj_size P) over x [T, B, in] from (r0 [B, P],
-        c0 [B, H]): (r [T, B, P], cs [T, B, H]), r = h W_hr^T, zeros past each row's length. One op
-        call, as without a projection: a step's recurrent product r_{t-1} W_r is h_{t-1} (W_hr^T W_r),
+        c0 [B, H]): (r [T, B, P], cs [T, B, H] or _op's c_n), r = h W_hr^T, zeros past each row's
+        length. One op call, as without a projection: a step's recurrent product r_{t-1} W_r is h_{t-1} (W_hr^T W_r),
         so the op runs on the unprojected h with W_hr^T W_r [H, 4H] as its recurrent weights, and
         r0 (there is no h before the first step) enters step 0 as input columns, [x_0 | r0] against
         W_r's rows (zeros at the later steps), with h_prev zero. Autograd through the two products
@@ -775,23 +781,28 @@ class LSTM(_PeepholeModule):
         return h @ w_hr.t(), cs
 
     def _run(self, index, x, h0, c0, lengths=None):
-        """One layer and direction: BlockLSTMV2 over x [T, B, in] from (h0, c0) [B, H]: (h, cs) [T, B, H],
-        each row b for lengths[b] steps (a CPU tensor; zeros past them), or all T."""
+        """One layer and direction: BlockLSTMV2 over x [T, B, in] from (h0, c0) [B, H]: (h, cs) [T, B, H]
+        (or _op's c_n as cs), each row b for lengths[b] steps (a CPU tensor; zeros past them), or all T."""
         if x.shape[0] == 0:
             empty = x.new_zeros(0, x.shape[1], self.hidden_size)
             return empty, empty
         return self._op(x, c0, h0, *self._weights(index, x), lengths)
 
     def _op(self, x, c0, h0, w, b, wci, wcf, wco, lengths):
-        """BlockLSTMV2 over x [T, B, in] with these weights: (h, cs) [T, B, H]."""
+        """BlockLSTMV2 over x [T, B, in] with these weights: (h, cs) [T, B, H], or under no_grad on
+        the CPU (h, c_n): cs as each row's final state [B, H] alone."""
         T = x.shape[0]
         clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
         if not torch.is_grad_enabled() and not torch.compiler.is_compiling():
             # Inference: i, f, o, ci and co go unused, so the op leaves them out and writes cs and h
-            # alone (five fresh [T, B, H] outputs had cost 2 ms of 16 at 200,16,256 in first touches).
+            # alone (five fresh [T, B, H] outputs had cost 2 ms of 16 at 200,16,256 in first touches);
+            # on the CPU cs is only each row's final state, c_n ([B, H]: 26 MB fewer at 100,64,512).
             args = dict(seq_len_max=T, x=x, cs_prev=c0, h_prev=h0, w=w, wci=wci, wcf=wcf, wco=wco, b=b,
                         cell_clip=clip, use_peephole=self.peephole, seq_lengths=lengths)
-            out = _call(_OPS["BlockLSTMV2"], args, _STATE_ONLY)
+            outs = _STATE_ONLY
+            if not x.is_cuda:  # (CUDA: cs [T, B, H] until a GPU run has run the final state there)
+                outs = outs[:1] + (c0.new_empty(c0.shape),) + outs[2:]
+            out = _call(_OPS["BlockLSTMV2"], args, outs)
             cs, h = out[1], out[6]
             return h, cs
         i, cs, f, o, ci, co, h = _apply("BlockLSTMV2", T, x, c0, h0, w, wci, wcf, wco, b, clip, self.peephole,

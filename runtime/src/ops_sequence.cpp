@@ -184,7 +184,7 @@ std::vector<std::vector<int64_t>> grad_shapes(const SeqDims &d) {
 Checked<SeqDims> validate_forward(const char *op, const SeqInputs &in, const LSTMOutputs<TV> *out) {
     Validator v(op);
     const SeqDims d = validate_sequence_inputs(v, in, false);
-    validate_forward_outputs(v, out, {d.T, d.B, d.H});
+    validate_forward_outputs(v, out, {d.T, d.B, d.H}, {d.B, d.H});
     return checked(v, d, forward_shapes(d));
 }
 
@@ -340,8 +340,22 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     // i, f, o, ci, co left out (inference): every step writes them into one [B, H] scratch each,
     // which stays in cache, instead of [T, B, H] outputs in memory.
     const bool only_state = left_out(out.i);
+    // cs [B, H] (inference, the five left out): each row's final cell state alone. The steps write
+    // cs into a ring of two [B, H] scratches (step t's in slot t % 2) and a row's value is copied
+    // out after its last step: the next step but one writes its slot again (in the caller's rows,
+    // zeros).
+    const bool final_cs = only_state && out.cs.shape.size() == 2;
+    const StepRows &by_caller = caller ? *caller : rows;  // the lengths in out's rows
+    auto final_cs_of_idle_rows = [&] {  // rows that run no step keep cs_prev
+        if (!final_cs) return;
+        for (int64_t b = 0; b < B; ++b)
+            if (by_caller.length[b] == 0) exec.copy_bytes(offset_bytes(out.cs.data, b * H, dt),
+                                                          offset_bytes(in.cs_prev.data, b * H, dt), H * es);
+    };
     auto zero_idle = [&] {
+        final_cs_of_idle_rows();
         each_output(out, [&](const char *, const TV &t) {
+            if (&t == &out.cs && final_cs) return;
             if (left_out(t) || !layout.zero_idle_outputs) return;
             // The steps write all B rows of theirs (zeros where a row stops); the steps past all of them here.
             if (caller) return exec.zero_bytes(offset_bytes(t.data, S * B * H, dt), (dims.T - S) * B * H * es);
@@ -395,13 +409,28 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     Buf wci(dev, in.wci.data, dt, {H}), wcf(dev, in.wcf.data, dt, {H}), wco(dev, in.wco.data, dt, {H});
     const TV *outs[7] = {&out.i, &out.cs, &out.f, &out.o, &out.ci, &out.co, &out.h};
     constexpr int kCs = 1, kH = 6;
-    std::optional<Scratch> step_only;  // the left-out outputs' [B, H] each
-    if (only_state) step_only.emplace(exec, 5 * B * H * es, Scratch::Fill::none);
-    // Where the steps write each output: the left-out ones' scratch, or the output itself (step t
-    // from its row t * B).
+    std::optional<Scratch> step_only;  // the left-out outputs' [B, H] each, then final_cs's ring
+    if (only_state) step_only.emplace(exec, (final_cs ? 7 : 5) * B * H * es, Scratch::Fill::none);
+    // Where the steps write each output: the left-out ones' scratch, final_cs's ring, or the
+    // output itself (step t from its row t * B).
     void *written_to[7];
     for (int k = 0, unused = 0; k < 7; ++k)
         written_to[k] = left_out(*outs[k]) ? offset_bytes(step_only->data(), unused++ * B * H, dt) : outs[k]->data;
+    if (final_cs) written_to[kCs] = offset_bytes(step_only->data(), 5 * B * H, dt);
+    // The row where step t writes output k.
+    auto step_row = [&](int k, int64_t t) -> int64_t {
+        if (left_out(*outs[k])) return 0;
+        return (k == kCs && final_cs ? t % 2 : t) * B;
+    };
+    // After step t: the final cs of the rows whose last step it was (in out's rows).
+    auto keep_final_cs = [&](int64_t t) {
+        if (!final_cs) return;
+        const void *ring = offset_bytes(written_to[kCs], step_row(kCs, t) * H, dt);
+        for (int64_t j = t + 1 < S ? rows.n[t + 1] : 0; j < rows.n[t]; ++j) {
+            const int64_t b = by_caller.order[j];
+            exec.copy_bytes(offset_bytes(out.cs.data, b * H, dt), offset_bytes(ring, b * H, dt), H * es);
+        }
+    };
     std::vector<Buf> slices;
     for (void *to : written_to) slices.emplace_back(dev, to, dt, std::initializer_list<int64_t>{B, H});
     const std::array<Buf *, 7> lstm{&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5], &slices[6]};
@@ -418,11 +447,10 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     // steps that launch). On the caller's rows the state and the outputs are all B rows.
     auto step_at = [&](int64_t t, Buf &gates_rows, int64_t r0 = 0, int64_t count = -1) {
         if (count < 0) count = rows.n[t];
-        const int64_t prev = t == 0 ? r0 : (t - 1) * B + r0;
-        h_prev.set_data(offset_bytes(t == 0 ? in.h_prev.data : written_to[kH], prev * H, dt));
-        cs_prev.set_data(offset_bytes(t == 0 ? in.cs_prev.data : written_to[kCs], prev * H, dt));
-        for (int k = 0; k < 7; ++k)
-            slices[k].set_data(offset_bytes(written_to[k], (left_out(*outs[k]) ? r0 : t * B + r0) * H, dt));
+        auto prev = [&](int k) { return (t == 0 ? 0 : step_row(k, t - 1)) + r0; };
+        h_prev.set_data(offset_bytes(t == 0 ? in.h_prev.data : written_to[kH], prev(kH) * H, dt));
+        cs_prev.set_data(offset_bytes(t == 0 ? in.cs_prev.data : written_to[kCs], prev(kCs) * H, dt));
+        for (int k = 0; k < 7; ++k) slices[k].set_data(offset_bytes(written_to[k], (step_row(k, t) + r0) * H, dt));
         const int b = xw_buffer(t);
         xw_t.set_data(xw.floats() + b * xw_rows * 4 * H + (rows.packed[t] - xw_first[b] + r0) * 4 * H);
         const int64_t state_rows = caller ? B : count;
@@ -487,6 +515,7 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
             call(0, rows.n[t]);
         else
             step_tiles::each_call(rows.n[t], tile_rows, call);
+        keep_final_cs(t);
     };
     if (side_by_side > 0) {  // a chunk's steps beside the next chunk's projection
         project(0);

@@ -168,7 +168,8 @@ void Validator::no_overlaps() const {
     }
 }
 
-void validate_forward_outputs(Validator &v, const LSTMOutputs<TensorView> *out, const std::vector<int64_t> &shape) {
+void validate_forward_outputs(Validator &v, const LSTMOutputs<TensorView> *out, const std::vector<int64_t> &shape,
+                              const std::vector<int64_t> &final_state) {
     if (!out) return;
     const std::pair<const char *, const TensorView *> five[] = {
         {"i", &out->i}, {"f", &out->f}, {"o", &out->o}, {"ci", &out->ci}, {"co", &out->co}};
@@ -179,9 +180,13 @@ void validate_forward_outputs(Validator &v, const LSTMOutputs<TensorView> *out, 
                                  ": expected all of i, f, o, ci, co given, or all left out (only cs and h written)");
     if (!five_left_out) return validate_outputs(v, out, std::vector<std::vector<int64_t>>(7, shape));
     for (const auto &[name, t] : {std::pair<const char *, const TensorView *>{"cs", &out->cs}, {"h", &out->h}}) {
-        v.rank(name, *t, static_cast<int>(shape.size()));
+        const bool final = t == &out->cs && !final_state.empty() && t->shape.size() == final_state.size();
+        if (!final) v.rank(name, *t, static_cast<int>(shape.size()));
         v.output(name, *t);
-        v.shape(name, *t, shape);
+        if (final && v.device() != Device::cpu)
+            v.fail_arg(name, "has shape " + shape_string(t->shape) + ", a final state: written on the CPU only "
+                             "(expected " + shape_string(shape) + " on CUDA)");
+        v.shape(name, *t, final ? final_state : shape);
     }
     v.no_overlaps();
 }

@@ -123,8 +123,10 @@ void validate_outputs(Validator &v, const Outputs *out,
 inline bool left_out(const TensorView &t) { return t.data == nullptr && t.shape.empty(); }
 
 // A forward op's outputs (when given) as validate_outputs checks them, all seven of `shape`, or
-// with i, f, o, ci and co all left out, cs and h alone (some of the five left out is bad input).
-void validate_forward_outputs(Validator &v, const LSTMOutputs<TensorView> *out, const std::vector<int64_t> &shape);
+// with i, f, o, ci and co all left out, cs and h alone (some of the five left out is bad input);
+// then cs may instead be of `final_state` (a sequence op's [B, H]: each row's last cs, CPU only).
+void validate_forward_outputs(Validator &v, const LSTMOutputs<TensorView> *out, const std::vector<int64_t> &shape,
+                              const std::vector<int64_t> &final_state = {});
 
 // An owning bundle of zeroed tensors of `shapes` (in output order) on `device`, and views of one.
 template <template <typename> class Bundle>

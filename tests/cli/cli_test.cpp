@@ -955,6 +955,23 @@ TEST(Bench, AgainstPaddedPairsEveryCallWithThePaddedOne) {
     }
 }
 
+// --inference: the forward ops with i, f, o, ci, co left out (a sequence op's cs, on the CPU, each
+// row's final state), with lengths too; the grad ops refuse it (BadArgumentsExitTwoAndNameTheOption).
+TEST(Bench, InferenceRunsTheForwardOps) {
+    const std::regex final_re(R"(\nmedian_ms=[0-9]+\.[0-9]+ gflops=[0-9]+\.[0-9]+\n$)");
+    for (const char *op : {"LSTMBlockCell", "BlockLSTM", "BlockLSTMV2"})
+        for (bool lengths : {false, true}) {
+            if (lengths && std::string(op) == "LSTMBlockCell") continue;
+            std::vector<std::string> args = bench_args(op, "float32", true, {7, 9, 3, 4});
+            args.insert(args.end(), {"--reps", "3", "--warmup", "1", "--inference"});
+            if (lengths) args.insert(args.end(), {"--lengths", "spread"});
+            const Result r = run_cli(args);
+            SCOPED_TRACE(std::string(op) + (lengths ? " lengths" : ""));
+            ASSERT_EQ(r.code, 0) << describe(r);
+            EXPECT_TRUE(std::regex_search(r.out, final_re)) << r.out;
+        }
+}
+
 // --lengths sorted: spread's lengths (the same seed) longest first, so the same row-steps run,
 // fewer than T * B, and the header says which.
 TEST(Bench, SortedLengthsAreTheSpreadOnesLongestFirst) {
@@ -1045,6 +1062,7 @@ TEST(Bench, BadArgumentsExitTwoAndNameTheOption) {
         {with({"bench", "BlockLSTM", "BlockLSTMGrad", "--time", "3"}, shape), "BlockLSTMGrad"},
         {with({"bench", "BlockLSTM", "--time", "3", "--seed", "-1"}, shape), "--seed"},  // not wrapped to 2^64-1
         {with({"bench", "BlockLSTM", "--time", "3", "--against-padded"}, shape), "--against-padded"},
+        {with({"bench", "BlockLSTMGrad", "--time", "3", "--inference"}, shape), "--inference"},
         {with({"bench", "BlockLSTM", "--time", "3", "--seed", "99999999999999999999999"}, shape), "--seed"},
         // The library's int32 limit, before any tensor is allocated: w [I+H, 4H] at H = 23200.
         {{"bench", "BlockLSTM", "--time", "1", "--batch", "1", "--input", "1", "--cell", "23200", "--dtype", "float16"},

@@ -191,8 +191,10 @@ BLOCKLSTM_API LSTMBlockCellGradOutputs<Tensor> LSTMBlockCellGrad(
 //
 // Inference: i, f, o, ci and co may all be left out of the outputs (TensorView{}: no data, no
 // shape); the call then writes only cs and h (the state the next step reads and the output), each
-// step's gates staying in cache instead of five [T,B,H] tensors in memory. The gradient ops need
-// all seven.
+// step's gates staying in cache instead of five [T,B,H] tensors in memory. On the CPU cs may then
+// be [B,H] instead of [T,B,H]: the final cell state of each row (cs at its last step; cs_prev
+// where it runs none), the steps' cs kept in two [B,H] scratches (CUDA: [T,B,H]). The gradient
+// ops need all seven.
 BLOCKLSTM_API void BlockLSTM(int64_t seq_len_max, const TV &x, const TV &cs_prev, const TV &h_prev, const TV &w,
                const TV &wci, const TV &wcf, const TV &wco, const TV &b,
                const LSTMOutputs<TV> &out, const BlockLSTMAttrs &attrs = {},

@@ -81,7 +81,8 @@ BLOCKLSTM_API bool op_available(const std::string &op, Device device, DType dtyp
 // Calls `op` with every input by TF name, and any of its optional_inputs by name (seq_len_max is
 // read by sequence ops only), and writes its outputs into `outputs` (every output by TF name,
 // caller-owned; BlockLSTM and BlockLSTMV2 may leave out all of i, f, o, ci, co, and then write
-// only cs and h: inference). A missing or unknown tensor name,
+// only cs and h, cs as [T,B,H] or, on the CPU, [B,H]: each row's final state; inference). A
+// missing or unknown tensor name,
 // or an attr the op does not have, throws blocklstm::Error naming it; then validation as the typed
 // function does it.
 BLOCKLSTM_API void invoke(const std::string &op, int64_t seq_len_max,
