@@ -131,6 +131,8 @@ inline constexpr const char order[] = "order";
 namespace seq_bwd_reduce {
 inline constexpr const char dgates[] = "dgates", cs[] = "cs", cs_prev[] = "cs_prev", dcs_carry[] = "dcs_carry",
                             b_grad[] = "b_grad", cs_prev_grad[] = "cs_prev_grad", peephole_grads[] = "peephole_grads";
+// Layout::any with peepholes: the gate order, int32 (0 icfo, 1 ifco).
+inline constexpr const char gate_order[] = "gate_order";
 }  // namespace seq_bwd_reduce
 
 // generators/cell_bwd.cpp: LSTMBlockCellGrad.

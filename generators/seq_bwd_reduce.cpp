@@ -12,10 +12,13 @@ class SeqBwdReduce : public KernelGenerator<SeqBwdReduce> {
 public:
     GeneratorParam<Type> dtype{"dtype", Float(32)};
     GeneratorParam<bool> use_peephole{"use_peephole", false};
-    GeneratorParam<Layout> layout{"layout", Layout::icfo, layout_names};
+    // any (kernels.inc's lines without a layout): with peepholes the gate order is the argument
+    // gate_order (without them the sums read no gate block)
+    GeneratorParam<Layout> layout{"layout", Layout::any, layout_names};
     GeneratorParam<GateGrads> gate_grads{"gate_grads", GateGrads::float32, gate_grads_names};
 
     Input<Buffer<>> *dgates, *cs, *cs_prev, *dcs_carry;
+    Input<int32_t> *gate_order = nullptr;  // Layout::any with peepholes: 0 icfo, 1 ifco
     Output<Buffer<>> *b_grad, *cs_prev_grad, *peephole_grads = nullptr;
 
     void configure() {
@@ -30,6 +33,7 @@ public:
         // [4H], or empty where w_grad's product computed it (the CPU runtime, I > 0)
         b_grad = add_output<Buffer<>>(a::b_grad, dtype, 1);
         cs_prev_grad = add_output<Buffer<>>(a::cs_prev_grad, dtype, 2);
+        if (use_peephole && layout == Layout::any) gate_order = add_input<int32_t>(a::gate_order);
         if (use_peephole) {  // Tuple (wci_grad, wcf_grad, wco_grad), each [H]
             peephole_grads = add_output<Buffer<>>(a::peephole_grads,
                                                   std::vector<Type>(3, Type(dtype)), 1);
@@ -55,7 +59,9 @@ public:
             Expr H = cs->dim(0).extent(), B = cs->dim(1).extent();
             RDom r(0, B, 0, cs->dim(2).extent(), "steps");  // (n, t)
             Expr row = r.y * B + r.x;
-            auto gate = [&](Gate g) { return f32((*dgates)(j + gate_block(layout, g) * H, row)); };
+            // (gate_order clamped: a block past the four would be read out of dgates)
+            const Expr order = gate_order ? clamp(Expr(*gate_order), 0, 1) : Expr();
+            auto gate = [&](Gate g) { return f32((*dgates)(j + gate_block(layout, g, order) * H, row)); };
             Expr cs_prev_t = select(r.y == 0, f32((*cs_prev)(j, r.x)),
                                     f32((*cs)(j, r.x, max(r.y - 1, 0))));
             PeepholeGradTerms terms = peephole_grad_terms(gate(gate_i), gate(gate_f),

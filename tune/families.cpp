@@ -196,8 +196,10 @@ Call reductions(const LstmShape &s, std::mt19937 &rng, bool peephole, bool b_gra
     c.buffers[n::dcs_carry] = random(rng, {s.H, s.B});
     c.buffers[n::b_grad] = b_grad_elsewhere ? no_elements() : empty_like({4 * s.H});
     c.buffers[n::cs_prev_grad] = empty_like({s.H, s.B});
-    if (peephole)
+    if (peephole) {
         for (int k = 0; k < 3; ++k) c.buffers[kernel::tuple_element(n::peephole_grads, k)] = empty_like({s.H});
+        c.scalars[n::gate_order] = 0;  // icfo, for a kernel compiled for any layout
+    }
     return c;
 }
 

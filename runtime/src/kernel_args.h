@@ -121,6 +121,7 @@ struct SeqBwdReduceArgs {
     Buf &dgates, &cs, &cs_prev, &dcs_carry;
     Buf &b_grad, &cs_prev_grad;
     std::array<Buf *, 3> peephole_grads{};  // wci_grad, wcf_grad, wco_grad: the peephole variants' only
+    Layout layout;                          // the op's gate layout (KernelCall::gate_order; peepholes only)
 };
 inline void bind(KernelCall &call, const SeqBwdReduceArgs &x) {
     namespace a = kernel::args::seq_bwd_reduce;
@@ -128,6 +129,7 @@ inline void bind(KernelCall &call, const SeqBwdReduceArgs &x) {
     call.buffer(a::dcs_carry, x.dcs_carry).buffer(a::b_grad, x.b_grad).buffer(a::cs_prev_grad, x.cs_prev_grad);
     for (int k = 0; k < 3; ++k)
         if (x.peephole_grads[k]) call.buffer(kernel::tuple_element(a::peephole_grads, k), *x.peephole_grads[k]);
+    if (x.peephole_grads[0]) call.gate_order(x.layout);
 }
 
 // cell_bwd: LSTMBlockCellGrad's cs_prev_grad, dicfo and, with peepholes, its peephole gradients.

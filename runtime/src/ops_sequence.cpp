@@ -1093,7 +1093,7 @@ public:
         Buf wci_grad(dev_, out_.wci_grad.data, dt_, {H}), wcf_grad(dev_, out_.wcf_grad.data, dt_, {H});
         Buf wco_grad(dev_, out_.wco_grad.data, dt_, {H});
         SeqBwdReduceArgs args{.dgates = dgates_all, .cs = cs_seq, .cs_prev = cs_prev_all, .dcs_carry = carry_final,
-                              .b_grad = b_grad, .cs_prev_grad = cs_prev_grad};
+                              .b_grad = b_grad, .cs_prev_grad = cs_prev_grad, .layout = kernels_.gate_layout()};
         if (use_peephole_) args.peephole_grads = {&wci_grad, &wcf_grad, &wco_grad};
         run(kernels_[split_ ? Family::seq_bwd_reduce_split : Family::seq_bwd_reduce], exec_, args);
     }
