@@ -53,7 +53,7 @@ public:
             Expr value = transpose ? (*in)(k, xc) : (*in)(xc, k);
             (*out)(xi, k, xo) = select(x < cols, f32(value), 0.0f);
         }
-        schedules::schedule_panels(*out, xi, k, xo, transpose, pairs(), machine());
+        schedules::schedule_panels(*out, in->in(), xi, k, xo, transpose, pairs(), machine());
     }
 };
 

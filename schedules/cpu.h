@@ -569,9 +569,15 @@ inline void schedule_gather_rows_cpu(Func out, Var c, Var r, const CpuTuning &tu
         .parallel(ro);
 }
 
-// Weight panels out(xi, k, xo) (generators/panels.cpp): panels in parallel; a transposed source
-// is read in square tiles of one vector.
-inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed, bool pairs,
+// Weight panels out(xi, k, xo) (generators/panels.cpp) from `source`, the input's wrapper
+// (inlined unless scheduled here): panels in parallel. A transposed source (W^T: a panel's k run
+// along W's rows) is staged a square tile of one vector at a time: the panel's rows loaded along k
+// into a block on the stack, which the panel's vectors read across. Read across W's rows
+// directly, each vector a gather of 16 rows, the packing of W^T (14 % of BlockLSTMGrad at
+// 100,1,512) had slowed 2.5x once W outgrew L2 (the JIT, a Zen 4, 2 threads, W [I+H, 4H] float32,
+// least of 5 rounds: 1024 x 2048 0.67 -> 0.27 ms, 512 x 1024 0.165 -> 0.066 ms, 256 x 512 0.019
+// -> 0.017 ms; tiles of 32 or 64 k 1.05-1.2x slower than 16).
+inline void schedule_panels_cpu(Func out, Func source, Var xi, Var k, Var xo, bool transposed, bool pairs,
                                 const CpuTuning &tuning) {
     const int vec = pairs ? 2 * tuning.vector_floats : tuning.vector_floats;  // pairs: 2 columns' k each
     out.bound(xi, 0, pairs ? 2 * panels::kPanelCols : panels::kPanelCols);
@@ -585,6 +591,11 @@ inline void schedule_panels_cpu(Func out, Var xi, Var k, Var xo, bool transposed
         out.tile(xi, k, xio, ko, xii, ki, vec, vec, TailStrategy::GuardWithIf)
             .vectorize(xii)
             .unroll(ki);
+        const Var along_k = source.args()[0], rows = source.args()[1];
+        source.compute_at(out, ko)
+            .bound_storage(along_k, vec)
+            .bound_storage(rows, panels::kPanelCols)  // constant: on the stack, not a heap block per tile
+            .vectorize(along_k, tuning.vector_floats, TailStrategy::GuardWithIf);  // 4H may be below a vector
     } else {
         // Each row of `in` read in runs of 8 panels (512 bytes), not one panel's 64 bytes a row:
         // the rows lie a row stride (16 KiB at 4H = 4096) apart, so a panel at a time touched a

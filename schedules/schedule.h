@@ -203,11 +203,11 @@ inline void schedule_gather_rows(Halide::Func out, Halide::Var c, Halide::Var r,
 
 // Packed weight panels exist for the CPU's per-step products only; pairs: bfloat16 pair panels
 // (schedules/panel_layout.h), xi running over twice the panel's columns.
-inline void schedule_panels(Halide::Func out, Halide::Var xi, Halide::Var k, Halide::Var xo,
+inline void schedule_panels(Halide::Func out, Halide::Func source, Halide::Var xi, Halide::Var k, Halide::Var xo,
                             bool transposed, bool pairs, const Machine &m) {
     if (m.gpu()) throw std::invalid_argument("panels: the GPU products read the weights in place");
     if (m.autoschedule) return;
-    schedule_panels_cpu(out, xi, k, xo, transposed, pairs, m.cpu);
+    schedule_panels_cpu(out, source, xi, k, xo, transposed, pairs, m.cpu);
 }
 
 // A bfloat16 operand in AMX's pair panel out(kk, x, k) (generators/panels.cpp: the weights;
