@@ -416,6 +416,18 @@ TEST(ReverseSequenceCuda, MatchesTheCpu) {
 namespace blt {
 namespace {
 
+// BlockLSTMV2 with peepholes by name (invoke), writing cs and h alone.
+void invoke_state_only(const Shape &s, const Inputs &in, const TensorView *len, const Tensor &cs, const Tensor &h) {
+    std::map<std::string, TensorView> named{{"x", in.x},     {"cs_prev", in.cs_prev}, {"h_prev", in.h_prev},
+                                            {"w", in.w},     {"wci", in.wci},         {"wcf", in.wcf},
+                                            {"wco", in.wco}, {"b", in.b}};
+    if (len) named["seq_lengths"] = *len;
+    blocklstm::OpAttrs attrs;
+    attrs.cell_clip = static_cast<float>(s.cell_clip);
+    attrs.use_peephole = true;
+    blocklstm::invoke("BlockLSTMV2", s.L, named, {{"cs", cs}, {"h", h}}, attrs);
+}
+
 // Inference: i, f, o, ci, co left out, only cs and h written — the same bits as the full call,
 // without lengths, with lengths in length order and not; by name too; some left out is bad input.
 TEST(ForwardWithActivationsLeftOut, WritesCsAndHAsTheFullCall) {
@@ -434,15 +446,8 @@ TEST(ForwardWithActivationsLeftOut, WritesCsAndHAsTheFullCall) {
                                    {{}, cs, {}, {}, {}, {}, h}, {static_cast<float>(s.cell_clip), true}, len);
             EXPECT_TRUE(same_bits("cs", cs, full.cs));
             EXPECT_TRUE(same_bits("h", h, full.h));
-            std::map<std::string, TensorView> named{{"x", in.x},     {"cs_prev", in.cs_prev}, {"h_prev", in.h_prev},
-                                                    {"w", in.w},     {"wci", in.wci},         {"wcf", in.wcf},
-                                                    {"wco", in.wco}, {"b", in.b}};
-            if (len) named["seq_lengths"] = *len;
             const Tensor cs2(dt, {s.T, s.B, s.H}), h2(dt, {s.T, s.B, s.H});
-            blocklstm::OpAttrs attrs;
-            attrs.cell_clip = static_cast<float>(s.cell_clip);
-            attrs.use_peephole = true;
-            blocklstm::invoke("BlockLSTMV2", s.L, named, {{"cs", cs2}, {"h", h2}}, attrs);
+            invoke_state_only(s, in, len, cs2, h2);
             EXPECT_TRUE(same_bits("cs by name", cs2, full.cs));
             EXPECT_TRUE(same_bits("h by name", h2, full.h));
         }
@@ -483,15 +488,8 @@ TEST(ForwardWithActivationsLeftOut, FinalCsIsEachRowsLastState) {
                                    {{}, cs, {}, {}, {}, {}, h}, {static_cast<float>(s.cell_clip), true}, len);
             EXPECT_TRUE(same_bits("final cs", cs, expected));
             EXPECT_TRUE(same_bits("h", h, full.h));
-            std::map<std::string, TensorView> named{{"x", in.x},     {"cs_prev", in.cs_prev}, {"h_prev", in.h_prev},
-                                                    {"w", in.w},     {"wci", in.wci},         {"wcf", in.wcf},
-                                                    {"wco", in.wco}, {"b", in.b}};
-            if (len) named["seq_lengths"] = *len;
             const Tensor cs2(dt, {s.B, s.H}), h2(dt, {s.T, s.B, s.H});
-            blocklstm::OpAttrs attrs;
-            attrs.cell_clip = static_cast<float>(s.cell_clip);
-            attrs.use_peephole = true;
-            blocklstm::invoke("BlockLSTMV2", s.L, named, {{"cs", cs2}, {"h", h2}}, attrs);
+            invoke_state_only(s, in, len, cs2, h2);
             EXPECT_TRUE(same_bits("final cs by name", cs2, expected));
             EXPECT_TRUE(same_bits("h by name", h2, full.h));
         }
