@@ -526,7 +526,7 @@ TEST(ForwardWithActivationsLeftOut, CellWritesCsAndHAsTheFullCall) {
 }
 
 // On a CUDA device (the GPU check runs *Cuda*): the cell and BlockLSTMV2 with the five left out
-// write the bits of the full call on the device.
+// write the bits of the full call on the device; a final-state cs [B, H] is refused there.
 TEST(ForwardWithActivationsLeftOutCuda, CellAndSequenceWriteCsAndHAsTheFullCall) {
     if (skip_without_cuda()) GTEST_SKIP() << "no CUDA device";
     for (DType dt : blocklstm::kFloatDTypes) {
@@ -549,6 +549,16 @@ TEST(ForwardWithActivationsLeftOutCuda, CellAndSequenceWriteCsAndHAsTheFullCall)
                                        {static_cast<float>(s.cell_clip), true});
             EXPECT_TRUE(same_bits("cs", on_host(cs), on_host(full.cs)));
             EXPECT_TRUE(same_bits("h", on_host(h), on_host(full.h)));
+            if (cell) continue;
+            try {  // cs as the final state [B, H]: the CPU's only, refused naming cs (nothing written)
+                const Tensor final_cs(dt, {s.B, s.H}, Device::cuda), h2(dt, shape, Device::cuda);
+                blocklstm::BlockLSTMV2(s.L, in.x, in.cs_prev, in.h_prev, in.w, in.wci, in.wcf, in.wco, in.b,
+                                       {{}, final_cs, {}, {}, {}, {}, h2}, {static_cast<float>(s.cell_clip), true});
+                ADD_FAILURE() << "no error";
+            } catch (const blocklstm::Error &e) {
+                EXPECT_NE(std::string(e.what()).find("argument 'cs'"), std::string::npos) << e.what();
+                EXPECT_NE(std::string(e.what()).find("CPU only"), std::string::npos) << e.what();
+            }
         }
     }
 }
