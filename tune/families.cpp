@@ -100,7 +100,7 @@ Family family(const std::string &name, kernel::Family id, bool gpu, std::vector<
     f.params["dtype"] = "float32";
     if (const std::string w = weights_of(id, gpu); w != "none") f.params["weights"] = w;
     // The layout of the kernels the ops run (kernels.inc): on the GPU one kernel per layout (ICFO's
-    // timed); on the CPU the generators' default (the step kernels' `any`, ICFO elsewhere).
+    // timed); on the CPU the generators' default (`any` where a family has layouts).
     if (gpu && r.has_layout_variants()) f.params["layout"] = "icfo";
     if (peephole.value_or(false)) f.params["use_peephole"] = "true";
     f.knobs = knobs_of(r.products, gpu);

@@ -736,10 +736,10 @@ class LSTM(_PeepholeModule):
                 if T == 0:  # no step: the state passes through
                     h_last, c_last = h0[k], c0[k]
                 else:
-                    started = (lengths > 0)[:, None] if lengths is not None else None
                     if lengths is None:
                         h_last = h[-1]
                     else:
+                        started = (lengths > 0)[:, None]
                         h_last = torch.where(started, h.gather(0, last[None, :, None].expand(1, B, R))[0], h0[k])
                     if cs.dim() == 2:  # the op's final state (inference on the CPU: _op)
                         c_last = cs
