@@ -4,12 +4,15 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <string>
 #include <iterator>
 #include <thread>
+
+#include <blocklstm/ops.h>
 
 #include "test_util.h"
 
@@ -226,6 +229,105 @@ TEST(Threads, SetNumThreadsKeepsEveryBit) {
     expect_every_thread_count_gives_the_bits({6, 16, 40, 48, 6, 1, 3.0, 1.0, "threads"});
     expect_every_thread_count_gives_the_bits({40, 4, 24, 32, 37, 1, 3.0, 1.0, "steps on one thread"});
     EXPECT_THROW(blocklstm::set_num_threads(-1), blocklstm::Error);
+}
+
+// A job's forward (BlockLSTMV2: Layout::ifco) or gradient call by name, into fresh outputs.
+struct NamedCall {
+    blocklstm::OpCall call;
+    std::vector<Tensor> outputs;  // what call.outputs views, in the op's output order
+};
+
+NamedCall named_call(const Job &job, bool grad) {
+    const Inputs &in = *job.in;
+    const blocklstm::OpInfo &op = blocklstm::op_info(grad ? "BlockLSTMGradV2" : "BlockLSTMV2");
+    NamedCall c;
+    c.call.op = op.name;
+    c.call.seq_len_max = job.p.s.L;
+    c.call.attrs.use_peephole = job.p.peephole;
+    if (!grad) c.call.attrs.cell_clip = static_cast<float>(job.p.s.cell_clip);
+    c.call.inputs = {{"x", in.x}, {"cs_prev", in.cs_prev}, {"h_prev", in.h_prev}, {"w", in.w},
+                     {"wci", in.wci}, {"wcf", in.wcf}, {"wco", in.wco}, {"b", in.b}};
+    if (grad) {
+        const blocklstm::LSTMOutputs<Tensor> &f = job.fwd;
+        for (const auto &[name, t] : {std::pair{"i", &f.i}, {"cs", &f.cs}, {"f", &f.f}, {"o", &f.o}, {"ci", &f.ci},
+                                      {"co", &f.co}, {"h", &f.h}, {"cs_grad", &in.cs_grad}, {"h_grad", &in.h_grad}})
+            c.call.inputs[name] = *t;
+    }
+    const blocklstm::OpDims dims{job.p.s.T, job.p.s.B, job.p.s.I, job.p.s.H};
+    c.outputs.reserve(op.outputs.size());
+    for (const blocklstm::OpArg &a : op.outputs) {
+        c.outputs.emplace_back(job.p.dtype, a.dims(dims));
+        std::memset(c.outputs.back().data(), 0x5a, c.outputs.back().view().num_bytes());  // "nothing written" marks
+        c.call.outputs[a.name] = c.outputs.back();
+    }
+    return c;
+}
+
+// The bits of a NamedCall's outputs against the job's own calls.
+::testing::AssertionResult same_as_job(const NamedCall &c, const Job &job) {
+    if (c.call.op == "BlockLSTMV2")
+        return same({c.outputs[0], c.outputs[1], c.outputs[2], c.outputs[3], c.outputs[4], c.outputs[5], c.outputs[6]},
+                    job.fwd);
+    return same({c.outputs[0], c.outputs[1], c.outputs[2], c.outputs[3], c.outputs[4], c.outputs[5], c.outputs[6],
+                 c.outputs[7]},
+                job.grad);
+}
+
+bool untouched(const NamedCall &c) {
+    for (const Tensor &t : c.outputs) {
+        const auto *bytes = static_cast<const unsigned char *>(t.data());
+        for (std::size_t k = 0; k < t.view().num_bytes(); ++k)
+            if (bytes[k] != 0x5a) return false;
+    }
+    return true;
+}
+
+// invoke_side_by_side: two forward calls, then two gradient calls, by name, at 1, 2 (side by side)
+// and 3 loop threads, for calls small enough to run side by side (B x H up to 8192; steps on one
+// thread and split ones) and a pair over that (one after the other): each call's outputs have the
+// bits of the same call alone. A bad argument in either call throws naming it, and neither writes.
+TEST(Threads, SideBySideKeepsEveryBit) {
+    const Shape shapes[] = {{5, 3, 24, 32, 5, 1, 3.0, 1.0, "steps on one thread"},
+                            {4, 16, 40, 96, 3, 1, 0.0, 1.0, "split steps, seq_len_max below T"},
+                            {3, 64, 8, 136, 3, 1, 3.0, 1.0, "B x H 8704: one after the other"}};
+    std::vector<Job> jobs(std::size(shapes));
+    blocklstm::set_num_threads(2);
+    for (std::size_t k = 0; k < jobs.size(); ++k) {
+        BLT_SEED(seed, "Threads/side_by_side/" + std::to_string(k));
+        jobs[k].p = make_problem(seed, shapes[k], DType::f32, false, k != 1, Layout::ifco);
+        jobs[k].in = std::make_unique<Inputs>(jobs[k].p);
+        run_job(jobs[k], jobs[k].fwd, jobs[k].grad);
+    }
+    const std::pair<std::size_t, std::size_t> pairs[] = {{0, 1}, {1, 0}, {2, 2}};
+    for (int threads : {2, 1, 3}) {
+        ASSERT_NO_THROW(blocklstm::set_num_threads(threads));
+        for (const auto &[a, b] : pairs) {
+            for (bool grad : {false, true}) {
+                SCOPED_TRACE("set_num_threads(" + std::to_string(threads) + "), " + (grad ? "gradients" : "forward") +
+                             " of " + shapes[a].note + " beside " + shapes[b].note);
+                NamedCall first = named_call(jobs[a], grad), second = named_call(jobs[b], grad);
+                ASSERT_NO_THROW(blocklstm::invoke_side_by_side(first.call, second.call));
+                EXPECT_TRUE(same_as_job(first, jobs[a]));
+                EXPECT_TRUE(same_as_job(second, jobs[b]));
+            }
+        }
+    }
+    blocklstm::set_num_threads(2);
+    for (bool bad_second : {true, false}) {
+        SCOPED_TRACE(bad_second ? "a bad second call" : "a bad first call");
+        NamedCall first = named_call(jobs[0], false), second = named_call(jobs[1], false);
+        NamedCall &bad = bad_second ? second : first;
+        bad.call.inputs["wco"] = jobs[bad_second ? 0 : 1].in->wco;  // another H
+        try {
+            blocklstm::invoke_side_by_side(first.call, second.call);
+            ADD_FAILURE() << "no error for a bad wco in the " << (bad_second ? "second" : "first") << " call";
+        } catch (const blocklstm::Error &e) {
+            EXPECT_NE(std::string(e.what()).find("'wco'"), std::string::npos) << e.what();
+        }
+        EXPECT_TRUE(untouched(first)) << "the first call wrote its outputs";
+        EXPECT_TRUE(untouched(second)) << "the second call wrote its outputs";
+    }
+    blocklstm::set_num_threads(0);
 }
 
 // set_thread_pool: "own" by default; another name refused, naming it; "openmp" refused while no

@@ -116,6 +116,7 @@ std::string flop_formula(const std::string &op) {
 struct Bench {
     std::deque<Tensor> keep;  // owns everything the closure refers to (stable addresses)
     std::function<void()> call;
+    OpCall args;  // the call's arguments (--side-by-side runs it through invoke_side_by_side)
 };
 
 Bench make_bench(const BenchOptions &o, Device dev) {
@@ -163,6 +164,7 @@ Bench make_bench(const BenchOptions &o, Device dev) {
     const std::function<void()> forward = bind_op(forward_op.name, o.time, tensors, outputs, attrs);
     if (!op.gradient) {
         bench.call = forward;
+        bench.args = {forward_op.name, o.time, tensors, outputs, attrs};
         return bench;
     }
 
@@ -175,6 +177,7 @@ Bench make_bench(const BenchOptions &o, Device dev) {
     }
     for (const OpArg &a : op.outputs) grads[a.name] = add(Tensor(o.dtype, a.dims(dims)));
     bench.call = bind_op(op.name, o.time, inputs, grads, attrs);
+    bench.args = {op.name, o.time, inputs, grads, attrs};
     return bench;
 }
 
@@ -239,7 +242,7 @@ int bench(const BenchOptions &o) {
                                                "(the kernels index with int32; lower --time, --batch, --input or --cell)",
                                                info->name, a.name, a.shape, elements, INT32_MAX));
             }
-    const double need = bytes_needed(o) * (o.against_padded ? 2.0 : 1.0);
+    const double need = bytes_needed(o) * (o.against_padded || o.side_by_side ? 2.0 : 1.0);
     const double have = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
     if (have > 0 && need > have)
         throw CliError("bench: the tensors of this shape need " + gib(need) + " GiB, more than this machine's " +
@@ -253,7 +256,13 @@ int bench(const BenchOptions &o) {
                        "(the padded call is the one without them)");
     if (o.inference && is_grad_op(o.op))
         throw CliError("bench: --inference is for the forward ops: " + o.op + " needs all seven activations");
-    const double flops = flops_of(o);
+    if (o.side_by_side && dev != Device::cpu)
+        throw CliError("bench: --side-by-side is given with --device " + o.device +
+                       ": expected cpu (a CUDA call runs on its thread's stream, so two run one after the other)");
+    if (o.side_by_side && o.against_padded)
+        throw CliError("bench: --side-by-side is given with --against-padded: expected one of them (each alternates "
+                       "the timed call with another)");
+    const double flops = flops_of(o) * (o.side_by_side ? 2.0 : 1.0);
 
     std::string shape = cell ? "(one step) " : "T=" + std::to_string(o.time) + " ";
     shape += "B=" + std::to_string(o.batch) + " I=" + std::to_string(o.input) +
@@ -272,6 +281,10 @@ int bench(const BenchOptions &o) {
                     static_cast<long long>(o.time * o.batch));
     if (o.against_padded)
         std::printf("  each timed call followed by the same call padded (no seq_lengths, every row T steps)\n");
+    if (o.side_by_side)
+        std::printf("  each timed call two calls side by side (invoke_side_by_side; inputs from seeds %llu and %llu), "
+                    "followed by the same two one after the other\n",
+                    static_cast<unsigned long long>(o.seed), static_cast<unsigned long long>(o.seed + 1));
     if (dev == Device::cuda)
         std::printf("  device cuda (%s; GEMMs: %s; steps: %s; graphs: %s), each call timed to the end of its GPU work\n",
                     cuda_device_name().c_str(),
@@ -288,13 +301,26 @@ int bench(const BenchOptions &o) {
                     static_cast<unsigned long long>(o.seed));
     std::fflush(stdout);
 
-    Bench b, padded;  // padded: --against-padded's call without seq_lengths
+    // padded: the call each timed call alternates with: --against-padded's call without seq_lengths,
+    // or --side-by-side's two calls one after the other.
+    Bench b, padded, second;
     try {
         b = make_bench(o, dev);
         if (o.against_padded) {
             BenchOptions without = o;
             without.lengths.clear();
             padded = make_bench(without, dev);
+        }
+        if (o.side_by_side) {
+            BenchOptions next = o;
+            ++next.seed;
+            second = make_bench(next, dev);
+            padded.call = [&b, &second] {
+                invoke(b.args.op, b.args.seq_len_max, b.args.inputs, b.args.outputs, b.args.attrs);
+                invoke(second.args.op, second.args.seq_len_max, second.args.inputs, second.args.outputs,
+                       second.args.attrs);
+            };
+            b.call = [&b, &second] { invoke_side_by_side(b.args, second.args); };
         }
         for (Bench *each : {&b, &padded}) {
             if (dev == Device::cuda && each->call) {  // a call ends when its GPU work does
@@ -351,7 +377,7 @@ int bench(const BenchOptions &o) {
     const double hi = *std::max_element(times.begin(), times.end());
     const double gflops = med > 0.0 ? flops / (med * 1e6) : 0.0;
     if (o.print_reps) {
-        for (const auto &[name, list] : {std::pair{"reps_ms", &times}, {"padded_reps_ms", &padded_times}}) {
+        for (const auto &[name, list] : {std::pair{"reps_ms", &times}, {o.side_by_side ? "apart_reps_ms" : "padded_reps_ms", &padded_times}}) {
             if (list->empty()) continue;
             std::printf("  %s=", name);
             for (std::size_t k = 0; k < list->size(); ++k)
@@ -368,6 +394,13 @@ int bench(const BenchOptions &o) {
                     static_cast<unsigned long long>(g.failures));
     }
     std::printf("  FLOPs per call %.6g (docs/performance.md: %s)\n", flops, flop_formula(o.op).c_str());
+    if (padded.call && o.side_by_side) {
+        const double apart_med = median(padded_times), ratio = median(ratios);
+        std::printf("  one after the other, alternating: median %.6f ms; side by side / one after the other: %.3f\n",
+                    apart_med, ratio);
+        std::printf("median_ms=%.6f gflops=%.3f apart_median_ms=%.6f ratio=%.4f\n", med, gflops, apart_med, ratio);
+        return 0;
+    }
     if (padded.call) {
         const double padded_med = median(padded_times), ratio = median(ratios);
         std::printf("  padded (no seq_lengths), alternating: median %.6f ms; with / without lengths: %.3f\n",

@@ -61,7 +61,7 @@ constexpr CommandHelp kCommands[] = {
      "                       [--device cpu|cuda]\n"
      "                       [--reps N] [--warmup N] [--threads N] [--seed S] [--print-reps]\n"
      "                       [--cpu-target TARGET] [--lengths full|spread|sorted [--against-padded]]\n"
-     "                       [--inference]\n",
+     "                       [--inference] [--side-by-side]\n",
      "  bench <OpName> Time one op on random inputs of the given shape (the grad ops on the\n"
      "                 activations of the matching forward op) after a warm-up; print the median,\n"
      "                 min and max and, as the last line, \"median_ms=<float> gflops=<float>\".\n"
@@ -86,7 +86,13 @@ constexpr CommandHelp kCommands[] = {
      "                 ratio=<float>\" to the last line: the median over the pairs of calls of\n"
      "                 the call's time over the padded call's.\n"
      "                 --inference leaves out a forward op's i, f, o, ci, co: only cs and h written,\n"
-     "                 on the CPU a sequence op's cs as each row's final state [B, H].\n"},
+     "                 on the CPU a sequence op's cs as each row's final state [B, H].\n"
+     "                 --side-by-side times two calls of the op, on two sets of inputs (the\n"
+     "                 second from --seed + 1), in one invoke_side_by_side (on 2 loop threads:\n"
+     "                 each call on one thread, at once), alternating with the same two calls\n"
+     "                 one after the other, and adds \"apart_median_ms=<float> ratio=<float>\"\n"
+     "                 to the last line (the median over the pairs of times of side by side over\n"
+     "                 one after the other); median_ms and gflops are the two calls'. CPU only.\n"},
     {"list", "blocklstm list [--kernels] [--plans]\n",
      "  list           The op variants this build runs (op x backend x dtype x peephole), the CPU\n"
      "                 targets and the one in use, and CUDA's state; --kernels also every kernel,\n"
@@ -259,6 +265,7 @@ int parse_and_run(int argc, char **argv, const std::string &command) {
     bench->add_option("--lengths", b.lengths)->check(CLI::IsMember({"full", "spread", "sorted"}));
     bench->add_flag("--against-padded", b.against_padded);
     bench->add_flag("--inference", b.inference);
+    bench->add_flag("--side-by-side", b.side_by_side);
     threads(bench);
 
     CLI::App *list = add_command(app, "list");

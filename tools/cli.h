@@ -68,6 +68,9 @@ struct BenchOptions {
     bool against_padded = false;
     // The sequence forward ops' i, f, o, ci, co left out: only cs and h written (inference)
     bool inference = false;
+    // Two calls of the op (the second on inputs from seed + 1) in one invoke_side_by_side, each
+    // timed call alternating with the same two one after the other, and the ratio printed
+    bool side_by_side = false;
 };
 
 // Times the op on random inputs (grad ops: on the matching forward op's activations) and prints

@@ -115,9 +115,10 @@ _LEFT_OUT = object()  # an output _call leaves out (a forward op's i, f, o, ci, 
 _STATE_ONLY = (_LEFT_OUT, None, _LEFT_OUT, _LEFT_OUT, _LEFT_OUT, _LEFT_OUT, None)  # cs and h alone
 
 
-def _call(op, args, outs=None):
-    """Runs op on args into outs (new tensors where None or where an entry is None; none where an
-    entry is _LEFT_OUT)."""
+def _prepare(op, args, outs):
+    """A call's tensors as the library takes them: (inputs, outputs) by name as DLPack capsules, and
+    its outputs (new tensors where outs is None or where an entry is None; none where an entry is
+    _LEFT_OUT)."""
     inputs = _inputs(op, args)
     for name in _OPTIONAL_NAMES[op["name"]]:
         if args.get(name) is not None:
@@ -128,21 +129,41 @@ def _call(op, args, outs=None):
         outs = [x.new_empty(s) for s in shapes]
     else:
         outs = [o if o is not None else x.new_empty(s) for s, o in zip(shapes, outs)]
+    # DLPack takes no autograd tensors
+    capsules = ({n: _to_dlpack(t.detach() if t.requires_grad else t) for n, t in inputs.items()},
+                {n: _to_dlpack(t) for n, t in zip(_OUTPUT_NAMES[op["name"]], outs) if t is not _LEFT_OUT})
+    return capsules, tuple(outs)
+
+
+def _call(op, args, outs=None):
+    """Runs op on args into outs (new tensors where None or where an entry is None; none where an
+    entry is _LEFT_OUT)."""
+    (inputs, outputs), outs = _prepare(op, args, outs)
     # On torch's current stream, for this call only: the thread's stream is put back after, so a
     # later call of the plain API never runs on a stream torch may have freed since.
+    x = args["x"]
     cuda = x.is_cuda
     previous = _core.cuda_stream() if cuda else None
     if cuda:
         _core.set_cuda_stream(torch.cuda.current_stream(x.device).cuda_stream)
-    try:  # DLPack takes no autograd tensors
-        _core.invoke(op["name"], args.get("seq_len_max", 0),
-                     {n: _to_dlpack(t.detach() if t.requires_grad else t) for n, t in inputs.items()},
-                     {n: _to_dlpack(t) for n, t in zip(_OUTPUT_NAMES[op["name"]], outs) if t is not _LEFT_OUT},
-                     args.get("forget_bias"), args.get("cell_clip"), bool(args["use_peephole"]))
+    try:
+        _core.invoke(op["name"], args.get("seq_len_max", 0), inputs, outputs, args.get("forget_bias"),
+                     args.get("cell_clip"), bool(args["use_peephole"]))
     finally:
         if cuda:
             _core.set_cuda_stream(previous)
-    return tuple(outs)
+    return outs
+
+
+def _call_side_by_side(op, args, outs=(None, None)):
+    """Two CPU calls of op with the same attrs (args: two argument dicts) as _call runs each, at once
+    where the library runs them side by side (invoke_side_by_side: each on one of two loop threads):
+    each call's outputs."""
+    (first, first_outs), (second, second_outs) = (_prepare(op, a, o) for a, o in zip(args, outs))
+    a = args[0]
+    _core.invoke_side_by_side(op["name"], a.get("seq_len_max", 0), [first[0], second[0]], [first[1], second[1]],
+                              a.get("forget_bias"), a.get("cell_clip"), bool(a["use_peephole"]))
+    return first_outs, second_outs
 
 
 def _arg_names(op):
@@ -199,16 +220,39 @@ def _grad_or_zeros(grad, like):
     return grad if grad is not None else torch.zeros_like(like)
 
 
+def _sequence_saved(inputs, output):
+    """What a sequence forward op's gradient needs of a call (its arguments in schema order, its
+    outputs): (the tensors to save, with seq_lengths last where given; whether it was; the scalars)."""
+    *inputs, seq_lengths = inputs
+    tensors = [t for t in inputs if isinstance(t, torch.Tensor)] + list(output)
+    if seq_lengths is not None:
+        tensors.append(seq_lengths)
+    return tensors, seq_lengths is not None, [t for t in inputs if not isinstance(t, torch.Tensor)]
+
+
 def _sequence_setup_context(ctx, inputs, output):
     """As _setup_context, with seq_lengths (the last input, a tensor or None) saved last."""
-    *inputs, seq_lengths = inputs
-    ctx.has_lengths = seq_lengths is not None
     # The outputs with no gradient (i, f, o, ci, co always; cs mostly) come as None, not as zeros
     # that autograd fills: six [T, B, H] fills, 1.6 ms of a 29 ms step at 200,16,256.
     ctx.set_materialize_grads(False)
-    ctx.save_for_backward(*[t for t in inputs if isinstance(t, torch.Tensor)], *output,
-                          *([seq_lengths] if ctx.has_lengths else []))
-    ctx.scalars = [t for t in inputs if not isinstance(t, torch.Tensor)]
+    tensors, ctx.has_lengths, ctx.scalars = _sequence_saved(inputs, output)
+    ctx.save_for_backward(*tensors)
+
+
+def _sequence_grad_args(saved, has_lengths, scalars, grads):
+    """The grad op's arguments in its schema's order from what _sequence_saved kept of a call and
+    the gradients of the call's seven outputs."""
+    inputs, (i, cs, f, o, ci, co, h) = saved[:8], saved[8:15]
+    seq_lengths = saved[15] if has_lengths else None
+    seq_len_max, *_, use_peephole = scalars
+    return (seq_len_max, *inputs, i, cs, f, o, ci, co, h, _grad_or_zeros(grads[1], cs).contiguous(),
+            _grad_or_zeros(grads[6], h).contiguous(), use_peephole, seq_lengths)
+
+
+def _sequence_input_grads(g, scalars):
+    """A sequence forward op's gradients of its arguments (schema order) from its grad op's outputs g."""
+    # seq_len_max, the 8 inputs, the attrs and use_peephole, seq_lengths
+    return (None, *g) + (None,) * (len(scalars) - 1) + (None,)
 
 
 def _grad_op(ctx, name, *args, **kwargs):
@@ -224,15 +268,8 @@ def _grad_op(ctx, name, *args, **kwargs):
 
 def _sequence_backward(grad_op):
     def backward(ctx, *grads):
-        saved = ctx.saved_tensors
-        inputs, (i, cs, f, o, ci, co, h) = saved[:8], saved[8:15]
-        seq_lengths = saved[15] if ctx.has_lengths else None
-        seq_len_max, *_, use_peephole = ctx.scalars
-        g = _grad_op(ctx, grad_op, seq_len_max, *inputs, i, cs, f, o, ci, co, h,
-                     _grad_or_zeros(grads[1], cs).contiguous(), _grad_or_zeros(grads[6], h).contiguous(),
-                     use_peephole, seq_lengths=seq_lengths)
-        # seq_len_max, the 8 inputs, the attrs and use_peephole, seq_lengths
-        return (None, *g) + (None,) * (len(ctx.scalars) - 1) + (None,)
+        g = _grad_op(ctx, grad_op, *_sequence_grad_args(ctx.saved_tensors, ctx.has_lengths, ctx.scalars, grads))
+        return _sequence_input_grads(g, ctx.scalars)
     return backward
 
 
@@ -347,6 +384,44 @@ def _apply(name, *args, **kwargs):
     if not torch.is_grad_enabled():
         return _call(op, a)
     return _Eager.apply(name, *(a[n] for n in _ARGS[name]))
+
+
+_GRAD_OP = {"BlockLSTM": "BlockLSTMGrad", "BlockLSTMV2": "BlockLSTMGradV2"}
+
+
+class _EagerSideBySide(torch.autograd.Function):
+    """Two calls of a sequence forward op on the CPU (a bidirectional layer's two directions) side by
+    side (_call_side_by_side), and their two grad op calls side by side in the backward: the values
+    and gradients of the two calls through _Eager, one after the other."""
+
+    @staticmethod
+    def forward(ctx, name, n, *args):  # args: the two calls' arguments, n each, in the op's schema order
+        op = _OPS[name]
+        calls = (args[:n], args[n:])
+        outputs = _call_side_by_side(op, [dict(zip(_ARGS[name], c)) for c in calls])
+        ctx.set_materialize_grads(False)  # as _sequence_setup_context
+        saved = [_sequence_saved(c, out) for c, out in zip(calls, outputs)]
+        ctx.save_for_backward(*saved[0][0], *saved[1][0])
+        ctx.split = len(saved[0][0])
+        ctx.has_lengths = (saved[0][1], saved[1][1])
+        ctx.scalars = (saved[0][2], saved[1][2])
+        ctx.grad_name = _GRAD_OP[name]
+        return (*outputs[0], *outputs[1])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        saved = ctx.saved_tensors
+        halves = (saved[:ctx.split], saved[ctx.split:])
+        n_out = len(grads) // 2
+        args = [_sequence_grad_args(s, has, sc, g)
+                for s, has, sc, g in zip(halves, ctx.has_lengths, ctx.scalars, (grads[:n_out], grads[n_out:]))]
+        name = ctx.grad_name
+        if torch.is_grad_enabled():  # recorded (create_graph): the registered op, whose rule refuses a second derivative
+            g = [getattr(torch.ops.blocklstm, _snake(name))(*a) for a in args]
+        else:
+            op = _OPS[name]
+            g = _call_side_by_side(op, [dict(zip(_ARGS[name], a)) for a in args])
+        return (None, None, *_sequence_input_grads(g[0], ctx.scalars[0]), *_sequence_input_grads(g[1], ctx.scalars[1]))
 
 
 # ---- ReverseSequence: each row reversed within its length (the reverse direction's input) ----------
@@ -573,7 +648,7 @@ class LSTM(_PeepholeModule):
 
     proj_size (LSTMP, h = W_hr (o * tanh c), the projected h what the next step and the output
     see): one BlockLSTMV2 call per layer and direction as without it, the projection folded into
-    the recurrent weights (_run_projected).
+    the recurrent weights (_directions).
 
     Variable lengths go to the kernels (the ops' seq_lengths): each step runs on the rows still
     running, so the padded steps cost nothing but a copy (CUDA tensors: with
@@ -721,8 +796,8 @@ class LSTM(_PeepholeModule):
             if layer > 0 and self.dropout and self.training:
                 layer_in = nn.functional.dropout(layer_in, self.dropout, training=True)
             outs = []
+            seqs = []
             for direction in range(D):
-                k = layer * D + direction
                 seq = layer_in
                 if direction == 1:  # reversed in time, within each row's length
                     if lengths is None:
@@ -731,8 +806,9 @@ class LSTM(_PeepholeModule):
                         seq = _reverse(layer_in.contiguous(), run_lengths)
                     else:
                         seq = layer_in.gather(0, index[:, :, None].expand(T, B, layer_in.shape[2]))
-                run = self._run_projected if self.proj_size else self._run
-                h, cs = run(k, seq.contiguous(), h0[k].contiguous(), c0[k].contiguous(), run_lengths)
+                seqs.append(seq.contiguous())
+            ks = [layer * D + direction for direction in range(D)]
+            for direction, (k, (h, cs)) in enumerate(zip(ks, self._directions(ks, seqs, h0, c0, run_lengths))):
                 if T == 0:  # no step: the state passes through
                     h_last, c_last = h0[k], c0[k]
                 else:
@@ -741,7 +817,7 @@ class LSTM(_PeepholeModule):
                     else:
                         started = (lengths > 0)[:, None]
                         h_last = torch.where(started, h.gather(0, last[None, :, None].expand(1, B, R))[0], h0[k])
-                    if cs.dim() == 2:  # the op's final state (inference on the CPU: _op)
+                    if cs.dim() == 2:  # the op's final state (inference on the CPU: _ops)
                         c_last = cs
                     elif lengths is None:
                         c_last = cs[-1]
@@ -762,52 +838,65 @@ class LSTM(_PeepholeModule):
             layer_in = outs[0] if D == 1 else torch.cat(outs, 2)
         return layer_in, (torch.stack(h_n), torch.stack(c_n))  # tensors of their own, as nn.LSTM's
 
-    def _run_projected(self, index, x, r0, c0, lengths=None):
-        """One layer and direction of LSTMP (nn.LSTM's proj_size P) over x [T, B, in] from (r0 [B, P],
-        c0 [B, H]): (r [T, B, P], cs [T, B, H] or _op's c_n), r = h W_hr^T, zeros past each row's
-        length. One op call, as without a projection: a step's recurrent product r_{t-1} W_r is h_{t-1} (W_hr^T W_r),
-        so the op runs on the unprojected h with W_hr^T W_r [H, 4H] as its recurrent weights, and
-        r0 (there is no h before the first step) enters step 0 as input columns, [x_0 | r0] against
-        W_r's rows (zeros at the later steps), with h_prev zero. Autograd through the two products
-        with W_hr gives W_r's, W_hr's and r0's gradients."""
-        T, B, I = x.shape
-        w_hr = getattr(self, self._projections[index])
+    def _directions(self, ks, xs, h0, c0, lengths):
+        """Each layer and direction k of ks over its x [T, B, in] of xs from (h0[k], c0[k]): [(h, cs)], h
+        [T, B, R] (zeros past each row's length), cs [T, B, H] or _ops' c_n. One BlockLSTMV2 call each
+        (_ops: a layer's two directions side by side on the CPU).
+
+        With proj_size P (LSTMP, h_t = W_hr (o_t * tanh c_t)) still one call: a step's recurrent product
+        r_{t-1} W_r is h_{t-1} (W_hr^T W_r), so the op runs on the unprojected h with W_hr^T W_r [H, 4H]
+        as its recurrent weights, and r0 (there is no h before the first step) enters step 0 as input
+        columns, [x_0 | r0] against W_r's rows (zeros at the later steps), with h_prev zero; r = h W_hr^T.
+        Autograd through the two products with W_hr gives W_r's, W_hr's and r0's gradients."""
+        T, B = xs[0].shape[0], xs[0].shape[1]
+        R = self.proj_size or self.hidden_size
         if T == 0:
-            return x.new_zeros(0, B, w_hr.shape[0]), x.new_zeros(0, B, self.hidden_size)
-        w, b, wci, wcf, wco = self._weights(index, x)  # w = [W_x; W_r]
-        w = torch.cat([w, w_hr.t() @ w[I:]])  # [in + P + H, 4H]
-        x = torch.cat([x, torch.cat([r0[None], r0.new_zeros(T - 1, B, r0.shape[1])])], 2)
-        h, cs = self._op(x, c0, x.new_zeros(B, self.hidden_size), w, b, wci, wcf, wco, lengths)
-        return h @ w_hr.t(), cs
+            return [(x.new_zeros(0, B, R), x.new_zeros(0, B, self.hidden_size)) for x in xs]
+        calls, projections = [], []
+        for k, x in zip(ks, xs):
+            w, b, wci, wcf, wco = self._weights(k, x)
+            h_prev = h0[k].contiguous()
+            w_hr = getattr(self, self._projections[k]) if self.proj_size else None
+            if w_hr is not None:
+                I = x.shape[2]
+                w = torch.cat([w, w_hr.t() @ w[I:]])  # [in + P + H, 4H]; w = [W_x; W_r]
+                x = torch.cat([x, torch.cat([h_prev[None], h_prev.new_zeros(T - 1, B, R)])], 2)
+                h_prev = x.new_zeros(B, self.hidden_size)
+            calls.append((x, c0[k].contiguous(), h_prev, w, b, wci, wcf, wco))
+            projections.append(w_hr)
+        return [(h @ w_hr.t() if w_hr is not None else h, cs)
+                for (h, cs), w_hr in zip(self._ops(calls, lengths), projections)]
 
-    def _run(self, index, x, h0, c0, lengths=None):
-        """One layer and direction: BlockLSTMV2 over x [T, B, in] from (h0, c0) [B, H]: (h, cs) [T, B, H]
-        (or _op's c_n as cs), each row b for lengths[b] steps (a CPU tensor; zeros past them), or all T."""
-        if x.shape[0] == 0:
-            empty = x.new_zeros(0, x.shape[1], self.hidden_size)
-            return empty, empty
-        return self._op(x, c0, h0, *self._weights(index, x), lengths)
-
-    def _op(self, x, c0, h0, w, b, wci, wcf, wco, lengths):
-        """BlockLSTMV2 over x [T, B, in] with these weights: (h, cs) [T, B, H], or under no_grad on
-        the CPU (h, c_n): cs as each row's final state [B, H] alone."""
-        T = x.shape[0]
+    def _ops(self, calls, lengths):
+        """BlockLSTMV2 over each call's (x [T, B, in], c0, h0, w, b, wci, wcf, wco): [(h, cs)], cs [T, B, H],
+        or under no_grad on the CPU c_n: cs as each row's final state [B, H] alone. Two calls on the CPU
+        (a layer's two directions) run side by side where the library runs them so (invoke_side_by_side:
+        small calls on 2 threads, each call on one of them), outside torch.compile's traces."""
+        T = calls[0][0].shape[0]
         clip = float(self.cell_clip) if self.cell_clip is not None else 0.0
-        if not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        compiling = torch.compiler.is_compiling()
+        pair = len(calls) == 2 and not calls[0][0].is_cuda and not compiling
+        op = _OPS["BlockLSTMV2"]
+        if not torch.is_grad_enabled() and not compiling:
             # Inference: i, f, o, ci and co go unused, so the op leaves them out and writes cs and h
             # alone (five fresh [T, B, H] outputs had cost 2 ms of 16 at 200,16,256 in first touches);
             # on the CPU cs is only each row's final state, c_n ([B, H]: 26 MB fewer at 100,64,512).
-            args = dict(seq_len_max=T, x=x, cs_prev=c0, h_prev=h0, w=w, wci=wci, wcf=wcf, wco=wco, b=b,
-                        cell_clip=clip, use_peephole=self.peephole, seq_lengths=lengths)
-            outs = _STATE_ONLY
-            if not x.is_cuda:  # (CUDA: cs [T, B, H] until a GPU run has run the final state there)
-                outs = outs[:1] + (c0.new_empty(c0.shape),) + outs[2:]
-            out = _call(_OPS["BlockLSTMV2"], args, outs)
-            cs, h = out[1], out[6]
-            return h, cs
-        i, cs, f, o, ci, co, h = _apply("BlockLSTMV2", T, x, c0, h0, w, wci, wcf, wco, b, clip, self.peephole,
-                                        lengths)
-        return h, cs
+            # (CUDA: cs [T, B, H] until a GPU run has run the final state there.)
+            args = [dict(seq_len_max=T, x=x, cs_prev=c0, h_prev=h0, w=w, wci=wci, wcf=wcf, wco=wco, b=b,
+                         cell_clip=clip, use_peephole=self.peephole, seq_lengths=lengths)
+                    for x, c0, h0, w, b, wci, wcf, wco in calls]
+            outs = [_STATE_ONLY if x.is_cuda else _STATE_ONLY[:1] + (c0.new_empty(c0.shape),) + _STATE_ONLY[2:]
+                    for x, c0, *_ in calls]
+            results = _call_side_by_side(op, args, outs) if pair else [_call(op, a, o) for a, o in zip(args, outs)]
+            return [(out[6], out[1]) for out in results]
+        args = [(T, x, c0, h0, w, wci, wcf, wco, b, clip, self.peephole, lengths)
+                for x, c0, h0, w, b, wci, wcf, wco in calls]
+        if pair:
+            out = _EagerSideBySide.apply("BlockLSTMV2", len(args[0]), *args[0], *args[1])
+            results = (out[:7], out[7:])
+        else:
+            results = [_apply("BlockLSTMV2", *a) for a in args]
+        return [(out[6], out[1]) for out in results]
 
     def extra_repr(self):
         s = f"{self.input_size}, {self.hidden_size}"

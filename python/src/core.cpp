@@ -3,6 +3,7 @@
 // (python/blocklstm/__init__.py) and no op signature is written here.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/set.h>
@@ -252,6 +253,26 @@ NB_MODULE(_core, m) {
               return d;
           },
           nb::arg("op"), nb::arg("seq_len_max"), nb::arg("inputs"), nb::arg("outputs").none(),
+          nb::arg("forget_bias").none(), nb::arg("cell_clip").none(), nb::arg("use_peephole"),
+          nb::arg("bfloat16") = Bfloat16Names{});
+
+    // Two calls of one op with the same attrs on two sets of tensors, each into given outputs, at
+    // once where the library runs them side by side (invoke_side_by_side).
+    m.def("invoke_side_by_side",
+          [](const std::string &op, int64_t seq_len_max, const std::array<nb::dict, 2> &inputs,
+             const std::array<nb::dict, 2> &outputs, std::optional<float> forget_bias,
+             std::optional<float> cell_clip, bool use_peephole, const Bfloat16Names &bfloat16) {
+              std::vector<nb::ndarray<nb::ro>> keep_inputs;
+              std::vector<nb::ndarray<>> keep_outputs;
+              std::array<OpCall, 2> calls;
+              for (std::size_t k = 0; k < 2; ++k)
+                  calls[k] = {op, seq_len_max, views(op, inputs[k], keep_inputs, false, bfloat16),
+                              views(op, outputs[k], keep_outputs, true, bfloat16),
+                              OpAttrs{forget_bias, cell_clip, use_peephole}};
+              nb::gil_scoped_release no_gil;
+              invoke_side_by_side(calls[0], calls[1]);
+          },
+          nb::arg("op"), nb::arg("seq_len_max"), nb::arg("inputs"), nb::arg("outputs"),
           nb::arg("forget_bias").none(), nb::arg("cell_clip").none(), nb::arg("use_peephole"),
           nb::arg("bfloat16") = Bfloat16Names{});
 

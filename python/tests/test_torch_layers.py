@@ -244,6 +244,54 @@ def test_inference_writing_only_the_state_equals_the_autograd_path(lengths, proj
         assert torch.equal(got[0], want[0]) and torch.equal(got[1][0], want[1][0]) and torch.equal(got[1][1], want[1][1])
 
 
+@pytest.mark.parametrize("case", ["padded", "lengths", "packed", "proj_size", "no_grad"])
+def test_directions_side_by_side_give_the_bits_of_one_after_the_other(case, monkeypatch):
+    """On the CPU a bidirectional layer's two directions are one call of the library
+    (invoke_side_by_side: at once, each on one of two threads, where the calls are small), in the
+    forward and in the backward: the outputs, final states and every gradient have the bits of the
+    same calls made one after the other (invoke_side_by_side replaced by two invokes)."""
+    def run():
+        torch.manual_seed(11)
+        m = bt.LSTM(4, 6, num_layers=2, bidirectional=True, peephole=True, proj_size=3 if case == "proj_size" else 0)
+        x = torch.randn(5, 3, 4, requires_grad=case != "no_grad")
+        lengths = torch.tensor([5, 2, 4])
+        inp = nn.utils.rnn.pack_padded_sequence(x, lengths, enforce_sorted=False) if case == "packed" else x
+        kw = dict(lengths=lengths) if case == "lengths" else {}
+        with torch.set_grad_enabled(case != "no_grad"):
+            y, (h, c) = m(inp, **kw)
+        outs = [y.data if case == "packed" else y, h, c]
+        if case != "no_grad":
+            weighted_loss(outs).backward()
+            outs += [x.grad] + [p.grad for p in m.parameters()]
+        return outs
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # two loop threads: the calls run side by side
+    try:
+        calls = []
+        side_by_side = bt._core.invoke_side_by_side
+
+        def counted(op, *args):
+            calls.append(op)
+            side_by_side(op, *args)
+
+        monkeypatch.setattr(bt._core, "invoke_side_by_side", counted)
+        got = run()
+
+        def apart(op, seq_len_max, inputs, outputs, *attrs):
+            for i, o in zip(inputs, outputs):
+                bt._core.invoke(op, seq_len_max, i, o, *attrs)
+
+        monkeypatch.setattr(bt._core, "invoke_side_by_side", apart)
+        want = run()
+    finally:
+        torch.set_num_threads(threads)
+    assert calls == ["BlockLSTMV2"] * 2 + (["BlockLSTMGradV2"] * 2 if case != "no_grad" else []), calls
+    assert len(got) == len(want)
+    for k, (g, w) in enumerate(zip(got, want)):
+        assert torch.equal(g, w), k
+
+
 def test_training_steps_match_nn_lstm_while_the_weights_change():
     """Three SGD steps on both modules: the kept weight conversion follows each update, and the
     gradient reaches nn's weights through it."""

@@ -115,6 +115,16 @@ void cell_forward_cpu(Exec &exec, const PlanKernels &kernels, DType dt, const Ce
 }
 
 }  // namespace
+
+void check_cell_forward(const std::vector<TV> &a, const LSTMOutputs<TV> &out) {
+    (void)validate_cell({a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]}, &out);
+}
+
+void check_cell_grad(const std::vector<TV> &a, const LSTMBlockCellGradOutputs<TV> &out) {
+    (void)validate_cell_grad({a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]},
+                             {a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15]}, &out);
+}
+
 }  // namespace detail
 
 using detail::Buf;

@@ -1270,6 +1270,17 @@ BlockLSTMGradOutputs<Tensor> allocate_grad(const char *op, Layout layout, const 
 
 }  // namespace
 
+void check_sequence_forward(const char *op, int64_t seq_len_max, const std::vector<TV> &a, const LSTMOutputs<TV> &out,
+                            const TV *seq_lengths) {
+    (void)validate_forward(op, {seq_len_max, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], seq_lengths}, &out);
+}
+
+void check_sequence_grad(const char *op, int64_t seq_len_max, const std::vector<TV> &a,
+                         const BlockLSTMGradOutputs<TV> &out, const TV *seq_lengths) {
+    (void)validate_grad(op, {seq_len_max, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], seq_lengths},
+                        {a[8], a[9], a[10], a[11], a[12], a[13], a[14], a[15], a[16]}, &out);
+}
+
 void input_projection(Exec &exec, const KernelEntry &product, DType dt, const void *x, int64_t rows,
                       int64_t input_size, int64_t cell_size, const void *w, Buf w_x, const void *b, float *xw) {
     const int64_t I = input_size, G = 4 * cell_size;

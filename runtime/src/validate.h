@@ -176,6 +176,16 @@ Bundle<Tensor> into_new_outputs(Validate &&validate, Run &&run) {
     return out;
 }
 
+// An op call's checks without the call: each throws what the call would throw (invoke_side_by_side
+// checks both of its calls before either runs). The tensors in the op's input order (ops.h), the
+// sequence ops' seq_lengths apart (nullptr: none).
+void check_sequence_forward(const char *op, int64_t seq_len_max, const std::vector<TensorView> &in,
+                            const LSTMOutputs<TensorView> &out, const TensorView *seq_lengths);
+void check_sequence_grad(const char *op, int64_t seq_len_max, const std::vector<TensorView> &in,
+                         const BlockLSTMGradOutputs<TensorView> &out, const TensorView *seq_lengths);
+void check_cell_forward(const std::vector<TensorView> &in, const LSTMOutputs<TensorView> &out);
+void check_cell_grad(const std::vector<TensorView> &in, const LSTMBlockCellGradOutputs<TensorView> &out);
+
 // The product of sizes, saturated at INT64_MAX instead of overflowing.
 int64_t saturating_product(std::initializer_list<int64_t> factors);
 

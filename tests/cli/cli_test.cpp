@@ -955,6 +955,38 @@ TEST(Bench, AgainstPaddedPairsEveryCallWithThePaddedOne) {
     }
 }
 
+// --side-by-side: every timed call (two calls in one invoke_side_by_side) paired with the same two
+// one after the other; the last line's median and ratio those of the printed calls, the FLOPs the
+// two calls'.
+TEST(Bench, SideBySidePairsEveryCallWithTheTwoApart) {
+    for (const char *op : {"BlockLSTMV2", "BlockLSTMGrad"}) {
+        std::vector<std::string> args = bench_args(op, "float32", false, {7, 5, 3, 4});
+        const Result one = run_cli(with_args(args, {"--reps", "2", "--warmup", "1"}));
+        args.insert(args.end(), {"--reps", "5", "--side-by-side", "--print-reps"});
+        const Result r = run_cli(args);
+        SCOPED_TRACE(op);
+        ASSERT_EQ(r.code, 0) << describe(r);
+        ASSERT_EQ(one.code, 0) << describe(one);
+        const std::vector<double> beside = printed_list(r.out, "reps_ms"), apart = printed_list(r.out, "apart_reps_ms");
+        ASSERT_EQ(beside.size(), 5u) << r.out;
+        ASSERT_EQ(apart.size(), 5u) << r.out;
+        std::vector<double> ratios;
+        for (std::size_t k = 0; k < 5; ++k) ratios.push_back(beside[k] / apart[k]);
+        std::sort(ratios.begin(), ratios.end());
+        std::vector<double> sorted_apart = apart;
+        std::sort(sorted_apart.begin(), sorted_apart.end());
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"( apart_median_ms=([0-9.]+) ratio=([0-9.]+)\n$)"))) << r.out;
+        EXPECT_NEAR(std::stod(m[1]), sorted_apart[2], 1e-6) << r.out;
+        EXPECT_NEAR(std::stod(m[2]), ratios[2], 1e-4 + 1e-3 * ratios[2]) << r.out;
+        const std::regex flops(R"(FLOPs per call ([0-9.e+]+))");
+        std::smatch f1, f2;
+        ASSERT_TRUE(std::regex_search(one.out, f1, flops)) << one.out;
+        ASSERT_TRUE(std::regex_search(r.out, f2, flops)) << r.out;
+        EXPECT_DOUBLE_EQ(std::stod(f2[1]), 2 * std::stod(f1[1])) << r.out;
+    }
+}
+
 // --inference: the forward ops with i, f, o, ci, co left out (a sequence op's cs, on the CPU, each
 // row's final state), with lengths too; the grad ops refuse it (BadArgumentsExitTwoAndNameTheOption).
 TEST(Bench, InferenceRunsTheForwardOps) {
@@ -1063,6 +1095,8 @@ TEST(Bench, BadArgumentsExitTwoAndNameTheOption) {
         {with({"bench", "BlockLSTM", "--time", "3", "--seed", "-1"}, shape), "--seed"},  // not wrapped to 2^64-1
         {with({"bench", "BlockLSTM", "--time", "3", "--against-padded"}, shape), "--against-padded"},
         {with({"bench", "BlockLSTMGrad", "--time", "3", "--inference"}, shape), "--inference"},
+        {with({"bench", "BlockLSTM", "--time", "3", "--lengths", "full", "--against-padded", "--side-by-side"}, shape),
+         "--side-by-side is given with --against-padded"},
         {with({"bench", "BlockLSTM", "--time", "3", "--seed", "99999999999999999999999"}, shape), "--seed"},
         // The library's int32 limit, before any tensor is allocated: w [I+H, 4H] at H = 23200.
         {{"bench", "BlockLSTM", "--time", "1", "--batch", "1", "--input", "1", "--cell", "23200", "--dtype", "float16"},
