@@ -283,7 +283,7 @@ bool untouched(const NamedCall &c) {
 }
 
 // invoke_side_by_side: two forward calls, then two gradient calls, by name, at 1, 2 (side by side)
-// and 3 loop threads, for calls small enough to run side by side (B x H up to 8192; steps on one
+// and 3 loop threads, for calls small enough to run side by side (B x H up to 4096; steps on one
 // thread and split ones) and a pair over that (one after the other): each call's outputs have the
 // bits of the same call alone. A bad argument in either call throws naming it, and neither writes.
 TEST(Threads, SideBySideKeepsEveryBit) {

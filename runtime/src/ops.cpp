@@ -383,9 +383,10 @@ std::map<std::string, Tensor> invoke(const std::string &op, int64_t seq_len_max,
 namespace {
 
 // The largest state (B x H, cs_prev's elements) of a call that runs beside another: BlockLSTMV2
-// and BlockLSTMGradV2 side by side took 0.70-0.98x the time of one after the other up to B x H =
-// 8192 (500,1,128 to 100,32,256), 1.00-1.02x at 100,64,512 (docs/performance.md).
-constexpr int64_t kSideBySideMaxState = 8192;
+// and BlockLSTMGradV2 side by side took 0.68-0.98x the time of one after the other up to B x H =
+// 4096 (T,B,I=H 500,1,128 to 200,16,256), 0.99x at 100,32,256 (and the module's two bidirectional
+// layers there 1.01-1.03x), 1.00-1.02x at 100,64,512 (docs/performance.md).
+constexpr int64_t kSideBySideMaxState = 4096;
 
 // On the CPU (a CUDA call stays on this thread: its stream is this thread's, set_cuda_stream),
 // and small enough to gain from a thread of its own.

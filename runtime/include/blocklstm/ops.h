@@ -110,12 +110,12 @@ struct OpCall {
 
 // Runs two independent op calls (neither reads what the other writes), each as invoke does. Both
 // are checked before either runs: a bad argument in either throws as invoke would, and nothing is
-// written. Where both are CPU calls of a state (B x H) up to 8192 and the CPU kernels' loops have
+// written. Where both are CPU calls of a state (B x H) up to 4096 and the CPU kernels' loops have
 // two threads (two cores, set_num_threads(2), or an OpenMP team of two), the calls run at once,
 // each on one of the two threads with its parallel loops there alone: a small call's time steps
 // split poorly over two cores, so two such calls side by side take less time than one after the
-// other on both cores (the two directions of a bidirectional layer; docs/performance.md: 0.70x
-// at T,B,I=H 500,1,128, 0.85x at 50,8,128, 0.98x at 100,32,256). Elsewhere `first`, then `second`.
+// other on both cores (the two directions of a bidirectional layer; docs/performance.md: 0.68-0.72x
+// at T,B,I=H 500,1,128, 0.85x at 50,8,128, 0.98x at 200,16,256). Elsewhere `first`, then `second`.
 BLOCKLSTM_API void invoke_side_by_side(const OpCall &first, const OpCall &second);
 
 }  // namespace blocklstm
