@@ -929,8 +929,27 @@ std::vector<double> printed_list(const std::string &out, const std::string &name
     return v;
 }
 
-// --against-padded: every timed call paired with the padded one, the last line's padded median
-// and ratio those of the printed calls (the median of the pairs' ratios, not of the medians).
+// A bench run of 5 timed calls, each alternating with another (`other`: "padded" or "apart"): the
+// last line's "<other>_median_ms" and ratio are those of the printed calls (the median of the
+// pairs' ratios, not of the medians).
+void expect_the_pairs_printed(const Result &r, const std::string &other) {
+    const std::vector<double> timed = printed_list(r.out, "reps_ms"), others = printed_list(r.out, other + "_reps_ms");
+    ASSERT_EQ(timed.size(), 5u) << r.out;
+    ASSERT_EQ(others.size(), 5u) << r.out;
+    std::vector<double> ratios;
+    for (std::size_t k = 0; k < 5; ++k) ratios.push_back(timed[k] / others[k]);
+    std::sort(ratios.begin(), ratios.end());
+    std::vector<double> sorted_others = others;
+    std::sort(sorted_others.begin(), sorted_others.end());
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(r.out, m, std::regex(" " + other + R"(_median_ms=([0-9.]+) ratio=([0-9.]+)\n$)")))
+        << r.out;
+    EXPECT_NEAR(std::stod(m[1]), sorted_others[2], 1e-6) << r.out;
+    EXPECT_NEAR(std::stod(m[2]), ratios[2], 1e-4 + 1e-3 * ratios[2]) << r.out;
+    EXPECT_NE(r.out.find("median_ms="), std::string::npos) << r.out;
+}
+
+// --against-padded: every timed call paired with the padded one.
 TEST(Bench, AgainstPaddedPairsEveryCallWithThePaddedOne) {
     for (const char *op : {"BlockLSTM", "BlockLSTMGradV2"}) {
         std::vector<std::string> args = bench_args(op, "float32", false, {7, 5, 3, 4});
@@ -938,26 +957,12 @@ TEST(Bench, AgainstPaddedPairsEveryCallWithThePaddedOne) {
         const Result r = run_cli(args);
         SCOPED_TRACE(op);
         ASSERT_EQ(r.code, 0) << describe(r);
-        const std::vector<double> with = printed_list(r.out, "reps_ms"), padded = printed_list(r.out, "padded_reps_ms");
-        ASSERT_EQ(with.size(), 5u) << r.out;
-        ASSERT_EQ(padded.size(), 5u) << r.out;
-        std::vector<double> ratios;
-        for (std::size_t k = 0; k < 5; ++k) ratios.push_back(with[k] / padded[k]);
-        std::sort(ratios.begin(), ratios.end());
-        std::vector<double> sorted_padded = padded;
-        std::sort(sorted_padded.begin(), sorted_padded.end());
-        std::smatch m;
-        ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"( padded_median_ms=([0-9.]+) ratio=([0-9.]+)\n$)")))
-            << r.out;
-        EXPECT_NEAR(std::stod(m[1]), sorted_padded[2], 1e-6) << r.out;
-        EXPECT_NEAR(std::stod(m[2]), ratios[2], 1e-4 + 1e-3 * ratios[2]) << r.out;
-        EXPECT_NE(r.out.find("median_ms="), std::string::npos) << r.out;
+        expect_the_pairs_printed(r, "padded");
     }
 }
 
 // --side-by-side: every timed call (two calls in one invoke_side_by_side) paired with the same two
-// one after the other; the last line's median and ratio those of the printed calls, the FLOPs the
-// two calls'.
+// one after the other; the FLOPs the two calls'.
 TEST(Bench, SideBySidePairsEveryCallWithTheTwoApart) {
     for (const char *op : {"BlockLSTMV2", "BlockLSTMGrad"}) {
         std::vector<std::string> args = bench_args(op, "float32", false, {7, 5, 3, 4});
@@ -967,18 +972,7 @@ TEST(Bench, SideBySidePairsEveryCallWithTheTwoApart) {
         SCOPED_TRACE(op);
         ASSERT_EQ(r.code, 0) << describe(r);
         ASSERT_EQ(one.code, 0) << describe(one);
-        const std::vector<double> beside = printed_list(r.out, "reps_ms"), apart = printed_list(r.out, "apart_reps_ms");
-        ASSERT_EQ(beside.size(), 5u) << r.out;
-        ASSERT_EQ(apart.size(), 5u) << r.out;
-        std::vector<double> ratios;
-        for (std::size_t k = 0; k < 5; ++k) ratios.push_back(beside[k] / apart[k]);
-        std::sort(ratios.begin(), ratios.end());
-        std::vector<double> sorted_apart = apart;
-        std::sort(sorted_apart.begin(), sorted_apart.end());
-        std::smatch m;
-        ASSERT_TRUE(std::regex_search(r.out, m, std::regex(R"( apart_median_ms=([0-9.]+) ratio=([0-9.]+)\n$)"))) << r.out;
-        EXPECT_NEAR(std::stod(m[1]), sorted_apart[2], 1e-6) << r.out;
-        EXPECT_NEAR(std::stod(m[2]), ratios[2], 1e-4 + 1e-3 * ratios[2]) << r.out;
+        expect_the_pairs_printed(r, "apart");
         const std::regex flops(R"(FLOPs per call ([0-9.e+]+))");
         std::smatch f1, f2;
         ASSERT_TRUE(std::regex_search(one.out, f1, flops)) << one.out;
