@@ -4,11 +4,13 @@
 #include <blocklstm/ops.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <span>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "runtime/src/kernel_table.h"
 #include "runtime/src/products.h"
@@ -408,10 +410,33 @@ std::function<void()> checked_call(const OpCall &c) {
     return detail::bind_typed(d.id, c.seq_len_max, in, c.attrs, out, lengths);
 }
 
+// Throws where an output of `call` shares a byte with a tensor of `other` (the two run at once).
+void check_independent(const OpCall &call, const char *which, const OpCall &other, const char *other_which) {
+    auto bytes_of = [](const TensorView &t) {
+        const auto *begin = static_cast<const std::byte *>(t.data);
+        return std::pair{begin, begin + (t.data ? t.num_bytes() : 0)};
+    };
+    for (const auto &[name, out] : call.outputs) {
+        const auto [begin, end] = bytes_of(out);
+        for (const auto *tensors : {&other.inputs, &other.outputs})
+            for (const auto &[other_name, t] : *tensors) {
+                const auto [other_begin, other_end] = bytes_of(t);
+                if (begin < end && other_begin < other_end && out.device == t.device && begin < other_end &&
+                    other_begin < end)
+                    throw Error("invoke_side_by_side: output '" + name + "' of the " + which + " call (" + call.op +
+                                ") overlaps " + (tensors == &other.inputs ? "input '" : "output '") + other_name +
+                                "' of the " + other_which + " call (" + other.op +
+                                "): expected two independent calls (neither reads or writes what the other writes)");
+            }
+    }
+}
+
 }  // namespace
 
 void invoke_side_by_side(const OpCall &first, const OpCall &second) {
     const std::function<void()> a = checked_call(first), b = checked_call(second);
+    check_independent(first, "first", second, "second");
+    check_independent(second, "second", first, "first");
     if (beside_another(first) && beside_another(second) && detail::loop_threads() == 2) {
         detail::run_side_by_side(a, b);
         return;

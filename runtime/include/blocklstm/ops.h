@@ -109,8 +109,8 @@ struct OpCall {
 };
 
 // Runs two independent op calls (neither reads what the other writes), each as invoke does. Both
-// are checked before either runs: a bad argument in either throws as invoke would, and nothing is
-// written. Where both are CPU calls of a state (B x H) up to 4096 and the CPU kernels' loops have
+// are checked before either runs: a bad argument in either throws as invoke would, as does an
+// output of one that overlaps a tensor of the other, and nothing is written. Where both are CPU calls of a state (B x H) up to 4096 and the CPU kernels' loops have
 // two threads (two cores, set_num_threads(2), or an OpenMP team of two), the calls run at once,
 // each on one of the two threads with its parallel loops there alone: a small call's time steps
 // split poorly over two cores, so two such calls side by side take less time than one after the
