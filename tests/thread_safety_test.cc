@@ -327,24 +327,34 @@ TEST(Threads, SideBySideKeepsEveryBit) {
         EXPECT_TRUE(untouched(first)) << "the first call wrote its outputs";
         EXPECT_TRUE(untouched(second)) << "the second call wrote its outputs";
     }
-    // Calls that are not independent: the second writes where the first reads or writes (its h
-    // starting at the first's x or h; the error comes before anything is written or read there).
-    for (const char *shared : {"x", "h"}) {
-        SCOPED_TRACE(std::string("the second call's h on the first's ") + shared);
-        NamedCall first = named_call(jobs[0], false), second = named_call(jobs[1], false);
-        second.call.outputs["h"].data = shared == std::string("x") ? jobs[0].in->x.data() : first.outputs[6].data();
+    // Calls that are not independent: the second call's h where the first reads x (one tensor, x a
+    // view of its first T*B*I floats) or where the first writes its h.
+    for (bool on_x : {true, false}) {
+        SCOPED_TRACE(on_x ? "the second call's h on the first's x" : "the second call's h on the first's h");
+        NamedCall first = named_call(jobs[0], false), second = named_call(jobs[0], false);
+        const Tensor shared(DType::f32, first.outputs[6].shape());
+        if (on_x) {
+            blocklstm::TensorView x = first.call.inputs["x"];
+            x.data = shared.data();
+            first.call.inputs["x"] = x;
+            second.call.outputs["h"] = shared;
+        } else {
+            second.call.outputs["h"] = first.outputs[6];
+        }
         try {
             blocklstm::invoke_side_by_side(first.call, second.call);
             ADD_FAILURE() << "no error for overlapping calls";
         } catch (const blocklstm::Error &e) {
-            const std::string what = e.what();  // (the first overlap met names the argument)
-            EXPECT_NE(what.find("invoke_side_by_side: output '"), std::string::npos) << what;
-            EXPECT_NE(what.find("expected two independent calls"), std::string::npos) << what;
-            EXPECT_NE(what.find(shared == std::string("x") ? "overlaps input '" : "overlaps output 'h'"),
-                      std::string::npos)
-                << what;
+            EXPECT_EQ(std::string(e.what()),
+                      on_x ? "invoke_side_by_side: output 'h' of the second call (BlockLSTMV2) overlaps input 'x' of "
+                             "the first call (BlockLSTMV2): expected two independent calls (neither reads or writes "
+                             "what the other writes)"
+                           : "invoke_side_by_side: output 'h' of the first call (BlockLSTMV2) overlaps output 'h' of "
+                             "the second call (BlockLSTMV2): expected two independent calls (neither reads or writes "
+                             "what the other writes)");
         }
         EXPECT_TRUE(untouched(first)) << "the first call wrote its outputs";
+        if (on_x) EXPECT_TRUE(untouched(second)) << "the second call wrote its outputs";
     }
     blocklstm::set_num_threads(0);
 }
