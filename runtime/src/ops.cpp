@@ -192,17 +192,15 @@ std::function<void()> bind_typed(OpId id, int64_t L, const std::vector<TensorVie
 void check_typed(OpId id, int64_t L, const std::vector<TensorView> &a, const std::vector<TensorView> &out,
                  std::optional<TensorView> lengths) {
     const TensorView *seq_lengths = lengths ? &*lengths : nullptr;
+    const auto forward_out = [&] { return bundle_of<LSTMOutputs<TensorView>>(out); };
+    const auto grad_out = [&] { return bundle_of<BlockLSTMGradOutputs<TensorView>>(out); };
     switch (id) {
-    case OpId::cell: return check_cell_forward(a, bundle_of<LSTMOutputs<TensorView>>(out));
+    case OpId::cell: return check_cell_forward(a, forward_out());
     case OpId::cell_grad: return check_cell_grad(a, bundle_of<LSTMBlockCellGradOutputs<TensorView>>(out));
-    case OpId::seq: return check_sequence_forward("BlockLSTM", L, a, bundle_of<LSTMOutputs<TensorView>>(out), seq_lengths);
-    case OpId::seq_v2:
-        return check_sequence_forward("BlockLSTMV2", L, a, bundle_of<LSTMOutputs<TensorView>>(out), seq_lengths);
-    case OpId::seq_grad:
-        return check_sequence_grad("BlockLSTMGrad", L, a, bundle_of<BlockLSTMGradOutputs<TensorView>>(out), seq_lengths);
-    case OpId::seq_grad_v2:
-        return check_sequence_grad("BlockLSTMGradV2", L, a, bundle_of<BlockLSTMGradOutputs<TensorView>>(out),
-                                   seq_lengths);
+    case OpId::seq: return check_sequence_forward("BlockLSTM", L, a, forward_out(), seq_lengths);
+    case OpId::seq_v2: return check_sequence_forward("BlockLSTMV2", L, a, forward_out(), seq_lengths);
+    case OpId::seq_grad: return check_sequence_grad("BlockLSTMGrad", L, a, grad_out(), seq_lengths);
+    case OpId::seq_grad_v2: return check_sequence_grad("BlockLSTMGradV2", L, a, grad_out(), seq_lengths);
     }
     throw Error("blocklstm internal error: op id out of range");
 }
@@ -356,15 +354,29 @@ bool op_available(const std::string &op, Device device, DType dtype, bool use_pe
     }
 }
 
+namespace {
+
+// A call by name bound to its tensors and attrs, their names and the attrs checked, and with
+// `check_tensors` every check the typed call makes when it runs (invoke_side_by_side).
+std::function<void()> bind_by_name(const std::string &op, int64_t seq_len_max,
+                                   const std::map<std::string, TensorView> &inputs,
+                                   const std::map<std::string, TensorView> &outputs, const OpAttrs &attrs,
+                                   bool check_tensors) {
+    const detail::OpDef &d = detail::def_of(op);
+    detail::check_attrs(d.info, attrs);
+    const std::vector<TensorView> in = detail::in_order(d.info, d.info.inputs, inputs, "input", d.info.optional_inputs);
+    const std::vector<TensorView> out = detail::in_order(d.info, d.info.outputs, outputs, "output");
+    const std::optional<TensorView> lengths = detail::seq_lengths_of(d.info, inputs);
+    if (check_tensors) detail::check_typed(d.id, seq_len_max, in, out, lengths);
+    return detail::bind_typed(d.id, seq_len_max, in, attrs, out, lengths);
+}
+
+}  // namespace
+
 std::function<void()> bind_op(const std::string &op, int64_t seq_len_max,
                            const std::map<std::string, TensorView> &inputs,
                            const std::map<std::string, TensorView> &outputs, const OpAttrs &attrs) {
-    const detail::OpDef &d = detail::def_of(op);
-    detail::check_attrs(d.info, attrs);
-    return detail::bind_typed(d.id, seq_len_max,
-                              detail::in_order(d.info, d.info.inputs, inputs, "input", d.info.optional_inputs), attrs,
-                              detail::in_order(d.info, d.info.outputs, outputs, "output"),
-                              detail::seq_lengths_of(d.info, inputs));
+    return bind_by_name(op, seq_len_max, inputs, outputs, attrs, false);
 }
 
 void invoke(const std::string &op, int64_t seq_len_max, const std::map<std::string, TensorView> &inputs,
@@ -399,17 +411,6 @@ bool beside_another(const OpCall &call) {
     return call.inputs.at("cs_prev").num_elements() <= kSideBySideMaxState;
 }
 
-// A call by name bound as bind_op binds it, after all the checks the call would make.
-std::function<void()> checked_call(const OpCall &c) {
-    const detail::OpDef &d = detail::def_of(c.op);
-    detail::check_attrs(d.info, c.attrs);
-    const std::vector<TensorView> in = detail::in_order(d.info, d.info.inputs, c.inputs, "input", d.info.optional_inputs);
-    const std::vector<TensorView> out = detail::in_order(d.info, d.info.outputs, c.outputs, "output");
-    const std::optional<TensorView> lengths = detail::seq_lengths_of(d.info, c.inputs);
-    detail::check_typed(d.id, c.seq_len_max, in, out, lengths);
-    return detail::bind_typed(d.id, c.seq_len_max, in, c.attrs, out, lengths);
-}
-
 // Throws where an output of `call` shares a byte with a tensor of `other` (the two run at once).
 void check_independent(const OpCall &call, const char *which, const OpCall &other, const char *other_which) {
     auto bytes_of = [](const TensorView &t) {
@@ -434,7 +435,10 @@ void check_independent(const OpCall &call, const char *which, const OpCall &othe
 }  // namespace
 
 void invoke_side_by_side(const OpCall &first, const OpCall &second) {
-    const std::function<void()> a = checked_call(first), b = checked_call(second);
+    auto checked = [](const OpCall &c) {
+        return bind_by_name(c.op, c.seq_len_max, c.inputs, c.outputs, c.attrs, /*check_tensors=*/true);
+    };
+    const std::function<void()> a = checked(first), b = checked(second);
     check_independent(first, "first", second, "second");
     check_independent(second, "second", first, "first");
     if (beside_another(first) && beside_another(second) && detail::loop_threads() == 2) {
