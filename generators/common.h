@@ -309,6 +309,10 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
             Expr b_value = b(unsafe_promise_clamped(x, 0, cols - 1), min(likely(kk_), max(depth - 1, 0)));
             b_in_place = select(likely(kk_ < depth), f32(b_value, by_bits), 0.0f);
             p.in_place = rows <= blocking.in_place_rows && cols % blocking.in_place_cols == 0;
+            if (blocking.in_place_stream_cols > 0) {
+                p.stream_cols = blocking.in_place_stream_cols;
+                p.stream = rows <= step_tiles::kOneRowTilesMax && cols % p.stream_cols == 0;
+            }
         }
     }
     if (blocking.single_row) p.single = rows <= step_tiles::kOneRowTilesMax;
@@ -321,14 +325,15 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
     // The product's register tiles (part) and their twins for a step of one or two rows
     // (part_single) and for its short tiles (schedules/step_tiles.h): sum reads the one for its
     // rows (the schedule specializes sum on the conditions).
+    auto product_of = [&](const std::string &what, const Expr &b_value) {
+        Func f(name + what);
+        f(x, y, kb) = 0.0f;
+        f(x, y, kb) += a_kk * b_value;
+        return f;
+    };
     auto tiles = [&](const std::string &suffix, const Expr &b_value, Func &whole, Func &single,
                      Func schedules::GemmFuncs::ShortTiles::*twin) {
-        auto product = [&](const std::string &what) {
-            Func f(name + what + suffix);
-            f(x, y, kb) = 0.0f;
-            f(x, y, kb) += a_kk * b_value;
-            return f;
-        };
+        auto product = [&](const std::string &what) { return product_of(what + suffix, b_value); };
         whole = product("_part");
         Expr chosen = whole(x, y, blocks);
         if (blocking.single_row) {
@@ -342,12 +347,17 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
         return chosen;
     };
     Expr part = tiles("", b_kk, p.part, p.part_single, &schedules::GemmFuncs::ShortTiles::part);
-    // The same tiles again, reading b in place (the schedule specializes sum on in_place first).
-    if (p.in_place.defined())
-        part = select(p.in_place,
-                      tiles("_in_place", b_in_place, p.part_in_place, p.part_single_in_place,
-                            &schedules::GemmFuncs::ShortTiles::part_in_place),
-                      part);
+    // The same tiles again, reading b in place (the schedule specializes sum on in_place first),
+    // and for one or two rows b's rows in stretches (the schedule specializes on stream first).
+    if (p.in_place.defined()) {
+        Expr in_place = tiles("_in_place", b_in_place, p.part_in_place, p.part_single_in_place,
+                              &schedules::GemmFuncs::ShortTiles::part_in_place);
+        if (p.stream.defined()) {
+            p.part_stream = product_of("_part_stream", b_in_place);
+            in_place = select(p.stream, p.part_stream(x, y, blocks), in_place);
+        }
+        part = select(p.in_place, in_place, part);
+    }
     if (blocking.k_block > 0 && !blocking.init_apart) {
         // Blocked k (the CPU): the initial value joins the first block's update, so that no pass
         // of its own writes c before the products do (a parallel loop that zeroed w_grad and

@@ -120,6 +120,7 @@ public:
         if (cell && !t.gpu()) {
             blocking.in_place_cols = t.cpu.gemm_step_tile_cols();
             blocking.in_place_rows = t.cpu.gemm_step_tile_rows;
+            blocking.in_place_stream_cols = step_tiles::kStreamCols;
         }
         schedules::GemmFuncs p =
             amx() ? amx_product("gates", h_prev_k, Func(*w_h), xw_init, B, H, /*k_block=*/0, x, y, Func(*gates))

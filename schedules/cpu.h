@@ -47,6 +47,12 @@ struct GemmFuncs {
     // that read it so (sum reads them there); undefined otherwise.
     Expr in_place;
     Func part_in_place, part_single_in_place;
+    // Where b is read in place and the step's rows are one or two (GemmBlocking::
+    // in_place_stream_cols), the condition and the twin that reads b's rows in stretches of
+    // stream_cols columns, k outermost (sum reads it there); undefined otherwise.
+    Expr stream;
+    Func part_stream;
+    int stream_cols = 0;
     // On AMX's tiles (generators/common.h: amx_product): part(x, y) is the whole product over k, a_panel(k, y)
     // a's copy in whole tiles; b_panel is unused. amx_k_blocks: part(x, y, kb) is block kb's
     // (generators/common.h: amx_product), sum's update adds them over `blocks`.
@@ -154,7 +160,20 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     auto blocks_in_one_loop = [&](Stage s) { s.partition(g.blocks, Partition::Never); };
     // The loops of a stage: the specializations for few rows, then the general tiles. With b in place
     // (GemmFuncs::in_place) twice, in the in-place branch first (the other reads b's copy).
-    auto tile_loops = [&](Stage s) {
+    auto tile_loops = [&](Stage s, bool in_place) {
+        if (in_place && g.stream.defined()) {
+            // One or two rows reading b in place in stretches: part_stream, computed per k block
+            // before the tiles (its own parallel loop, below), which here only add it into sum:
+            // one-row tiles on one thread, 4H sums (a fork costs more). Its loops stay the other
+            // branches' tiles, so that what they compute at them keeps its bounds here too.
+            Stage stream = s.specialize(g.stream);
+            stream.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
+                .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
+            short_loops(stream, yi, 1);
+            step_tiles_of(stream, 1);
+            stream.split(xi, xl, xv, vec).vectorize(xv);
+            blocks_in_one_loop(stream);
+        }
         if (g.part_single.defined()) {
             // One or two rows (B = 1: speech and streaming models; a step's last rows, which the
             // runtime calls apart) read part_single, in tiles of one row: the general tiles would
@@ -204,8 +223,8 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         if (batched) s.unroll(xl);
         if (!batched) s.parallel(tile);
     };
-    if (g.in_place.defined()) tile_loops(update.specialize(g.in_place));
-    tile_loops(update);
+    if (g.in_place.defined()) tile_loops(update.specialize(g.in_place), true);
+    tile_loops(update, false);
     // The tile loop the accumulators are computed at: the inner one of the two tile loops.
     Var inner_tiles = yo;
     if (batched) {
@@ -324,6 +343,26 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // width: Halide infers a twin's columns in every branch, also where it is not read, and there
     // they must fit its bound (tiles of a power of two of AVX2's 3 vectors failed so).
     if (g.in_place.defined()) accumulators(g.part_in_place, g.part_single_in_place, &GemmFuncs::ShortTiles::part_in_place, true);
+    if (g.stream.defined()) {
+        // All of a k block's sums before the tiles read them (a loop all branches have: a twin
+        // computed at the tiles would span a stretch there, past the bounds of what the tiles
+        // compute), in parallel over stretches of stream_cols columns, each of b's rows read a
+        // stretch at a time: k outermost in runs of 4 (a sum read and written once a run, 4 of
+        // b's rows streamed at once), a stretch's columns innermost in vectors, in L1, then the
+        // rows (the second reads the stretch from L1). Its columns and rows are left to bounds
+        // inference (all of sum's where it runs).
+        RVar ko("ko"), ki("ki");
+        Var xs("xs"), xr("xr"), xrl("xrl"), xrv("xrv");
+        g.part_stream.compute_at(g.sum, g.blocks).vectorize(x, vec, TailStrategy::GuardWithIf);
+        g.part_stream.update()
+            .split(x, xs, xr, g.stream_cols, TailStrategy::GuardWithIf)
+            .split(xr, xrl, xrv, vec, TailStrategy::GuardWithIf)
+            .split(g.k, ko, ki, 4, TailStrategy::GuardWithIf)
+            .reorder(ki, xrv, xrl, y, ko, xs)
+            .vectorize(xrv)
+            .unroll(ki)
+            .parallel(xs);
+    }
 }
 
 // part (or, single_row, part_single; or a short twin, whose rows are those of one short tile): a

@@ -87,6 +87,12 @@ struct GemmBlocking {
     // rows are at most in_place_rows (one register tile) and its columns a multiple of
     // in_place_cols (whole tiles); 0: never (generators/common.h: matrix_product).
     int in_place_cols = 0, in_place_rows = 0;
+    // Where b is read in place and a step has at most step_tiles::kOneRowTilesMax rows, each row
+    // reads b's rows in stretches of this many columns, k outermost, the stretch's sums in a
+    // buffer in L1 (GemmFuncs::part_stream), where the step's columns are a multiple of it; 0:
+    // never. A one-row register tile reads two vectors of each of b's rows, 8 KiB apart at 4H =
+    // 2048, which the prefetchers do not follow (step_tiles::kStreamCols).
+    int in_place_stream_cols = 0;
     // bfloat16 operands read as float32 by their bits (GPU targets: generators/common.h f32).
     bool bf16_by_bits = false;
 };

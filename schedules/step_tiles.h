@@ -18,6 +18,15 @@ namespace blocklstm::step_tiles {
 // than a tile, three about as much.
 constexpr int kOneRowTilesMax = 2;
 
+// The columns of a stretch of a weight matrix that a step of at most kOneRowTilesMax rows reads
+// in place (the cell op's w; schedules/schedule.h: GemmBlocking::in_place_stream_cols), k
+// outermost, where its columns are a multiple of it. One row of LSTMBlockCell at I = H = 512 (w:
+// 8 MiB) read w at 46 GB/s in one-row register tiles (two vectors of each row of w, 8 KiB apart);
+// a JIT-compiled twin reading stretches of 512 columns, k outermost in runs of 4, at 116 GB/s (2
+// threads, AMD EPYC Zen 4; stretches of 256 columns 106 GB/s, of 1024 139 GB/s but one task a
+// thread at 4H = 2048 and one for both at 4H = 1024).
+constexpr int kStreamCols = 512;
+
 // Short tiles: a step of more than kOneRowTilesMax rows and fewer than two of the table's
 // gemm_step_tile_rows runs in as few register tiles as that height allows, of as even a height
 // as fills them (ceil(rows / tiles) rows each, at least shortest_tile_rows), a twin of the

@@ -322,6 +322,16 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
             add(n("k_block", g.gemm_k_block) + "_in_LB", g.gemm_k_block, rows);
         }
     }
+    // One or two rows reading a weight matrix in place in stretches (schedules/step_tiles.h:
+    // kStreamCols) where 4H is a multiple of one: one stretch, two, and 4H one unit short of a
+    // stretch (the one-row tiles), the depth I + H one past a run of 4 steps of k.
+    if (products == Products::step) {
+        const int64_t stretch = blocklstm::step_tiles::kStreamCols;
+        const std::initializer_list<std::pair<const char *, int64_t>> stretch_units{
+            {"whole", stretch / 4}, {"twice", stretch / 2}, {"short", stretch / 4 - 1}};
+        add_at(n("one_row_stream_cols", stretch), stretch_units, [](Shape &s, int64_t v) { s.B = 1, s.H = v; });
+        add_at(n("two_rows_stream_cols", stretch), stretch_units, [](Shape &s, int64_t v) { s.B = 2, s.H = v; });
+    }
     // AMX's tiles (a target with amx_products): 16 rows, 16 columns (4H), 32 deep (H per step, I
     // for the input projection), and the batched products' row blocks (schedules/panel_layout.h).
     const std::vector<blocklstm::CpuTarget> targets = blocklstm::cpu_targets();
