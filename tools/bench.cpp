@@ -301,28 +301,28 @@ int bench(const BenchOptions &o) {
                     static_cast<unsigned long long>(o.seed));
     std::fflush(stdout);
 
-    // padded: the call each timed call alternates with: --against-padded's call without seq_lengths,
+    // other: the call each timed call alternates with: --against-padded's call without seq_lengths,
     // or --side-by-side's two calls one after the other.
-    Bench b, padded, second;
+    Bench b, other, second;
     try {
         b = make_bench(o, dev);
         if (o.against_padded) {
             BenchOptions without = o;
             without.lengths.clear();
-            padded = make_bench(without, dev);
+            other = make_bench(without, dev);
         }
         if (o.side_by_side) {
             BenchOptions next = o;
             ++next.seed;
             second = make_bench(next, dev);
-            padded.call = [&b, &second] {
+            other.call = [&b, &second] {
                 invoke(b.args.op, b.args.seq_len_max, b.args.inputs, b.args.outputs, b.args.attrs);
                 invoke(second.args.op, second.args.seq_len_max, second.args.inputs, second.args.outputs,
                        second.args.attrs);
             };
             b.call = [&b, &second] { invoke_side_by_side(b.args, second.args); };
         }
-        for (Bench *each : {&b, &padded}) {
+        for (Bench *each : {&b, &other}) {
             if (dev == Device::cuda && each->call) {  // a call ends when its GPU work does
                 each->call = [call = each->call] {
                     call();
@@ -338,7 +338,7 @@ int bench(const BenchOptions &o) {
     std::vector<double> warm;
     const auto warm_start = Clock::now();
     for (;;) {
-        if (padded.call) padded.call();
+        if (other.call) other.call();
         const auto t0 = Clock::now();
         b.call();
         warm.push_back(ms_between(t0, Clock::now()));
@@ -357,17 +357,17 @@ int bench(const BenchOptions &o) {
     std::fflush(stdout);
 
     Progress progress(reps, estimate * reps > 2000.0);
-    std::vector<double> times, padded_times, ratios;
+    std::vector<double> times, other_times, ratios;
     times.reserve(static_cast<std::size_t>(reps));
     for (int k = 0; k < reps; ++k) {
         const auto t0 = Clock::now();
         b.call();
         times.push_back(ms_between(t0, Clock::now()));
-        if (padded.call) {
+        if (other.call) {
             const auto t1 = Clock::now();
-            padded.call();
-            padded_times.push_back(ms_between(t1, Clock::now()));
-            ratios.push_back(times.back() / std::max(padded_times.back(), 1e-9));
+            other.call();
+            other_times.push_back(ms_between(t1, Clock::now()));
+            ratios.push_back(times.back() / std::max(other_times.back(), 1e-9));
         }
         progress.update(k + 1);
     }
@@ -377,7 +377,7 @@ int bench(const BenchOptions &o) {
     const double hi = *std::max_element(times.begin(), times.end());
     const double gflops = med > 0.0 ? flops / (med * 1e6) : 0.0;
     if (o.print_reps) {
-        for (const auto &[name, list] : {std::pair{"reps_ms", &times}, {o.side_by_side ? "apart_reps_ms" : "padded_reps_ms", &padded_times}}) {
+        for (const auto &[name, list] : {std::pair{"reps_ms", &times}, {o.side_by_side ? "apart_reps_ms" : "padded_reps_ms", &other_times}}) {
             if (list->empty()) continue;
             std::printf("  %s=", name);
             for (std::size_t k = 0; k < list->size(); ++k)
@@ -394,15 +394,15 @@ int bench(const BenchOptions &o) {
                     static_cast<unsigned long long>(g.failures));
     }
     std::printf("  FLOPs per call %.6g (docs/performance.md: %s)\n", flops, flop_formula(o.op).c_str());
-    if (padded.call && o.side_by_side) {
-        const double apart_med = median(padded_times), ratio = median(ratios);
+    if (other.call && o.side_by_side) {
+        const double apart_med = median(other_times), ratio = median(ratios);
         std::printf("  one after the other, alternating: median %.6f ms; side by side / one after the other: %.3f\n",
                     apart_med, ratio);
         std::printf("median_ms=%.6f gflops=%.3f apart_median_ms=%.6f ratio=%.4f\n", med, gflops, apart_med, ratio);
         return 0;
     }
-    if (padded.call) {
-        const double padded_med = median(padded_times), ratio = median(ratios);
+    if (other.call) {
+        const double padded_med = median(other_times), ratio = median(ratios);
         std::printf("  padded (no seq_lengths), alternating: median %.6f ms; with / without lengths: %.3f\n",
                     padded_med, ratio);
         std::printf("median_ms=%.6f gflops=%.3f padded_median_ms=%.6f ratio=%.4f\n", med, gflops, padded_med, ratio);
