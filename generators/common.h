@@ -311,7 +311,7 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
             p.in_place = rows <= blocking.in_place_rows && cols % blocking.in_place_cols == 0;
             if (blocking.in_place_stream_cols > 0) {
                 p.stream_cols = blocking.in_place_stream_cols;
-                p.stream = rows <= step_tiles::kOneRowTilesMax && cols % p.stream_cols == 0;
+                p.stream = rows <= step_tiles::kFewRowsMax && cols % p.stream_cols == 0;
             }
         }
     }

@@ -87,7 +87,7 @@ struct GemmBlocking {
     // rows are at most in_place_rows (one register tile) and its columns a multiple of
     // in_place_cols (whole tiles); 0: never (generators/common.h: matrix_product).
     int in_place_cols = 0, in_place_rows = 0;
-    // Where b is read in place and a step has at most step_tiles::kOneRowTilesMax rows, each row
+    // Where b is read in place and a step has at most step_tiles::kFewRowsMax rows, each row
     // reads b's rows in stretches of this many columns, k outermost, the stretch's sums in a
     // buffer in L1 (GemmFuncs::part_stream), where the step's columns are a multiple of it; 0:
     // never. A one-row register tile reads two vectors of each of b's rows, 8 KiB apart at 4H =

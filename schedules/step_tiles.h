@@ -11,14 +11,21 @@
 
 namespace blocklstm::step_tiles {
 
-// A step's product over at most this many rows runs in tiles of one row. A register tile of the
-// table's gemm_step_tile_rows computes all its rows whatever the rows that are real, while one row
-// alone costs a fraction of it (BlockLSTM at T,I=H 100,256: B = 1 0.87 ms, B = 2 2.41 ms and B = 8
-// 2.96 ms in 8-row tiles, so a row is 0.29 of a tile; 0.37 at H = 512): two rows alone cost less
-// than a tile, three about as much.
-constexpr int kOneRowTilesMax = 2;
+// A step's product over at most this many rows runs in tiles of one row (the product's one-row
+// twin, two partial sums a vector). A register tile of the table's gemm_step_tile_rows computes all
+// its rows whatever the rows that are real, while one row alone costs a fraction of it (BlockLSTM
+// at T,I=H 100,256: B = 1 0.87 ms, B = 2 2.41 ms and B = 8 2.96 ms in 8-row tiles, so a row is
+// 0.29 of a tile; 0.37 at H = 512).
+constexpr int kOneRowTilesMax = 1;
 
-// The columns of a stretch of a weight matrix that a step of at most kOneRowTilesMax rows reads
+// A step of two rows runs in tiles of two rows (a short tile's twin, below), which read the
+// weights' panels once for both rows where two one-row tiles read them twice (BlockLSTMV2 at T, I
+// = 200, 0: B = 2 in one-row tiles 1.6-1.8x the time of B = 1, AMD EPYC Zen 4). One or two rows
+// are also the few that run apart from a step's whole tiles (rows_past_alone_max) and that read a
+// weight matrix in place in stretches (kStreamCols).
+constexpr int kFewRowsMax = 2;
+
+// The columns of a stretch of a weight matrix that a step of at most kFewRowsMax rows reads
 // in place (the cell op's w; schedules/schedule.h: GemmBlocking::in_place_stream_cols), k
 // outermost, where its columns are a multiple of it. One row of LSTMBlockCell at I = H = 512 (w:
 // 8 MiB) read w at 46 GB/s in one-row register tiles (two vectors of each row of w, 8 KiB apart);
@@ -27,7 +34,7 @@ constexpr int kOneRowTilesMax = 2;
 // thread at 4H = 2048 and one for both at 4H = 1024).
 constexpr int kStreamCols = 512;
 
-// Short tiles: a step of more than kOneRowTilesMax rows and fewer than two of the table's
+// Short tiles: a step of more than kFewRowsMax rows and fewer than two of the table's
 // gemm_step_tile_rows runs in as few register tiles as that height allows, of as even a height
 // as fills them (ceil(rows / tiles) rows each, at least shortest_tile_rows), a twin of the
 // product per height (the kernels specialize on the rows). A register tile computes all its rows
@@ -44,12 +51,14 @@ constexpr int kStreamCols = 512;
 // 5 and 6 0.87-0.98x, 0.88-0.91x and 0.88-0.92x the time, B = 1, 7, 8 level (an AVX2 CPU of its
 // own has not measured it).
 constexpr int shortest_tile_rows(int tile_rows) {
-    return tile_rows > kOneRowTilesMax + 1 ? std::max(kOneRowTilesMax + 1, (tile_rows + 1) / 2) : 0;
+    return tile_rows > kFewRowsMax + 1 ? std::max(kFewRowsMax + 1, (tile_rows + 1) / 2) : 0;
 }
 
-// The height of the register tiles a step of `rows` rows runs in (1: one-row tiles).
+// The height of the register tiles a step of `rows` rows runs in (1: one-row tiles; 2: two-row
+// tiles, where the table's are taller).
 constexpr int64_t step_tile_height(int64_t rows, int tile_rows) {
     if (rows <= kOneRowTilesMax) return 1;
+    if (rows <= kFewRowsMax && tile_rows > kFewRowsMax) return kFewRowsMax;
     const int shortest = shortest_tile_rows(tile_rows);
     if (shortest == 0 || rows >= 2 * tile_rows) return tile_rows;
     const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
@@ -57,7 +66,8 @@ constexpr int64_t step_tile_height(int64_t rows, int tile_rows) {
 }
 
 // The steps that run in short tiles: rows first..last in tiles of `height` rows, one range of rows
-// each, in order of rows (8-row tiles: 3-4 in 4, 5, 6, 7, then 9-10 in 5, 11-12 in 6, 13-14 in 7).
+// each, in order of rows (8-row tiles: 2 in 2, 3-4 in 4, 5, 6, 7, then 9-10 in 5, 11-12 in 6, 13-14
+// in 7).
 struct ShortTileRows {
     int first, last;  // ints, as Halide's Exprs compare with them
     int height;
@@ -81,20 +91,20 @@ constexpr auto in_range(const Rows &rows, const ShortTileRows &range) {
     return rows >= range.first && rows <= range.last;
 }
 
-// The most rows past a step's whole tiles of `tile_rows` rows that run alone, in one-row tiles
-// (at most kOneRowTilesMax, the twin's rows), rather than in one more tile: a row alone costs
+// The most rows past a step's whole tiles of `tile_rows` rows that run alone, in one-row or
+// two-row tiles (at most kFewRowsMax), rather than in one more tile: a row alone costs
 // about as much as three rows of a tile (0.29-0.37 of an 8-row tile, above), so rows past run
 // alone where three times them is fewer than a tile's rows. 8-row tiles: 1 or 2 rows. AVX2's
 // 4-row tiles: 1 row, measured on a Zen 3 (BlockLSTM at T 100, I = H 256 and 512, least of 5
 // alternations): one row past alone 0.82-1.02x the time of one call in whole tiles (B = 5, 9,
 // 13), two rows past alone 0.97-1.20x (B = 6, 10, 14).
 constexpr int64_t rows_past_alone_max(int64_t tile_rows) {
-    return tile_rows > 0 ? std::min<int64_t>(kOneRowTilesMax, (tile_rows - 1) / 3) : 0;
+    return tile_rows > 0 ? std::min<int64_t>(kFewRowsMax, (tile_rows - 1) / 3) : 0;
 }
 
 // The rows of a step in whole tiles of `tile_rows` rows: `rows` itself, or, where the rows past
 // the last whole tile are rows_past_alone_max or fewer, the rows before them, and those rows then
-// go in a call of their own (one-row tiles). 17 rows in 8-row tiles: 16, then 1 (the 17th alone
+// go in a call of their own (one-row or two-row tiles). 17 rows in 8-row tiles: 16, then 1 (the 17th alone
 // costs 0.3-0.4 of the third tile it would take). A step that runs in short tiles stays whole:
 // 9 rows in 8-row tiles run in two of 5.
 constexpr int64_t rows_in_whole_tiles(int64_t rows, int64_t tile_rows) {

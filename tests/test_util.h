@@ -196,11 +196,11 @@ inline const std::vector<Shape> &variant_shapes() {
         {5, 9, 1, 33, 5, 4, 0.5, 1.0, "large weights, clip active"},
         {2, 1, 31, 64, 1, 1, 0.0, 0.0, "B = 1, L < T"},
         {5, 17, 5, 16, 5, 3, 1.0, 1.0, "large weights, clip active, B = 17"},
-        // A CPU step of one or two rows runs in one-row tiles, and the rows past a step's whole
-        // register tiles, where few, in a call of their own (schedules/step_tiles.h): B = 9 and 17
-        // leave one row past 8- and 4-row tiles, B = 10 two (alone past 8-row tiles, in a tile
-        // past 4-row ones).
-        {3, 2, 5, 12, 3, 1, 0.0, 1.0, "B = 2, one-row tiles"},
+        // A CPU step of two rows runs in two-row tiles, and the rows past a step's whole register
+        // tiles, where few, in a call of their own (schedules/step_tiles.h): B = 9 and 17 leave
+        // one row past 8- and 4-row tiles, B = 10 two (alone past 8-row tiles, in a tile past
+        // 4-row ones).
+        {3, 2, 5, 12, 3, 1, 0.0, 1.0, "B = 2, two-row tiles"},
         {3, 10, 4, 9, 3, 1, 0.0, 1.0, "B = 10, two rows past the tiles"},
         // GEMMs past one block: L*B = 102 rows > one 96-row block (6-row tiles), and for the
         // AVX-512 geometry's k blocks of 256 (schedules/cpu_params.h) K = I = 300 and 4H = 260
@@ -299,10 +299,14 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
                 if (2 * h - 1 > tile) at.push_back({"two_short", 2 * h - 1});
                 add_at(n("step_short_tile_rows", h), at, batch);
             }
+            // Two rows in two-row tiles: a step of two, and two past two whole tiles (a call of
+            // their own: step_tiles::rows_in_whole_tiles).
+            if (tile > blocklstm::step_tiles::kFewRowsMax)
+                add_at(n("step_two_row_tiles_below", tile), {{"alone", 2}, {"past_two_tiles", 2 * tile + 2}}, batch);
             // Rows of at most one tile read a weight matrix in place where its 4H columns fill
             // whole tiles (the cell op's kernel, generators/common.h), else its copy: 4H one tile,
-            // two, and one unit short of a tile, at 1 and 2 rows (the twins of one-row tiles) and a
-            // whole tile of rows.
+            // two, and one unit short of a tile, at 1 and 2 rows (the one-row and two-row tiles'
+            // twins) and a whole tile of rows.
             const int64_t cols = g.gemm_step_tile_cols(), tile_rows = g.gemm_step_tile_rows;
             const std::initializer_list<std::pair<const char *, int64_t>> in_place_units{
                 {"whole", cols / 4}, {"twice", cols / 2}, {"short", cols / 4 - 1}};

@@ -747,23 +747,26 @@ TEST(CpuTargets, EachPinRunsItsOwnCode) {
 
 // Short tiles (schedules/step_tiles.h): a step of fewer than two tiles' rows in the fewest tiles of
 // at most the table's rows, of even heights, the shortest half a tile and at least 3 rows; none
-// for tiles of 3 rows or fewer. The tile-boundary cases run every table's heights.
+// for tiles of 3 rows or fewer; two rows in two-row tiles below taller ones. The tile-boundary
+// cases run every table's heights.
 TEST(StepTiles, ShortTilesSpreadTheRowsEvenly) {
     namespace st = blocklstm::step_tiles;
     EXPECT_EQ(st::shortest_tile_rows(8), 4);
     EXPECT_EQ(st::shortest_tile_rows(7), 4);
     EXPECT_EQ(st::shortest_tile_rows(6), 3);
     EXPECT_EQ(st::shortest_tile_rows(4), 3) << "AVX2's 4-row tiles";
-    EXPECT_EQ(st::shortest_tile_rows(3), 0) << "no shorter tile than one-row tiles' rows and one";
+    EXPECT_EQ(st::shortest_tile_rows(3), 0) << "none between two-row tiles and the table's";
     EXPECT_EQ(st::shortest_tile_rows(0), 0);
-    // rows -> the height of their tiles in 8-row tiles (1: one-row tiles)
-    const std::vector<std::pair<int64_t, int64_t>> heights{{1, 1},  {2, 1},  {3, 4},  {4, 4},  {5, 5},  {7, 7},
+    // rows -> the height of their tiles in 8-row tiles (1: one-row tiles, 2: two-row tiles)
+    const std::vector<std::pair<int64_t, int64_t>> heights{{1, 1},  {2, 2},  {3, 4},  {4, 4},  {5, 5},  {7, 7},
                                                            {8, 8},  {9, 5},  {10, 5}, {11, 6}, {12, 6}, {13, 7},
                                                            {14, 7}, {15, 8}, {16, 8}, {17, 8}, {57, 8}};
     for (const auto &[rows, height] : heights) EXPECT_EQ(st::step_tile_height(rows, 8), height) << rows << " rows";
     EXPECT_EQ(st::step_tile_height(5, 4), 3) << "4-row tiles: two of 3";
     EXPECT_EQ(st::step_tile_height(7, 4), 4);
     EXPECT_EQ(st::step_tile_height(5, 3), 3) << "no short tiles: the table's";
+    EXPECT_EQ(st::step_tile_height(2, 3), 2) << "two rows in two-row tiles below taller ones";
+    EXPECT_EQ(st::step_tile_height(2, 2), 2) << "the table's own";
     // The ranges are the rows of each height, in order, none of the table's height: (first, last, height).
     auto triples = [](const std::vector<st::ShortTileRows> &ranges) {
         std::vector<std::tuple<int, int, int>> t;
@@ -772,9 +775,11 @@ TEST(StepTiles, ShortTilesSpreadTheRowsEvenly) {
     };
     const std::vector<st::ShortTileRows> ranges = st::short_tile_rows(8);
     EXPECT_EQ(triples(ranges), (std::vector<std::tuple<int, int, int>>{
-                                   {3, 4, 4}, {5, 5, 5}, {6, 6, 6}, {7, 7, 7}, {9, 10, 5}, {11, 12, 6}, {13, 14, 7}}));
-    EXPECT_EQ(triples(st::short_tile_rows(4)), (std::vector<std::tuple<int, int, int>>{{3, 3, 3}, {5, 6, 3}}));
-    EXPECT_TRUE(st::short_tile_rows(3).empty());
+                                   {2, 2, 2}, {3, 4, 4}, {5, 5, 5}, {6, 6, 6}, {7, 7, 7}, {9, 10, 5}, {11, 12, 6},
+                                   {13, 14, 7}}));
+    EXPECT_EQ(triples(st::short_tile_rows(4)), (std::vector<std::tuple<int, int, int>>{{2, 2, 2}, {3, 3, 3}, {5, 6, 3}}));
+    EXPECT_EQ(triples(st::short_tile_rows(3)), (std::vector<std::tuple<int, int, int>>{{2, 2, 2}}));
+    EXPECT_TRUE(st::short_tile_rows(2).empty());
     for (int64_t rows = 1; rows <= 64; ++rows) {
         const int64_t h = st::step_tile_height(rows, 8);
         int in = 0;
@@ -788,7 +793,7 @@ TEST(StepTiles, ShortTilesSpreadTheRowsEvenly) {
     }
 }
 
-// The rows past a step's whole tiles run alone (one-row tiles) only where they cost less than one
+// The rows past a step's whole tiles run alone (one-row or two-row tiles) only where they cost less than one
 // more tile: one or two past 8-row tiles, one past AVX2's 4-row tiles (from two tiles on: below,
 // short tiles take them), none past tiles of 3 or fewer.
 TEST(StepTiles, RowsPastTheTilesRunAloneWhereCheaperThanATile) {
@@ -796,7 +801,7 @@ TEST(StepTiles, RowsPastTheTilesRunAloneWhereCheaperThanATile) {
     EXPECT_EQ(st::rows_past_alone_max(8), 2);
     EXPECT_EQ(st::rows_past_alone_max(4), 1);
     EXPECT_EQ(st::rows_past_alone_max(3), 0);
-    EXPECT_EQ(st::rows_past_alone_max(16), 2) << "at most the one-row twin's rows";
+    EXPECT_EQ(st::rows_past_alone_max(16), 2) << "at most two rows (one-row and two-row tiles)";
     EXPECT_EQ(st::rows_past_alone_max(0), 0);
     EXPECT_EQ(st::rows_in_whole_tiles(17, 8), 16);
     EXPECT_EQ(st::rows_in_whole_tiles(10, 8), 10) << "two short tiles of 5";
