@@ -322,9 +322,9 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
         twin->when.push_back(step_tiles::in_range(rows, range));
     }
     std::sort(p.short_tiles.begin(), p.short_tiles.end(), [](const auto &a, const auto &b) { return a.rows < b.rows; });
-    // The product's register tiles (part) and their twins for a step of one or two rows
-    // (part_single) and for its short tiles (schedules/step_tiles.h): sum reads the one for its
-    // rows (the schedule specializes sum on the conditions).
+    // The product's register tiles (part) and their twins for a step of one row (part_single)
+    // and for its short tiles, two rows' included (schedules/step_tiles.h): sum reads the one for
+    // its rows (the schedule specializes sum on the conditions).
     auto product_of = [&](const std::string &what, const Expr &b_value) {
         Func f(name + what);
         f(x, y, kb) = 0.0f;

@@ -175,10 +175,11 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             blocks_in_one_loop(stream);
         }
         if (g.part_single.defined()) {
-            // One or two rows (B = 1: speech and streaming models; a step's last rows, which the
-            // runtime calls apart) read part_single, in tiles of one row: the general tiles would
-            // compute all their rows, 1 or 2 of 8 useful. Specialized before the general schedule
-            // below, which the specialization would otherwise copy.
+            // One row (B = 1: speech and streaming models; a step's last row, which the runtime
+            // calls apart) reads part_single, in tiles of one row: the general tiles would compute
+            // all their rows, 1 of 8 useful (two rows run in the shortest short tiles, below).
+            // Specialized before the general schedule below, which the specialization would
+            // otherwise copy.
             Stage one = s.specialize(g.single);
             one.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
                 .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);

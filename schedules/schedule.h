@@ -76,8 +76,8 @@ struct GemmBlocking {
     // a and b are bfloat16 and the product runs over pairs of k, two bfloat16 products summed
     // into each float32 lane at a time (vdpbf16ps; generators/common.h: matrix_product).
     bool bf16_pairs = false;
-    // A step's product also in tiles of a single row, run where the step has one or two rows
-    // (a specialization; schedules/step_tiles.h): they do not compute a whole tile's rows.
+    // A step's product also in tiles of a single row, run where the step has one row (a
+    // specialization; schedules/step_tiles.h): they do not compute a whole tile's rows.
     bool single_row = false;
     // A step's product also in register tiles shorter than its tiles of this many rows, a twin per
     // height, each run on the ranges of a step's rows that go into tiles of that height (a

@@ -294,7 +294,7 @@ bool steps_on_amx(const Exec &exec, DType dtype) {
 }
 
 // The rows of the register tiles of this call's CPU step kernel `step` (schedules/step_tiles.h:
-// the one or two rows past them run in one-row tiles); 0 where the kernel takes any rows in one
+// the one or two rows past them run in one-row or two-row tiles); 0 where the kernel takes any rows in one
 // call: on a GPU, and a step on AMX (its 16-row tiles have no one-row twin, and a row past them
 // costs a tile either way).
 int step_tile_rows(const Exec &exec, const KernelEntry &step) {
