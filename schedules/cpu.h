@@ -158,41 +158,32 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // the first block too, and measured 1-4 % slower at B = 8 and 16, H = 256 (at the edge of this
     // VM's noise).
     auto blocks_in_one_loop = [&](Stage s) { s.partition(g.blocks, Partition::Never); };
+    // A branch in one-row tiles, `group` column tiles a task, the tasks in parallel or not.
+    auto one_row_loops = [&](Stage s, int group, bool parallel) {
+        s.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
+            .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
+        short_loops(s, yi, 1);
+        step_tiles_of(s, group);
+        s.split(xi, xl, xv, vec).vectorize(xv);
+        if (parallel) s.parallel(tile);
+        blocks_in_one_loop(s);
+    };
     // The loops of a stage: the specializations for few rows, then the general tiles. With b in place
     // (GemmFuncs::in_place) twice, in the in-place branch first (the other reads b's copy).
     auto tile_loops = [&](Stage s, bool in_place) {
-        if (in_place && g.stream.defined()) {
-            // One or two rows reading b in place in stretches: part_stream, computed per k block
-            // before the tiles (its own parallel loop, below), which here only add it into sum:
-            // one-row tiles on one thread, 4H sums (a fork costs more). Its loops stay the other
-            // branches' tiles, so that what they compute at them keeps its bounds here too.
-            Stage stream = s.specialize(g.stream);
-            stream.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
-                .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
-            short_loops(stream, yi, 1);
-            step_tiles_of(stream, 1);
-            stream.split(xi, xl, xv, vec).vectorize(xv);
-            blocks_in_one_loop(stream);
-        }
-        if (g.part_single.defined()) {
-            // One row (B = 1: speech and streaming models; a step's last row, which the runtime
-            // calls apart) reads part_single, in tiles of one row: the general tiles would compute
-            // all their rows, 1 of 8 useful (two rows run in the shortest short tiles, below).
-            // Specialized before the general schedule below, which the specialization would
-            // otherwise copy.
-            Stage one = s.specialize(g.single);
-            one.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
-                .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
-            short_loops(one, yi, 1);
-            step_tiles_of(one, one_row_tiles);
-            one.split(xi, xl, xv, vec)
-                .vectorize(xv)
-                .parallel(tile);
-            blocks_in_one_loop(one);
-        }
+        // One or two rows reading b in place in stretches: part_stream, computed per k block
+        // before the tiles (its own parallel loop, below), which here only add it into sum: one-row
+        // tiles on one thread, 4H sums (a fork costs more). Its loops stay the other branches'
+        // tiles, so that what they compute at them keeps its bounds here too.
+        if (in_place && g.stream.defined()) one_row_loops(s.specialize(g.stream), 1, false);
+        // One row (B = 1: speech and streaming models; a step's last row, which the runtime calls
+        // apart) reads part_single, in tiles of one row: the general tiles would compute all their
+        // rows, 1 of 8 useful (two rows run in the shortest short tiles, below). Specialized
+        // before the general schedule below, which the specialization would otherwise copy.
+        if (g.part_single.defined()) one_row_loops(s.specialize(g.single), one_row_tiles, true);
         for (const GemmFuncs::ShortTiles &t : g.short_tiles) {
             for (const Expr &when : t.when) {
-                // A step whose rows go into tiles of t.rows (3 to 7 rows in one tile; 9 to 14 rows
+                // A step whose rows go into tiles of t.rows (2 to 7 rows in one tile; 9 to 14 rows
                 // in two of 5 to 7; a step of spread lengths as its rows end) reads that twin, laid
                 // out as the general tiles below, as many more tiles a row block as it has fewer rows.
                 Stage short_tiles = s.specialize(when);
