@@ -708,6 +708,36 @@ class LSTM(_PeepholeModule):
     def flatten_parameters(self):
         """nn.LSTM's cuDNN weight compaction: nothing to do here (the weights are used as they are)."""
 
+    # nn.LSTM's views of its parameters, for code that walks them (an initialiser over all_weights):
+    # names and tensors per layer and direction in nn.LSTM's order (w_ih, w_hh[, b_ih, b_hh][, w_hr]),
+    # then, with peephole=True, that layer and direction's wci, wcf, wco.
+    mode = "LSTM"
+
+    @property
+    def _all_weights(self):
+        return [[n for n in (w_ih, w_hh, b_ih, b_hh, hr) if n] + list(peep or ())
+                for (w_ih, w_hh, b_ih, b_hh, peep), hr in zip(self._names, self._projections)]
+
+    @property
+    def _flat_weights_names(self):
+        return [n for names in self._all_weights for n in names]
+
+    @property
+    def _flat_weights(self):
+        return [getattr(self, n) for n in self._flat_weights_names]
+
+    @property
+    def all_weights(self):
+        return [[getattr(self, n) for n in names] for names in self._all_weights]
+
+    # nn.LSTM's own argument checks (its messages), for code that calls them on the module.
+    check_input = nn.LSTM.check_input
+    get_expected_hidden_size = nn.LSTM.get_expected_hidden_size
+    get_expected_cell_size = nn.LSTM.get_expected_cell_size
+    check_hidden_size = nn.LSTM.check_hidden_size
+    check_forward_args = nn.LSTM.check_forward_args
+    permute_hidden = nn.LSTM.permute_hidden
+
     def tf_weights(self, layer=0, direction=0):
         """TF's w [in+H, 4H] and b [4H] (IFCO gate blocks, BlockLSTMV2's layout, forget_bias folded
         in) of one layer and direction, from its nn.LSTM weights."""

@@ -322,6 +322,48 @@ def test_torch_compile_and_export_of_a_two_layer_bidirectional_module():
                                atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("kwargs", CONFIGS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_parameter_views_and_checks_as_nn_lstm(kwargs):
+    # What code written for nn.LSTM reads of it: its parameters per layer and direction (an
+    # initialiser, weight drop), its mode, and its argument checks with their messages.
+    ref, ours = twins(4, 5, **kwargs)
+    assert ours.mode == ref.mode == "LSTM"
+    assert ours._all_weights == ref._all_weights
+    assert ours._flat_weights_names == ref._flat_weights_names
+    assert [p is q for p, q in zip(ours._flat_weights, ours.parameters())] == [True] * len(ref._flat_weights)
+    assert [[p.shape for p in ps] for ps in ours.all_weights] == [[p.shape for p in ps] for ps in ref.all_weights]
+    for module in (ref, ours):  # an initialiser over all_weights reaches every parameter
+        for ps in module.all_weights:
+            for p in ps:
+                torch.nn.init.constant_(p, 0.25)
+    y_ref, _ = ref(torch.ones(3, 2, 4) if not ref.batch_first else torch.ones(2, 3, 4))
+    y_ours, _ = ours(torch.ones(3, 2, 4) if not ours.batch_first else torch.ones(2, 3, 4))
+    torch.testing.assert_close(y_ours, y_ref, atol=TOL, rtol=0)
+    x = torch.randn(2, 3, 4) if ref.batch_first else torch.randn(3, 2, 4)
+    D = 2 if ref.bidirectional else 1
+    h = torch.zeros(ref.num_layers * D, 2, ref.proj_size or 5)
+    c = torch.zeros(ref.num_layers * D, 2, 5)
+    for module in (ref, ours):
+        module.check_forward_args(x, (h, c), None)
+        assert module.get_expected_hidden_size(x, None) == tuple(h.shape)
+        assert module.get_expected_cell_size(x, None) == tuple(c.shape)
+        with pytest.raises(RuntimeError, match=r"Expected hidden\[1\] size"):
+            module.check_forward_args(x, (h, c[:, :1]), None)
+        with pytest.raises(RuntimeError, match="input.size\\(-1\\) must be equal to input_size. Expected 4, got 3"):
+            module.check_input(x[..., :3], None)
+        order = torch.tensor([1, 0])
+        assert all(torch.equal(a, b) for a, b in zip(module.permute_hidden((h, c), order),
+                                                        (h.index_select(1, order), c.index_select(1, order))))
+
+
+def test_peepholes_follow_their_layer_and_direction_in_all_weights():
+    m = bt.LSTM(3, 4, num_layers=2, bidirectional=True, peephole=True)
+    ref = nn.LSTM(3, 4, num_layers=2, bidirectional=True)
+    for ours_names, nn_names, sfx in zip(m._all_weights, ref._all_weights, ("_l0", "_l0_reverse", "_l1", "_l1_reverse")):
+        assert ours_names == nn_names + ["weight_ci" + sfx, "weight_cf" + sfx, "weight_co" + sfx]
+    assert len(m._flat_weights) == len(list(m.parameters()))
+
+
 def test_peepholes_of_every_layer_and_direction_are_parameters_that_learn():
     m = bt.LSTM(3, 4, num_layers=2, bidirectional=True, peephole=True)
     names = {n for n, _ in m.named_parameters()}
