@@ -12,6 +12,7 @@ import math
 import os
 import re
 import warnings
+import weakref
 
 import torch
 from torch import nn
@@ -603,14 +604,27 @@ class _PeepholeModule(nn.Module):
         if b_ih is not None:  # (spelled out: a generator over params cost 3 us of a small cell's step)
             stamp += (b_ih.data_ptr(), b_ih._version, b_hh.data_ptr(), b_hh._version)
         cached = self._weights_cache.get(key)
-        if cached is None or cached[0] != stamp:
+        # The same tensors too, not only the same memory: a parametrized weight (weight_norm) is a
+        # new tensor at every call, which the allocator may place where the last one was, at
+        # version 0 (then kept weights from the old values went into 3 of 50 calls).
+        refs = cached[2] if cached is not None else None
+        if (cached is None or cached[0] != stamp or refs[0]() is not w_ih or refs[1]() is not w_hh
+                or (b_ih is not None and (refs[2]() is not b_ih or refs[3]() is not b_hh))):
             with torch.no_grad():
-                cached = (stamp, _tf_weights(w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order))
+                cached = (stamp, _tf_weights(w_ih, w_hh, b_ih, b_hh, forget_bias, gate_order),
+                          tuple(weakref.ref(p) for p in params))
             self._weights_cache[key] = cached
         w, b = cached[1]
         if through and torch.is_grad_enabled() and any(p.requires_grad for p in params):
             w, b = _ThroughTfWeights.apply(w, b, gate_order, *params)
         return w, b
+
+    def __getstate__(self):
+        """Pickling (torch.save of the module, DataParallel's copies) leaves out the kept weights:
+        copies derived from the parameters, with references to them that cannot be pickled."""
+        state = self.__dict__.copy()
+        state["_weights_cache"] = {}
+        return state
 
     def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys,
                               unexpected_keys, error_msgs):
@@ -976,6 +990,10 @@ class LSTMCell(_PeepholeModule):
 
     def forward(self, input, hx=None):
         params = self._parameters  # (nn.Module's attribute lookup of each costs ~0.5 us a call)
+        parametrized = self._modules.get("parametrizations")  # (weight_norm, ...): their computed tensors
+        if parametrized is not None:
+            params = {n: getattr(self, n) for n in ("weight_ih", "weight_hh", "bias_ih", "bias_hh", *self._peepholes)
+                      if n in params or n in parametrized}
         w_ih, w_hh, b_ih, b_hh = params["weight_ih"], params["weight_hh"], params.get("bias_ih"), params.get("bias_hh")
         _check_input("LSTMCell", input, w_ih, self.input_size, (1, 2))
         batched = input.dim() == 2

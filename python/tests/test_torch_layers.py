@@ -225,6 +225,71 @@ def test_weights_reused_for_inference_follow_in_place_updates():
         torch.testing.assert_close(ours(x)[0], ref2(x)[0], atol=TOL, rtol=0)
 
 
+@pytest.mark.parametrize("kind", ["LSTM", "LSTMCell"])
+def test_a_module_that_has_run_pickles_and_copies(kind):
+    # torch.save of a whole module (not its state_dict), and copy.deepcopy, after calls that kept
+    # converted weights: the copies run as the original, and follow their own weights.
+    import io
+    torch.manual_seed(7)
+    m = bt.LSTM(4, 5, num_layers=2, bidirectional=True, peephole=True) if kind == "LSTM" else bt.LSTMCell(4, 5)
+    x = torch.randn(3, 2, 4) if kind == "LSTM" else torch.randn(2, 4)
+    y = m(x)[0]
+    with torch.no_grad():
+        m(x)
+    buffer = io.BytesIO()
+    torch.save(m, buffer)
+    buffer.seek(0)
+    for copied in (torch.load(buffer, weights_only=False), copy.deepcopy(m)):
+        torch.testing.assert_close(copied(x)[0], y, atol=0, rtol=0)
+        with torch.no_grad():
+            for p in copied.parameters():
+                p.mul_(0.5)
+            torch.testing.assert_close(m(x)[0], y, atol=0, rtol=0)  # the original keeps its weights
+            assert (copied(x)[0] - y).abs().max() > 1e-3
+
+
+class _ScaledInStore(nn.Module):
+    """A parametrization whose every result is a new tensor over the same memory, at the same
+    version: what a parametrized weight recomputed at each call may be when the allocator hands
+    back the block the last one freed."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale, self.store = 1.0, None
+
+    def forward(self, X):
+        if self.store is None:
+            self.store = torch.empty_like(X)
+        out = X.new_empty(0).set_(self.store.untyped_storage(), 0, X.shape, X.stride())
+        return out.copy_(X * self.scale)
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "LSTMCell"])
+def test_parametrized_weights_are_read_at_every_call(kind):
+    # A parametrized weight (torch.nn.utils.parametrize: weight_norm, spectral_norm, ...) is a new
+    # tensor at every call: the kept converted weights must not outlive it, even where the new one
+    # has the old one's memory and version; and the cell finds it outside _parameters.
+    import torch.nn.utils.parametrize as parametrize
+    torch.manual_seed(6)
+    ref, ours = getattr(nn, kind)(4, 5), getattr(bt, kind)(4, 5)
+    ours.load_state_dict(ref.state_dict())
+    name = "weight_hh_l0" if kind == "LSTM" else "weight_hh"
+    for m in (ref, ours):
+        parametrize.register_parametrization(m, name, _ScaledInStore())
+    x = torch.randn(3, 2, 4) if kind == "LSTM" else torch.randn(2, 4)
+    with torch.no_grad():
+        for scale in (1.0, 0.5, 2.0):
+            for m in (ref, ours):
+                getattr(m.parametrizations, name)[0].scale = scale
+            torch.testing.assert_close(ours(x)[0], ref(x)[0], atol=TOL, rtol=0, msg=lambda m: f"{scale}: {m}")
+    torch.nn.utils.parametrizations.weight_norm(ref, "weight_ih" + ("_l0" if kind == "LSTM" else ""))
+    torch.nn.utils.parametrizations.weight_norm(ours, "weight_ih" + ("_l0" if kind == "LSTM" else ""))
+    for m in (ref, ours):
+        m(x)[0].sum().backward()
+    for (n, p), (_, q) in zip(ref.named_parameters(), ours.named_parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=TOL, rtol=0, msg=lambda m: f"{n}: {m}")
+
+
 @pytest.mark.parametrize("lengths,proj_size", [(None, 0), ([5, 2, 3], 0), ([2, 0, 5], 0), ([3, 5, 0], 2)])
 def test_inference_writing_only_the_state_equals_the_autograd_path(lengths, proj_size):
     """Without a gradient the op leaves out the activations only a backward pass reads (on the CPU
