@@ -25,6 +25,7 @@
 
 #include "HalideRuntime.h"
 #include "runtime/src/thread_pool.h"
+#include "runtime/src/zero_ranges.h"
 
 namespace blocklstm::detail {
 extern void (*team_member_before_serve)();  // thread_pool.cpp, built here with its test hooks
@@ -445,6 +446,34 @@ TEST(ThreadPool, UsesTheThreadCount) {
         EXPECT_LE(int(who.ids.size()), threads) << "threads " << threads;
         EXPECT_GE(int(who.ids.size()), std::min(threads, 2)) << "threads " << threads;
     }
+    set_pool_threads(0);
+}
+
+// HostRanges (runtime/src/zero_ranges.h): the zeros past each row's length, ranges of any size
+// and alignment cut into any number of tasks, zero exactly their bytes and nothing beside them.
+TEST(ThreadPool, HostRangesZeroTheirBytesOnly) {
+    set_pool_threads(3);
+    std::vector<unsigned char> memory(1 << 16, 0xab);
+    // (offset, bytes): one byte, a line's worth off its alignment, past a line, whole lines, a
+    // range right after another, a big one
+    const std::vector<std::pair<int64_t, int64_t>> ranges = {{3, 1}, {65, 64}, {200, 131}, {512, 1024},
+                                                             {1536, 7}, {4099, 20000}, {30000, 0}};
+    for (int64_t tasks : {1, 2, 3, 5, 64}) {
+        std::fill(memory.begin(), memory.end(), 0xab);
+        blocklstm::detail::HostRanges z;
+        std::vector<bool> zeroed(memory.size(), false);
+        for (auto [offset, bytes] : ranges) {
+            z.add(memory.data() + offset, bytes);
+            for (int64_t k = 0; k < bytes; ++k) zeroed[offset + k] = true;
+        }
+        z.zero(tasks);
+        for (std::size_t k = 0; k < memory.size(); ++k)
+            ASSERT_EQ(int(memory[k]), zeroed[k] ? 0 : 0xab) << "byte " << k << ", " << tasks << " tasks";
+    }
+    blocklstm::detail::HostRanges none;
+    none.zero();  // no range: no loop
+    EXPECT_EQ(blocklstm::detail::HostRanges::zero_tasks(1 << 10), 1);
+    EXPECT_EQ(blocklstm::detail::HostRanges::zero_tasks(int64_t{1} << 30), blocklstm::detail::loop_threads());
     set_pool_threads(0);
 }
 

@@ -10,6 +10,7 @@
 #include "runtime/src/exec.h"
 #include "runtime/src/kernel_args.h"
 #include "runtime/src/validate.h"
+#include "runtime/src/zero_ranges.h"
 
 namespace blocklstm::detail {
 namespace {
@@ -89,9 +90,15 @@ void validate_seq_lengths(const Validator &v, const TensorView &lengths, int64_t
 void zero_idle_rows(const Exec &exec, const StepRows &rows, const TensorView &t) {
     const int64_t row = t.num_elements() / std::max<int64_t>(t.shape[0] * rows.B, 1);
     const int64_t es = static_cast<int64_t>(size_of(t.dtype));
-    for (int64_t s = 0; s < rows.steps; ++s)
-        if (rows.n[s] < rows.B)
-            exec.zero_bytes(offset_bytes(t.data, (s * rows.B + rows.n[s]) * row, t.dtype), (rows.B - rows.n[s]) * row * es);
+    HostRanges idle;  // on the CPU: the rows past each step's, zeroed at once (zero_ranges.h)
+    for (int64_t s = 0; s < rows.steps; ++s) {
+        if (rows.n[s] == rows.B) continue;
+        void *at = offset_bytes(t.data, (s * rows.B + rows.n[s]) * row, t.dtype);
+        const int64_t bytes = (rows.B - rows.n[s]) * row * es;
+        if (exec.device() == Device::cpu) idle.add(at, bytes);
+        else exec.zero_bytes(at, bytes);
+    }
+    idle.zero();
     zero_steps(exec, t, rows.steps);
 }
 
