@@ -108,8 +108,8 @@ inline constexpr const char pre_activations[] = "pre_activations";
 // The cell's whole product (cell_fwd): gates = b + x_h_prev . w, x_h_prev = [x | h_prev].
 inline constexpr const char x_h_prev[] = "x_h_prev", w[] = "w", b[] = "b";
 // On the caller's rows (seq_fwd_step_rows): the caller's row of each row the step runs, in length
-// order, and each caller row's place in length order (runtime/src/step_rows.h: order, place).
-inline constexpr const char order[] = "order", place[] = "place";
+// order (runtime/src/step_rows.h: order).
+inline constexpr const char order[] = "order";
 }  // namespace seq_fwd_step
 
 // generators/seq_bwd_step.cpp: one step of the backward recurrence.

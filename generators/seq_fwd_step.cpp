@@ -8,8 +8,8 @@
 // panels for one step (53 % of LSTMBlockCell's time at B = 1, H = 256). With caller_rows
 // (seq_fwd_step_rows: seq_lengths on rows not in length order) the step runs the rows of its
 // product in length order but reads h_prev and cs_prev and writes its outputs in the caller's rows,
-// all of them, zeros where a row does not run: no copy of the outputs into the caller's rows after
-// the steps, and no pass of zeros before them.
+// those it runs only: no copy of the outputs into the caller's rows after the steps (the rows that
+// do not run get their zeros from the runtime, before the steps: zero_ranges.h).
 #include "generators/common.h"
 #include "schedules/schedule.h"
 
@@ -26,7 +26,7 @@ public:
 
     Input<Buffer<>> *xw = nullptr, *h_prev = nullptr, *w_h = nullptr, *pre_activations = nullptr, *b = nullptr;
     Input<Buffer<>> *cs_prev, *wci, *wcf, *wco;
-    Input<Buffer<>> *order = nullptr, *place = nullptr;  // caller_rows: [rows run], [B] int32
+    Input<Buffer<>> *order = nullptr;                    // caller_rows: [rows run] int32
     Input<int32_t> *gate_order = nullptr;                // Layout::any: 0 icfo, 1 ifco
     Input<float> forget_bias{args::seq_fwd_step::forget_bias};
     Input<float> cell_clip{args::seq_fwd_step::cell_clip};
@@ -60,7 +60,6 @@ public:
         h_prev = add_input<Buffer<>>(a::h_prev, dtype, 2);   // [B,H]
         if (caller_rows) {
             order = add_input<Buffer<>>(a::order, Int(32), 1);  // [rows run]: the caller's row of each
-            place = add_input<Buffer<>>(a::place, Int(32), 1);  // [B]: each caller row's place in length order
         }
         // [H,4H] rows I.. of w: the matrix, or packed float32 panels (generators/panels.cpp)
         require_weights({Weights::panels, Weights::matrix});
@@ -141,17 +140,16 @@ public:
             return;
         }
         // The caller's rows: the gate math on the rows run, in length order (the product's), each
-        // writing its caller's row, then zeros on the rows that stop. A select over all B rows
-        // computed the math of the rows that stop too (at 50,8,128 with lengths spread over
-        // [T/4, T], the gate math was 10 % of BlockLSTM's samples, 5.5 % in length order).
+        // writing its caller's row; the rows that stop are left as they are. A select over all B
+        // rows computed the math of the rows that stop too (at 50,8,128 with lengths spread over
+        // [T/4, T], the gate math was 10 % of BlockLSTM's samples, 5.5 % in length order), and
+        // their zeros written here, a serial pass a step, 4.5 % at 200,16,256 (perf, AMD Zen 4).
         const Type ty = dtype;
-        RDom run(0, rows_run, "run"), stop(0, B, "stop");
-        stop.where((*place)(stop) >= rows_run);
+        RDom run(0, rows_run, "run");
         (*lstm)(j, n) = Tuple(std::vector<Expr>(7, undef(ty)));
         gate_math([&](Expr col, Expr row) { return (*gates)(col, row); }, H, j, n,
                   [&](Expr row) { return clamp((*order)(row), 0, B - 1); }, run);
-        (*lstm)(j, stop) = Tuple(std::vector<Expr>(7, stored(ty, 0.0f)));
-        schedules::schedule_gate_math_rows(*lstm, activations, j, run, stop, t);
+        schedules::schedule_gate_math_rows(*lstm, activations, j, run, t);
     }
 
     // lstm(j, n): the gate math on the pre-activations `pre(column, row)`. The three activations

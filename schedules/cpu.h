@@ -506,10 +506,8 @@ inline void schedule_gate_math_cpu(Func lstm, Func activations, Var j, Var n, co
 }
 
 // schedule_gate_math_cpu as lstm's update over the rows run (each writes a caller's row of its
-// own: `order` is a permutation, so the rows in parallel do not race); the zeros of the rows that
-// stop in a serial pass (a few stores a row, not worth a second fork a step).
-inline void schedule_gate_math_rows_cpu(Func lstm, Func activations, Var j, RDom run, RDom stop,
-                                        const CpuTuning &tuning) {
+// own: `order` is a permutation, so the rows in parallel do not race).
+inline void schedule_gate_math_rows_cpu(Func lstm, Func activations, Var j, RDom run, const CpuTuning &tuning) {
     const int vec = tuning.vector_floats;
     Var jo("jo"), ji("ji");
     lstm.update(0)
@@ -519,7 +517,6 @@ inline void schedule_gate_math_rows_cpu(Func lstm, Func activations, Var j, RDom
         .allow_race_conditions()
         .parallel(run.x);
     activations.compute_at(lstm, jo).vectorize(j, vec, TailStrategy::GuardWithIf);
-    lstm.update(1).reorder(j, stop.x).vectorize(j, vec, TailStrategy::GuardWithIf);
 }
 
 // A 3-D element-wise output (j, gate, n), e.g. the gate gradients: vectors along j, the four

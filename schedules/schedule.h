@@ -140,13 +140,13 @@ inline void schedule_gate_math(Halide::Func lstm, Halide::Func activations, Hali
     schedule_elementwise_cuda(lstm, j, n, m.cuda);
 }
 
-// The gate math as an update over the rows run (`run`), then zeros over the rows that stop
-// (`stop`), its pure definition undefined (generators/seq_fwd_step.cpp: caller_rows). CPU only.
+// The gate math as an update over the rows run (`run`), its pure definition undefined
+// (generators/seq_fwd_step.cpp: caller_rows). CPU only.
 inline void schedule_gate_math_rows(Halide::Func lstm, Halide::Func activations, Halide::Var j, Halide::RDom run,
-                                    Halide::RDom stop, const Machine &m) {
+                                    const Machine &m) {
     if (m.autoschedule) return;
     if (m.gpu()) throw std::invalid_argument("the gate math on the caller's rows is scheduled for the CPU only");
-    schedule_gate_math_rows_cpu(lstm, activations, j, run, stop, m.cpu);
+    schedule_gate_math_rows_cpu(lstm, activations, j, run, m.cpu);
 }
 
 // A stage several outputs read (the cell's gradients: dicfo, cs_prev_grad and the peephole sums):

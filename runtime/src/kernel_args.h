@@ -31,15 +31,16 @@ inline void bind(KernelCall &call, const SeqFwdStepArgs &x) {
 }
 
 // seq_fwd_step_rows: the step on the caller's rows (seq_lengths, rows not in length order):
-// xw and gates hold the rows run in length order, h_prev, cs_prev and lstm the caller's B rows.
+// xw and gates hold the rows run in length order, h_prev, cs_prev and lstm the caller's B rows (the
+// step writes the rows it runs only).
 struct SeqFwdStepRowsArgs {
     SeqFwdStepArgs step;
-    Buf &order, &place;  // int32: the caller's row of each row run; each caller row's place
+    Buf &order;  // int32: the caller's row of each row run
 };
 inline void bind(KernelCall &call, const SeqFwdStepRowsArgs &x) {
     namespace a = kernel::args::seq_fwd_step;
     bind(call, x.step);
-    call.buffer(a::order, x.order).buffer(a::place, x.place);
+    call.buffer(a::order, x.order);
 }
 
 // cell_fwd: gates = b + x_h_prev . w (x_h_prev = [x | h_prev], w read in place), then the gate

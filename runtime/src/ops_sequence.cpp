@@ -336,8 +336,8 @@ struct ForwardLayout {
     // The CPU on rows not in length order: in.cs_prev, in.h_prev and the outputs are the
     // caller's, whose rows are in the order of `caller`. Each step runs seq_fwd_step_rows: its
     // product on the rows run in length order (x's packed rows), h_prev and cs_prev read from the
-    // caller's rows, and all B rows of each output written in the caller's rows, zeros where a row
-    // does not run. The steps had written a ring of a chunk of steps in L2, in length order, copied
+    // caller's rows, and the outputs of the rows it runs written in the caller's rows (the zeros of
+    // the others streamed before the steps, as on rows in length order). The steps had written a ring of a chunk of steps in L2, in length order, copied
     // into the caller's rows (zeros included) as each chunk ended: on a Zen 4 (BlockLSTM, lengths
     // spread over [T/4, T], time / the padded run's, two runs each) 0.74-0.80x at 200,16,256,
     // 0.68-0.75x at 100,32,256, 0.89-0.92x at 50,8,128; now 0.72-0.75x, 0.66-0.69x, 0.84-0.85x,
@@ -381,15 +381,10 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
         each_output(out, [&](const char *, const TV &t) {
             if (&t == &out.cs && final_cs) return;
             if (left_out(t) || !layout.zero_idle_outputs) return;
-            // The steps write all B rows of theirs (zeros where a row stops); the steps past all of them here.
-            if (caller) return exec.zero_bytes(offset_bytes(t.data, S * B * H, dt), (dims.T - S) * B * H * es);
-            zero_idle_rows(exec, rows, t);
+            zero_idle_rows(exec, by_caller, t);
         });
     };
-    if (N == 0) {
-        if (caller) each_output(out, [&](const char *, const TV &t) { zero(exec, t); });
-        return zero_idle();
-    }
+    if (N == 0) return zero_idle();
 
     // xw = x . W_x + b: on the CPU in chunks of steps computed just ahead of the steps that read
     // them, so that a step reads its xw from cache, not from memory (projection_chunk_steps);
@@ -460,13 +455,10 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     for (void *to : written_to) slices.emplace_back(dev, to, dt, std::initializer_list<int64_t>{B, H});
     const std::array<Buf *, 7> lstm{&slices[0], &slices[1], &slices[2], &slices[3], &slices[4], &slices[5], &slices[6]};
     // The caller's rows (ForwardLayout::caller): where each row runs, as seq_fwd_step_rows reads it.
-    std::vector<int32_t> order32, place32;
+    std::vector<int32_t> order32;
     if (caller)
-        for (int64_t j = 0; j < B; ++j) {
-            order32.push_back(static_cast<int32_t>(caller->order[j]));
-            place32.push_back(static_cast<int32_t>(caller->place[j]));
-        }
-    Buf order(Device::cpu, order32.data(), DType::i32, {B}), place(Device::cpu, place32.data(), DType::i32, {B});
+        for (int64_t j = 0; j < B; ++j) order32.push_back(static_cast<int32_t>(caller->order[j]));
+    Buf order(Device::cpu, order32.data(), DType::i32, {B});
     // Every argument of step t at its rows [r0, r0 + count) (all it runs by default), set whatever
     // an earlier pass over the steps left (run_loop's fingerprint pass runs them all before the
     // steps that launch). On the caller's rows the state and the outputs are all B rows.
@@ -522,7 +514,7 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
                                    .wcf = wcf, .wco = wco, .forget_bias = fb, .cell_clip = clip, .lstm = lstm,
                                    .gates = gates_buf, .layout = kernels.gate_layout()};
     if (caller)
-        bind(step, SeqFwdStepRowsArgs{.step = step_args, .order = order, .place = place});
+        bind(step, SeqFwdStepRowsArgs{.step = step_args, .order = order});
     else
         bind(step, step_args);
 

@@ -60,8 +60,9 @@ void unpack_steps(const Exec &exec, const StepRows &rows, const void *packed, vo
 void gather_rows(Exec &exec, const KernelEntry &kernel, const std::vector<int32_t> &index, DType dtype, int64_t width,
                  const void *src, int64_t src_rows, void *dst);
 
-// Zero what no step writes in a [T, B, ...] output of rows in length order: rows n[t].. of each
-// step t < steps, and every step from `steps` on.
+// Zero what no step writes in a [T, B, ...] output: the rows past the n[t] rows of each step t <
+// steps (rows order[n[t]].., one range a step where the rows are in length order), and every step
+// from `steps` on.
 void zero_idle_rows(const Exec &exec, const StepRows &rows, const TensorView &t);
 
 // Between a tensor in the caller's row order and one in length order (dst and src of the same

@@ -40,7 +40,7 @@ int HostRanges::zero_task(void *, int task, uint8_t *closure) {
     // the range holding byte `from`, then on until byte `to`
     auto r = static_cast<std::size_t>(std::upper_bound(z.end_.begin(), z.end_.end(), from) - z.end_.begin());
     for (int64_t pos = from; pos < to; ++r) {
-        const int64_t begin = r == 0 ? 0 : z.end_[r - 1], stop = std::min(to, z.end_[r]);
+        const int64_t begin = z.start(r), stop = std::min(to, z.end_[r]);
         zero_streaming(z.at_[r] + (pos - begin), stop - pos);
         pos = stop;
     }

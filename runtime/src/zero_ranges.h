@@ -9,15 +9,25 @@
 
 namespace blocklstm::detail {
 
-// Ranges of host bytes, in the order they are added.
+// Ranges of bytes, in the order they are added; a range that starts where the last one ends
+// extends it.
 class HostRanges {
 public:
     void add(void *data, int64_t bytes) {
         if (bytes <= 0) return;
-        at_.push_back(static_cast<char *>(data));
+        auto *p = static_cast<char *>(data);
+        if (!at_.empty() && at_.back() + (end_.back() - start(at_.size() - 1)) == p) {
+            end_.back() += bytes;
+            return;
+        }
+        at_.push_back(p);
         end_.push_back(total() + bytes);
     }
     int64_t total() const { return end_.empty() ? 0 : end_.back(); }
+    std::size_t size() const { return at_.size(); }
+    // Range r: its first byte and its length.
+    void *data(std::size_t r) const { return at_[r]; }
+    int64_t bytes(std::size_t r) const { return end_[r] - start(r); }
 
     // Zeroes every range: their bytes, one after another, cut into `tasks` stretches of (nearly) one
     // size, each a task of one parallel loop (halide_do_par_for); tasks <= 0: by their size
@@ -28,6 +38,7 @@ public:
     static int64_t zero_tasks(int64_t bytes);
 
 private:
+    int64_t start(std::size_t r) const { return r == 0 ? 0 : end_[r - 1]; }
     static int zero_task(void *user_context, int task, uint8_t *closure);
     std::vector<char *> at_;
     std::vector<int64_t> end_;  // each range's end in the bytes of all
