@@ -449,9 +449,9 @@ TEST(ThreadPool, UsesTheThreadCount) {
     set_pool_threads(0);
 }
 
-// HostRanges (runtime/src/zero_ranges.h): the zeros past each row's length, ranges of any size
+// ByteRanges (runtime/src/zero_ranges.h): the zeros past each row's length, ranges of any size
 // and alignment cut into any number of tasks, zero exactly their bytes and nothing beside them.
-TEST(ThreadPool, HostRangesZeroTheirBytesOnly) {
+TEST(ThreadPool, ByteRangesZeroTheirBytesOnly) {
     set_pool_threads(3);
     std::vector<unsigned char> memory(1 << 16, 0xab);
     // (offset, bytes): one byte, a line's worth off its alignment, past a line, whole lines, a
@@ -460,20 +460,20 @@ TEST(ThreadPool, HostRangesZeroTheirBytesOnly) {
                                                              {1536, 7}, {4099, 20000}, {30000, 0}};
     for (int64_t tasks : {1, 2, 3, 5, 64}) {
         std::fill(memory.begin(), memory.end(), 0xab);
-        blocklstm::detail::HostRanges z;
+        blocklstm::detail::ByteRanges z;
         std::vector<bool> zeroed(memory.size(), false);
         for (auto [offset, bytes] : ranges) {
             z.add(memory.data() + offset, bytes);
             for (int64_t k = 0; k < bytes; ++k) zeroed[offset + k] = true;
         }
-        z.zero(tasks);
+        z.zero_on_host(tasks);
         for (std::size_t k = 0; k < memory.size(); ++k)
             ASSERT_EQ(int(memory[k]), zeroed[k] ? 0 : 0xab) << "byte " << k << ", " << tasks << " tasks";
     }
-    blocklstm::detail::HostRanges none;
-    none.zero();  // no range: no loop
-    EXPECT_EQ(blocklstm::detail::HostRanges::zero_tasks(1 << 10), 1);
-    EXPECT_EQ(blocklstm::detail::HostRanges::zero_tasks(int64_t{1} << 30), blocklstm::detail::loop_threads());
+    blocklstm::detail::ByteRanges none;
+    none.zero_on_host();  // no range: no loop
+    EXPECT_EQ(blocklstm::detail::ByteRanges::zero_tasks(1 << 10), 1);
+    EXPECT_EQ(blocklstm::detail::ByteRanges::zero_tasks(int64_t{1} << 30), blocklstm::detail::loop_threads());
     set_pool_threads(0);
 }
 

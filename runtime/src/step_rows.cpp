@@ -90,12 +90,12 @@ void validate_seq_lengths(const Validator &v, const TensorView &lengths, int64_t
 void zero_idle_rows(const Exec &exec, const StepRows &rows, const TensorView &t) {
     const int64_t row = t.num_elements() / std::max<int64_t>(t.shape[0] * rows.B, 1);
     const int64_t es = static_cast<int64_t>(size_of(t.dtype));
-    HostRanges idle;  // the rows each step does not run (rows in length order: one range a step)
+    ByteRanges idle;  // the rows each step does not run (rows in length order: one range a step)
     for (int64_t s = 0; s < rows.steps; ++s)
         for (int64_t j = rows.n[s]; j < rows.B; ++j)
             idle.add(offset_bytes(t.data, (s * rows.B + rows.order[j]) * row, t.dtype), row * es);
     if (exec.device() == Device::cpu) {
-        idle.zero();  // streamed, over the loops' threads (zero_ranges.h)
+        idle.zero_on_host();  // streamed, over the loops' threads (zero_ranges.h)
     } else {
         for (std::size_t r = 0; r < idle.size(); ++r) exec.zero_bytes(idle.data(r), idle.bytes(r));
     }

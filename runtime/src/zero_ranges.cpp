@@ -32,10 +32,10 @@ constexpr int64_t kTaskBytesMin = int64_t{256} << 10;
 
 }  // namespace
 
-int64_t HostRanges::zero_tasks(int64_t bytes) { return std::clamp<int64_t>(bytes / kTaskBytesMin, 1, loop_threads()); }
+int64_t ByteRanges::zero_tasks(int64_t bytes) { return std::clamp<int64_t>(bytes / kTaskBytesMin, 1, loop_threads()); }
 
-int HostRanges::zero_task(void *, int task, uint8_t *closure) {
-    const auto &z = *reinterpret_cast<const HostRanges *>(closure);
+int ByteRanges::zero_task(void *, int task, uint8_t *closure) {
+    const auto &z = *reinterpret_cast<const ByteRanges *>(closure);
     const int64_t all = z.total(), from = all * task / z.tasks_, to = all * (task + 1) / z.tasks_;
     // the range holding byte `from`, then on until byte `to`
     auto r = static_cast<std::size_t>(std::upper_bound(z.end_.begin(), z.end_.end(), from) - z.end_.begin());
@@ -50,11 +50,10 @@ int HostRanges::zero_task(void *, int task, uint8_t *closure) {
     return 0;
 }
 
-void HostRanges::zero(int64_t tasks) const {
+void ByteRanges::zero_on_host(int64_t tasks) {
     if (total() == 0) return;
-    auto &self = const_cast<HostRanges &>(*this);
-    self.tasks_ = std::clamp<int64_t>(tasks > 0 ? tasks : zero_tasks(total()), 1, total());
-    halide_do_par_for(nullptr, zero_task, 0, static_cast<int>(tasks_), reinterpret_cast<uint8_t *>(&self));
+    tasks_ = std::clamp<int64_t>(tasks > 0 ? tasks : zero_tasks(total()), 1, total());
+    halide_do_par_for(nullptr, zero_task, 0, static_cast<int>(tasks_), reinterpret_cast<uint8_t *>(this));
 }
 
 }  // namespace blocklstm::detail

@@ -11,7 +11,7 @@ namespace blocklstm::detail {
 
 // Ranges of bytes, in the order they are added; a range that starts where the last one ends
 // extends it.
-class HostRanges {
+class ByteRanges {
 public:
     void add(void *data, int64_t bytes) {
         if (bytes <= 0) return;
@@ -29,10 +29,10 @@ public:
     void *data(std::size_t r) const { return at_[r]; }
     int64_t bytes(std::size_t r) const { return end_[r] - start(r); }
 
-    // Zeroes every range: their bytes, one after another, cut into `tasks` stretches of (nearly) one
-    // size, each a task of one parallel loop (halide_do_par_for); tasks <= 0: by their size
-    // (zero_tasks).
-    void zero(int64_t tasks = 0) const;
+    // Zeroes every range of host memory: their bytes, one after another, cut into `tasks` stretches
+    // of (nearly) one size, each a task of one parallel loop (halide_do_par_for); tasks <= 0: by
+    // their size (zero_tasks).
+    void zero_on_host(int64_t tasks = 0);
 
     // One task per 256 KiB (a fork costs about what streaming 4 KiB does), at most the loops' threads.
     static int64_t zero_tasks(int64_t bytes);
