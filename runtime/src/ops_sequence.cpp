@@ -339,8 +339,8 @@ struct ForwardLayout {
     // caller's rows, and the outputs of the rows it runs written in the caller's rows (the zeros of
     // the others streamed before the steps, as on rows in length order). The steps had written a
     // ring of a chunk of steps in L2, in length order, copied into the caller's rows (zeros
-    // included) as each chunk ended: on a Zen 4 (BlockLSTM, lengths
-    // spread over [T/4, T], time / the padded run's, two runs each) 0.74-0.80x at 200,16,256,
+    // included) as each chunk ended: on a Zen 4 (BlockLSTM, lengths spread over [T/4, T], time /
+    // the padded run's, two runs each) 0.74-0.80x at 200,16,256,
     // 0.68-0.75x at 100,32,256, 0.89-0.92x at 50,8,128; now 0.72-0.75x, 0.66-0.69x, 0.84-0.85x,
     // as the same lengths in length order (0.72-0.73x, 0.67x, 0.85-0.87x). Rows in length order
     // run seq_fwd_step itself: this kernel on them (the zeros in its gate math, not a pass of
