@@ -128,11 +128,21 @@ public:
                         [&](Expr xx, Expr k) { return recurrent_weight(*w_h, panel_cols, xx, k, pairs()); }, xw_init,
                         rows_run, 4 * H, depth, blocking, /*b_padded=*/panel_cols > 0, x, y, Func(*gates));
 
+        // xw's rows of the step come from memory (the input projection's chunk of several steps,
+        // some MiB, out of L2), read where each row tile adds them: 4 rows of 96 bytes, 8 KiB apart
+        // at H = 512, whose misses were 14 % of the step's product (BlockLSTM 100,64,512, perf, AMD
+        // Zen 3). Prefetched a row tile ahead they are 7 %, and the step's product 0.85-0.96x its
+        // time before at 100,64,512, 100,32,256 and 200,16,256 (docs/performance.md). Halide 21
+        // prefetches the first line of each row only (its prefetch loop steps 64 elements, not 64
+        // bytes), which is what is left.
+        std::function<void(Stage, const VarOrRVar &)> prefetch_xw;
+        if (!cell) prefetch_xw = [&](Stage s, const VarOrRVar &tiles) { s.prefetch(*xw, tiles, tiles, 1); };
         schedules::schedule_gemm(p,
                                  {.shape = schedules::GemmShape::step,
                                   .cols = 4 * H,
                                   .b_in_panels = panel_cols > 0 || amx(),
-                                  .a_converted = Type(dtype) != Float(32)},
+                                  .a_converted = Type(dtype) != Float(32),
+                                  .prefetch_init = prefetch_xw},
                                  t);
         if (!caller_rows) {
             gate_math([&](Expr col, Expr row) { return (*gates)(col, row); }, H, j, n);

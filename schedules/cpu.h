@@ -6,6 +6,7 @@
 // own unless the build names another.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -84,6 +85,11 @@ struct GemmUse {
     // a is stored in another type than float32 (float16): converted once into a float32 panel
     // (a step's product: per call; a batched one: per work item and k block), not at every use.
     bool a_converted = false;
+    // A step's initial value read from memory where its tiles add it (the input projection's rows
+    // of the step): given, it prefetches the region of the next row tile that the initial value
+    // reads, at the loop of the row tiles (prefetch_init(stage, row_tiles) calls stage.prefetch
+    // on the input), so that its lines arrive during the tile's k loop.
+    std::function<void(Halide::Stage, const Halide::VarOrRVar &)> prefetch_init;
 };
 
 // Register-blocked, packed, K-blocked GEMM. B is packed in panels of the tile's columns x
@@ -205,6 +211,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         for (const Var &v : ys) s.unroll(v);
         if (batched) s.reorder(xi, yi, yo, xo, yb, g.blocks);
         else step_tiles_of(s, 1);
+        if (!batched && use.prefetch_init) use.prefetch_init(s, yo);
         s.split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
             .vectorize(xv)
             .unroll(yi);
