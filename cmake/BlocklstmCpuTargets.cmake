@@ -183,21 +183,12 @@ endfunction()
 # know is a compile error).
 function(blocklstm_write_cpu_target_table file)
     set(symbols "")
-    set(aliases "")
     set(specs "")
     foreach (name IN LISTS BLOCKLSTM_CPU_TARGET_NAMES)
         string(MAKE_C_IDENTIFIER "${name}" tag)
         set(table "${BLOCKLSTM_CPU_${tag}_TABLE}")
         set(halide_target "${BLOCKLSTM_CPU_${tag}_HALIDE_TARGET}")
-        set(other "${BLOCKLSTM_CPU_${tag}_OTHER_DTYPES_AS}")
-        if (other STREQUAL "")
-            string(APPEND symbols " \\\n    M(kernel, ${tag})")
-        else ()
-            string(MAKE_C_IDENTIFIER "${other}" other_tag)
-            string(APPEND symbols " \\\n    M(kernel, BLOCKLSTM_CPU_TAG_${tag}_##dtype)")
-            string(APPEND aliases "#define BLOCKLSTM_CPU_TAG_${tag}_f32 ${other_tag}\n"
-                   "#define BLOCKLSTM_CPU_TAG_${tag}_f16 ${other_tag}\n#define BLOCKLSTM_CPU_TAG_${tag}_bf16 ${tag}\n")
-        endif ()
+        string(APPEND symbols " \\\n    M(kernel, ${tag})")
         set(cpus "")
         foreach (cpu IN LISTS BLOCKLSTM_CPU_${tag}_CPUS)
             string(REPLACE ":" ";" fields "${cpu}")
@@ -235,10 +226,9 @@ function(blocklstm_write_cpu_target_table file)
     # Written only when it changes, so that a configure run rebuilds nothing it did not change.
     file(WRITE "${file}.new" "// Written by CMake (cmake/BlocklstmCpuTargets.cmake) from schedules/cpu_targets.json and
 // BLOCKLSTM_CPU_TARGETS / BLOCKLSTM_CPU_CHECK_TARGETS: the CPU targets of every CPU kernel, best first.
-// M(kernel, tag): the kernel's function for one target is <kernel>__<tag>; a target whose float32
-// and float16 kernels are another's (other_dtypes_as) names that target's tag for them, through
-// BLOCKLSTM_CPU_TAG_<target>_<dtype> (M must expand its tag argument before pasting it).
-${aliases}#define BLOCKLSTM_FOR_EACH_CPU_TARGET(M, kernel, dtype)${symbols}
+// M(kernel, tag): the kernel's function for one target is <kernel>__<tag>, unless that is another
+// target's (cpu_kernels_shared.inc: the same code, or other_dtypes_as).
+#define BLOCKLSTM_FOR_EACH_CPU_TARGET(M, kernel)${symbols}
 
 // {name, Halide target, tuning table, its knobs, where it was tuned, check_only, bf16_dot_products,
 //  amx_products, other_dtypes_as (the target whose float32 and float16 kernels it runs, or ""),

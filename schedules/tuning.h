@@ -99,13 +99,14 @@ struct CudaTuning {
     int gate_outputs_one_kernel = 0;
 };
 
-// A knob, one row each: its name in the tables, the field the schedules read it from, the range a
-// table may give it, the values the tuner's search tries (none: not searched, e.g. vector_floats,
-// which is the target's), its place in the search's coordinate descent (1 first: the knobs that
-// move the most time; 0: not in it), the products whose schedules read it (the tuner times a
-// family again only for the knobs it reads), and the value a table that leaves it out gets (none:
-// every table must give it; a new knob with the old behaviour as its default needs no table
-// edited).
+// A knob, one row each (the CPU's: schedules/cpu_knobs.inc, where CMake reads them too): its name
+// in the tables, the field the schedules read it from, the range a table may give it, the values
+// the tuner's search tries (none: not searched, e.g. vector_floats, which is the target's), its
+// place in the search's coordinate descent (1 first: the knobs that move the most time; 0: not in
+// it), the products whose schedules read it (the tuner times a family again only for the knobs it
+// reads; CMake shares a CPU kernel between targets whose tables agree on them), and the value a
+// table that leaves it out gets (none: every table must give it; a new knob with the old behaviour
+// as its default needs no table edited).
 template <typename Tuning>
 struct Knob {
     const char *name;
@@ -120,20 +121,14 @@ struct Knob {
 };
 
 inline const std::vector<Knob<CpuTuning>> &cpu_knobs() {
-    using P = kernel::Products;
+    using enum kernel::Products;
     static const std::vector<Knob<CpuTuning>> knobs{
-        {"vector_floats", &CpuTuning::vector_floats, 4, 16, {}, 0, {P::batched, P::step, P::sums}},
-        {"gemm_tile_rows", &CpuTuning::gemm_tile_rows, 1, 32, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 3, {P::batched}},
-        {"gemm_tile_vectors", &CpuTuning::gemm_tile_vectors, 1, 8, {1, 2, 4}, 0, {P::batched}},
-        {"gemm_step_tile_rows", &CpuTuning::gemm_step_tile_rows, 1, 32, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 2, {P::step}},
-        {"gemm_step_tile_vectors", &CpuTuning::gemm_step_tile_vectors, 1, 8, {1, 2, 3, 4}, 9, {P::step}, 2},
-        {"gemm_k_block", &CpuTuning::gemm_k_block, 16, 8192, {128, 192, 256, 384, 512, 768, 1024}, 1, {P::batched}},
-        {"gemm_projection_k_block", &CpuTuning::gemm_projection_k_block, 0, 8192, {0, 1024, 2048}, 10, {P::batched}, 0},
-        {"gemm_step_k_block", &CpuTuning::gemm_step_k_block, 16, 8192, {256, 512, 1024, 2048, 4096}, 7, {P::step}},
-        {"gemm_row_block_tiles", &CpuTuning::gemm_row_block_tiles, 1, 256, {4, 8, 16, 32}, 5, {P::batched, P::step}},
-        {"gemm_column_chunks", &CpuTuning::gemm_column_chunks, 1, 64, {1, 2, 4}, 6, {P::batched}},
-        {"gemm_columns_inner", &CpuTuning::gemm_columns_inner, 0, 1, {0, 1}, 4, {P::batched}},
-        {"column_sum_vectors", &CpuTuning::column_sum_vectors, 1, 256, {4, 8, 16, 32}, 8, {P::sums}},
+#define BLOCKLSTM_UNPAREN(...) __VA_ARGS__
+#define BLOCKLSTM_CPU_KNOB(name, min, max, candidates, priority, read_by, fallback) \
+    {#name, &CpuTuning::name, min, max, {BLOCKLSTM_UNPAREN candidates}, priority, {BLOCKLSTM_UNPAREN read_by}, fallback},
+#include "schedules/cpu_knobs.inc"
+#undef BLOCKLSTM_CPU_KNOB
+#undef BLOCKLSTM_UNPAREN
     };
     return knobs;
 }

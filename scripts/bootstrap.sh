@@ -55,12 +55,25 @@ halide_dir=$("$venv/bin/python" -c 'import halide, os; print(os.path.join(os.pat
 # The Python package's extension (python/) is built into build/python with the venv's Python.
 python_options="-DBLOCKLSTM_PYTHON=ON -DPython_EXECUTABLE=$venv/bin/python"
 # For `test`: torch, for the PyTorch suites (PyPI's Linux wheel brings the CUDA libraries: about
-# 5.4 GB and 3.5 min on a fresh machine).
+# 5.4 GB and 3.5 min on a fresh machine), installed while the kernels build, which need none of it
+# (a download, mostly: the build's two jobs keep the cores); waited for before the tests.
+test_requirements_pid=""
 if [ "$action" = test ] && ! cmp -s python/requirements-test.txt "$venv/.requirements-test"; then
-    echo "bootstrap: installing the Python test requirements into .venv (python/requirements-test.txt)"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-test.txt
-    cp python/requirements-test.txt "$venv/.requirements-test"
+    echo "bootstrap: installing the Python test requirements into .venv (python/requirements-test.txt), beside the build"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r python/requirements-test.txt \
+        > "$venv/.requirements-test.log" 2>&1 &
+    test_requirements_pid=$!
 fi
+wait_for_test_requirements() {
+    [ -n "$test_requirements_pid" ] || return 0
+    if ! wait "$test_requirements_pid"; then
+        cat "$venv/.requirements-test.log" >&2
+        echo "bootstrap: installing python/requirements-test.txt failed" >&2
+        return 1
+    fi
+    test_requirements_pid=""
+    cp python/requirements-test.txt "$venv/.requirements-test"
+}
 
 # configure_and_build DIR [-DNAME=VALUE...]: configures DIR once, and again when its cache holds
 # another value of an option given (a tree configured with the tests or Python off, say), then
@@ -150,6 +163,7 @@ cpu_suites=cpu_targets
 case "$action" in
     demo) "$build_dir/tools/blocklstm" demo ;;
     test)
+        wait_for_test_requirements
         echo "bootstrap: CPU targets (ctest runs every kernel suite once per target this CPU runs):"
         "$build_dir/tools/blocklstm" list | sed -n '/^CPU targets/,/^CPU target in use/p'
         # The test requirements are installed: a torch that fails to import fails the Python suites.

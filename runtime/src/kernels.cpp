@@ -12,7 +12,8 @@
 #include "runtime/src/thread_pool.h"
 #include "runtime/src/validate.h"
 
-#include "cpu_targets.inc"  // generated: BLOCKLSTM_FOR_EACH_CPU_TARGET
+#include "cpu_targets.inc"        // generated: BLOCKLSTM_FOR_EACH_CPU_TARGET
+#include "cpu_kernels_shared.inc"  // generated: <kernel>__<tag> defined as another's function
 
 #define BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout) \
     family##__##backend##_##dtype##_##flags##_##layout
@@ -26,15 +27,14 @@
 #define BLOCKLSTM_IF_BACKEND_cuda(...)
 #endif
 
-#define BLOCKLSTM_DECLARE_FUNCTION(fn)                 \
+// A CPU function's name <kernel>__<tag> may be defined as another's (cpu_kernels_shared.inc): the
+// outer macro expands it before the inner one pastes it.
+#define BLOCKLSTM_PASTE_FUNCTION(fn)                   \
     extern "C" int fn##_argv(void **);                 \
     extern "C" const halide_filter_metadata_t *fn##_metadata();
-// A target's tag may be an alias (cpu_targets.inc: BLOCKLSTM_CPU_TAG_...), expanded by the outer
-// macro before the inner one pastes it.
-#define BLOCKLSTM_PASTE_CPU_FUNCTION(kernel, tag) BLOCKLSTM_DECLARE_FUNCTION(kernel##__##tag)
-#define BLOCKLSTM_DECLARE_CPU_FUNCTION(kernel, tag) BLOCKLSTM_PASTE_CPU_FUNCTION(kernel, tag)
-#define BLOCKLSTM_DECLARE_cpu(kernel, dtype) \
-    BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_DECLARE_CPU_FUNCTION, kernel, dtype)
+#define BLOCKLSTM_DECLARE_FUNCTION(fn) BLOCKLSTM_PASTE_FUNCTION(fn)
+#define BLOCKLSTM_DECLARE_CPU_FUNCTION(kernel, tag) BLOCKLSTM_DECLARE_FUNCTION(kernel##__##tag)
+#define BLOCKLSTM_DECLARE_cpu(kernel, dtype) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_DECLARE_CPU_FUNCTION, kernel)
 #define BLOCKLSTM_DECLARE_cuda(kernel, dtype) BLOCKLSTM_DECLARE_FUNCTION(kernel)
 #define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...) \
     BLOCKLSTM_IF_BACKEND_##backend(                                  \
@@ -47,10 +47,10 @@ namespace detail {
 namespace {
 
 // The functions of each kernel: kernel_code_<kernel>[] = {{argv, metadata}, ...}.
-#define BLOCKLSTM_CODE(fn) {&fn##_argv, &fn##_metadata},
-#define BLOCKLSTM_PASTE_CPU_CODE(kernel, tag) BLOCKLSTM_CODE(kernel##__##tag)
-#define BLOCKLSTM_CPU_CODE(kernel, tag) BLOCKLSTM_PASTE_CPU_CODE(kernel, tag)
-#define BLOCKLSTM_CODE_cpu(kernel, dtype) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_CPU_CODE, kernel, dtype)
+#define BLOCKLSTM_PASTE_CODE(fn) {&fn##_argv, &fn##_metadata},
+#define BLOCKLSTM_CODE(fn) BLOCKLSTM_PASTE_CODE(fn)
+#define BLOCKLSTM_CPU_CODE(kernel, tag) BLOCKLSTM_CODE(kernel##__##tag)
+#define BLOCKLSTM_CODE_cpu(kernel, dtype) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_CPU_CODE, kernel)
 #define BLOCKLSTM_CODE_cuda(kernel, dtype) BLOCKLSTM_CODE(kernel)
 #define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...)                                \
     BLOCKLSTM_IF_BACKEND_##backend(                                                                 \
