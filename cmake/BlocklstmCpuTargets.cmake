@@ -231,7 +231,7 @@ function(blocklstm_write_cpu_target_table file)
 #define BLOCKLSTM_FOR_EACH_CPU_TARGET(M, kernel)${symbols}
 
 // {name, Halide target, tuning table, its knobs, where it was tuned, check_only, bf16_dot_products,
-//  amx_products, other_dtypes_as (the target whose float32 and float16 kernels it runs, or ""),
+//  amx_products, other_dtypes_as (the target whose float32 and float16 kernels it runs, or empty),
 //  {the CPUs the table is for: {vendor, family, first model, last model}, ...} (none: any CPU),
 //  {{Halide feature, its name}, ...}}
 #define BLOCKLSTM_CPU_TARGET_SPECS${specs}
