@@ -34,11 +34,11 @@
     extern "C" const halide_filter_metadata_t *fn##_metadata();
 #define BLOCKLSTM_DECLARE_FUNCTION(fn) BLOCKLSTM_PASTE_FUNCTION(fn)
 #define BLOCKLSTM_DECLARE_CPU_FUNCTION(kernel, tag) BLOCKLSTM_DECLARE_FUNCTION(kernel##__##tag)
-#define BLOCKLSTM_DECLARE_cpu(kernel, dtype) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_DECLARE_CPU_FUNCTION, kernel)
-#define BLOCKLSTM_DECLARE_cuda(kernel, dtype) BLOCKLSTM_DECLARE_FUNCTION(kernel)
+#define BLOCKLSTM_DECLARE_cpu(kernel) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_DECLARE_CPU_FUNCTION, kernel)
+#define BLOCKLSTM_DECLARE_cuda(kernel) BLOCKLSTM_DECLARE_FUNCTION(kernel)
 #define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...) \
     BLOCKLSTM_IF_BACKEND_##backend(                                  \
-        BLOCKLSTM_DECLARE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout), dtype))
+        BLOCKLSTM_DECLARE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout)))
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
 
@@ -50,12 +50,12 @@ namespace {
 #define BLOCKLSTM_PASTE_CODE(fn) {&fn##_argv, &fn##_metadata},
 #define BLOCKLSTM_CODE(fn) BLOCKLSTM_PASTE_CODE(fn)
 #define BLOCKLSTM_CPU_CODE(kernel, tag) BLOCKLSTM_CODE(kernel##__##tag)
-#define BLOCKLSTM_CODE_cpu(kernel, dtype) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_CPU_CODE, kernel)
-#define BLOCKLSTM_CODE_cuda(kernel, dtype) BLOCKLSTM_CODE(kernel)
+#define BLOCKLSTM_CODE_cpu(kernel) BLOCKLSTM_FOR_EACH_CPU_TARGET(BLOCKLSTM_CPU_CODE, kernel)
+#define BLOCKLSTM_CODE_cuda(kernel) BLOCKLSTM_CODE(kernel)
 #define BLOCKLSTM_KERNEL(family, backend, dtype, flags, layout, ...)                                \
     BLOCKLSTM_IF_BACKEND_##backend(                                                                 \
         const KernelCode kernel_code_##family##__##backend##_##dtype##_##flags##_##layout[] = {      \
-            BLOCKLSTM_CODE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout), dtype)};)
+            BLOCKLSTM_CODE_##backend(BLOCKLSTM_KERNEL_NAME(family, backend, dtype, flags, layout))};)
 #include "runtime/kernels.inc"
 #undef BLOCKLSTM_KERNEL
 
