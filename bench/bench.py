@@ -12,7 +12,9 @@ Contenders, all with the same thread count (--threads, 2 by default):
   oneDNN   bench/onednn_lstm.cpp (oneDNN 2.6 from Debian's libdnnl-dev, OMP_NUM_THREADS=2),
            a fresh process per measurement: LSTM forward_training and backward, peephole on and
            off; weights reordered to the primitives' layouts and weight gradients zeroed outside
-           the timing. float16: oneDNN 2.6 has no f16 (nor, without AVX512-BF16, bf16) LSTM on
+           the timing ("oneDNN"), and the same calls with the weights' reorders before each timed
+           with them ("oneDNN + reorders": a training step's cost, as ours pack their weights in
+           each call). float16: oneDNN 2.6 has no f16 (nor, without AVX512-BF16, bf16) LSTM on
            CPU; the driver asks the harness once and reports the reason as n/a.
   TF       tf.raw_ops.BlockLSTM / BlockLSTMGrad (tensorflow-cpu), eager calls, intra-op 2 /
            inter-op 1 threads (peer_worker.py), float32 and float16, peephole on and off.
@@ -73,9 +75,12 @@ def fresh_warmup(warm):
     return warm if isinstance(warm, int) and warm > 0 else 1
 
 # Columns of the table: (contender key, heading).
-COLUMNS = [("ours", "ours"), ("ours_v2", "ours V2"), ("onednn", "oneDNN"), ("tf", "TF"),
-           ("torch", "PyTorch")]
-PEERS = ["onednn", "tf", "torch"]
+# onednn_r: oneDNN's primitive with the reorders of the weights into its layouts that a training
+# step pays at every step (the weights change), as blocklstm's ops pack theirs inside each call;
+# measured in the same calls as onednn (bench/onednn_lstm.cpp), left out with it.
+COLUMNS = [("ours", "ours"), ("ours_v2", "ours V2"), ("onednn", "oneDNN"), ("onednn_r", "oneDNN + reorders"),
+           ("tf", "TF"), ("torch", "PyTorch")]
+PEERS = ["onednn", "onednn_r", "tf", "torch"]
 
 
 def log(msg):
@@ -175,11 +180,15 @@ class Bench:
         if m:
             self.info["onednn"] = m.group(1)
             self.info["onednn_threads"] = int(m.group(2))
-        fwd = bwd = None
+        got = {}
         for line in out.splitlines():
-            fwd = parse_list(line, "fwd_ms") or fwd
-            bwd = parse_list(line, "bwd_ms") or bwd
-        return fwd, bwd
+            for name in ("fwd_ms", "bwd_ms", "fwd_reorder_ms", "bwd_reorder_ms"):
+                got[name] = parse_list(line, name) or got.get(name)
+        fwd, bwd = got["fwd_ms"], got["bwd_ms"]
+        # Each rep's primitive with the weights' reorders before it (onednn_r).
+        fwd_r = [f + r for f, r in zip(fwd, got["fwd_reorder_ms"])]
+        bwd_r = [b + r for b, r in zip(bwd, got["bwd_reorder_ms"])]
+        return fwd, bwd, fwd_r, bwd_r
 
     def worker(self, which):
         if which not in self.workers:
@@ -210,11 +219,12 @@ class Bench:
                                  {key: self.run_ours(shape, dtype, pp, op, reps, warm)}))
                 if "onednn" not in skip:
                     kf, kb = ("onednn", *base, "fwd"), ("onednn", *base, "bwd")
+                    krf, krb = ("onednn_r", *base, "fwd"), ("onednn_r", *base, "bwd")
 
-                    def one(reps, warm, dtype=dtype, pp=pp, kf=kf, kb=kb):
-                        f, b = self.run_onednn(shape, dtype, pp, reps, warm)
-                        return {kf: f, kb: b}
-                    jobs.append(("oneDNN fwd+bwd", [kf, kb], one))
+                    def one(reps, warm, dtype=dtype, pp=pp, kf=kf, kb=kb, krf=krf, krb=krb):
+                        f, b, fr, br = self.run_onednn(shape, dtype, pp, reps, warm)
+                        return {kf: f, kb: b, krf: fr, krb: br}
+                    jobs.append(("oneDNN fwd+bwd", [kf, kb, krf, krb], one))
                 if "tf" not in skip:
                     for pass_ in ("fwd", "bwd"):
                         key = ("tf", *base, pass_)
@@ -308,6 +318,8 @@ class Bench:
     def na_reason(self, who, shape, dtype, pp, pass_):
         if who == "torch" and pp:
             return "nn.LSTM has no peephole"
+        if who == "onednn_r":
+            who = "onednn"
         if (who, dtype) in self.na:
             return self.na[(who, dtype)]
         if who in self.args.skip:
@@ -371,7 +383,8 @@ class Bench:
         return lines, foot, plot, summary
 
     def columns(self):
-        return [(k, h) for k, h in COLUMNS if k not in self.args.skip]
+        skip = set(self.args.skip) | ({"onednn_r"} if "onednn" in self.args.skip else set())
+        return [(k, h) for k, h in COLUMNS if k not in skip]
 
     def machine(self):
         model, cores = platform.processor() or "unknown CPU", os.cpu_count()
@@ -418,8 +431,11 @@ class Bench:
             f"untimed warm-up calls filling about {WARMUP_S:g} s, at least one). "
             f"Took {info.get('duration_s', 0) / 60:.1f} min.",
             "- ours = BlockLSTM (forward) / BlockLSTMGrad (backward, on BlockLSTM's activations); "
-            "ours V2 = BlockLSTMV2 / BlockLSTMGradV2. oneDNN: LSTM forward_training / backward "
-            "(weights converted and weight gradients zeroed outside the timing). TF: "
+            "ours V2 = BlockLSTMV2 / BlockLSTMGradV2; ours pack their weights inside each call. "
+            "oneDNN: LSTM forward_training / backward (weights converted into each primitive's "
+            "layout and weight gradients zeroed outside the timing); oneDNN + reorders: the same "
+            "calls with the conversion of the weights before each (what a training step pays, its "
+            "weights changed). TF: "
             "tf.raw_ops.BlockLSTM / BlockLSTMGrad, eager. PyTorch: nn.LSTM, backward = "
             "(forward+backward) - forward. Attrs: TF's defaults (forget_bias 1, cell_clip 3).",
             "- ours vs X = X ms / ours ms (above 1: ours is faster). GFLOP/s: docs/performance.md GEMM "
@@ -449,7 +465,7 @@ class Bench:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.9 * len(plot) / 2 + 3), 9), squeeze=False)
-        colors = {"ours": "#1f77b4", "ours_v2": "#6baed6", "onednn": "#ff7f0e", "tf": "#2ca02c",
+        colors = {"ours": "#1f77b4", "ours_v2": "#6baed6", "onednn": "#ff7f0e", "onednn_r": "#fdae6b", "tf": "#2ca02c",
                   "torch": "#d62728"}
         for ax, pass_ in zip(axes[:, 0], ("fwd", "bwd")):
             rows = [r for r in plot if r[3] == pass_]
