@@ -292,7 +292,8 @@ class Bench:
                         self.samples.setdefault(key, []).extend(ms)
                         for j, v in enumerate(ms):
                             self.rows.append([rnd + 1, *key[1:5], key[5], int(key[6]), key[0], key[7], j, f"{v:.6f}"])
-                        parts.append(f"{key[7]} {statistics.median(ms):.3f} ms")
+                        who = f"{key[0]} " if len({k[0] for k in got}) > 1 else ""
+                        parts.append(f"{who}{key[7]} {statistics.median(ms):.3f} ms")
                     T, B, I, H = shape
                     n = len(next(iter(got.values())))
                     log(f"    {T},{B},{I}  {SHORT[keys[0][5]]}  peephole={'on ' if keys[0][6] else 'off'}  "
