@@ -207,8 +207,17 @@ Checked<SeqDims> validate_grad(const char *op, const SeqInputs &in, const SeqAct
 // chunk's product streams all of W_x, and on a Zen 3 (512 KiB L2) two L2s were 2 steps (128 rows)
 // at B = 64, H = 512, a product at 94 GFLOP/s where 6400 rows make 142 (bench/gemm_ab.sh); 512
 // rows took BlockLSTM there to 0.90x the time at 100,64,512 and 0.92x at 200,16,256 and
-// 100,32,256 (docs/tuning.md). BLOCKLSTM_PROJECTION_CHUNK_STEPS=n sets n (the tests' shapes are
-// far below these chunks: they run the chunks that way).
+// 100,32,256 (docs/tuning.md). But where each loop thread's share of W_h (the step's columns are
+// split over the threads) outgrows its core's L2, so that the steps read W_h from L3 at every
+// step, one product for the whole sequence before the steps (up to kProjectionOneProductBytes of
+// xw; chunks that size past it): each chunk's product streams W_x and x through the L3 that W_h
+// shares. On a Zen 3 (512 KiB L2, 2 threads; BlockLSTM in one process, the two rules alternated
+// call by call, the median of the pairs' ratios) one product took 0.89-0.95x the time of the
+// chunks at H = 512 (T = 100, B = 8 to 64), level at 50,64,1024, and at H = 256 (a share of 512
+// KiB: chunks kept) 0.93-1.03x as the VM's speed wandered; on a Zen 5 (1 MiB L2) it had been
+// level at 100,64,512, and at H = 256 the chunks took 0.87-0.94x its time.
+// BLOCKLSTM_PROJECTION_CHUNK_STEPS=n sets n (the tests' shapes are far below these chunks: they
+// run the chunks that way).
 int64_t l2_cache_bytes() {
     static const int64_t bytes = [] {
         const long l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
@@ -218,6 +227,7 @@ int64_t l2_cache_bytes() {
 }
 
 constexpr int64_t kProjectionChunkRowsMin = 512;
+constexpr int64_t kProjectionOneProductBytes = int64_t{64} << 20;
 
 int64_t projection_chunk_steps(int64_t B, int64_t H) {
     static const int64_t fixed = [] {
@@ -225,7 +235,10 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
         return env ? std::max<int64_t>(0, std::atoll(env)) : 0;
     }();
     if (fixed > 0) return fixed;
-    const int64_t in_l2 = 2 * l2_cache_bytes() / std::max<int64_t>(1, B * 4 * H * 4);
+    const int64_t xw_step_bytes = std::max<int64_t>(1, B * 4 * H * 4);
+    const int64_t w_h_share_bytes = 4 * H * H * 4 / std::max(1, loop_threads());
+    if (w_h_share_bytes > l2_cache_bytes()) return std::max<int64_t>(1, kProjectionOneProductBytes / xw_step_bytes);
+    const int64_t in_l2 = 2 * l2_cache_bytes() / xw_step_bytes;
     return std::max({int64_t{1}, in_l2, (kProjectionChunkRowsMin + B - 1) / std::max<int64_t>(1, B)});
 }
 
