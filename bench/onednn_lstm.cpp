@@ -15,7 +15,8 @@
 //   reordered into the backward primitive's layout, which differs (timed apart) -> backward (timed),
 // the backward consuming the workspace of the forward just run. A training step pays the reorders
 // at every step (the weights change), where blocklstm's ops pack their weights inside each call:
-// so they are reported beside the primitives' times, not in them. Each timed part is
+// so they are reported beside the primitives' times, not in them (each call then finds the
+// weights just converted in cache, as in a training step). Each timed part is
 // execute + stream::wait, measured with steady_clock.
 //
 // Output (stdout):
