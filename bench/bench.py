@@ -185,10 +185,11 @@ class Bench:
             for name in ("fwd_ms", "bwd_ms", "fwd_reorder_ms", "bwd_reorder_ms"):
                 got[name] = parse_list(line, name) or got.get(name)
         fwd, bwd = got["fwd_ms"], got["bwd_ms"]
-        # Each rep's primitive with the weights' reorders before it (onednn_r).
-        fwd_r = [f + r for f, r in zip(fwd, got["fwd_reorder_ms"])]
-        bwd_r = [b + r for b, r in zip(bwd, got["bwd_reorder_ms"])]
-        return fwd, bwd, fwd_r, bwd_r
+        # Each rep's primitive with the weights' reorders before it (onednn_r); None from a
+        # harness built before it timed them (a packed one, scripts/gpu_check.sh).
+        def with_reorders(ms, reorders):
+            return [t + r for t, r in zip(ms, reorders)] if ms and reorders else None
+        return fwd, bwd, with_reorders(fwd, got["fwd_reorder_ms"]), with_reorders(bwd, got["bwd_reorder_ms"])
 
     def worker(self, which):
         if which not in self.workers:
@@ -223,7 +224,7 @@ class Bench:
 
                     def one(reps, warm, dtype=dtype, pp=pp, kf=kf, kb=kb, krf=krf, krb=krb):
                         f, b, fr, br = self.run_onednn(shape, dtype, pp, reps, warm)
-                        return {kf: f, kb: b, krf: fr, krb: br}
+                        return {k: ms for k, ms in ((kf, f), (kb, b), (krf, fr), (krb, br)) if ms}
                     jobs.append(("oneDNN fwd+bwd", [kf, kb, krf, krb], one))
                 if "tf" not in skip:
                     for pass_ in ("fwd", "bwd"):
