@@ -135,11 +135,13 @@ public:
         // time before at 100,64,512, 100,32,256 and 200,16,256 (docs/performance.md). Halide 21
         // prefetches the first line of each row only (its prefetch loop steps 64 elements, not 64
         // bytes), which is what is left.
-        std::function<void(Stage, const VarOrRVar &)> prefetch_xw;
-        if (!cell) prefetch_xw = [&](Stage s, const VarOrRVar &tiles) { s.prefetch(*xw, tiles, tiles, 1); };
+        std::function<void(Stage, const VarOrRVar &, Expr)> prefetch_xw;
+        if (!cell)
+            prefetch_xw = [&](Stage s, const VarOrRVar &tiles, Expr ahead) { s.prefetch(*xw, tiles, tiles, ahead); };
         schedules::schedule_gemm(p,
                                  {.shape = schedules::GemmShape::step,
                                   .cols = 4 * H,
+                                  .rows = rows_run,
                                   .b_in_panels = panel_cols > 0 || amx(),
                                   .a_converted = Type(dtype) != Float(32),
                                   .prefetch_init = prefetch_xw},

@@ -71,6 +71,9 @@ enum class GemmShape { step, batched };
 struct GemmUse {
     GemmShape shape = GemmShape::step;
     Expr cols;  // extent of x (batched: splits the columns into the table's column chunks)
+    // A step's rows (y's extent), where given: its row block then holds no more row tiles than its
+    // rows fill, and prefetch_init runs only where a block has more than two (tile_loops below).
+    Expr rows;
     // sum is the kernel's output; otherwise it is an intermediate that an output rounds.
     bool sum_is_output = true;
     // a(k, y) is stored row-major (k contiguous): its rows can be read in place. Otherwise
@@ -86,10 +89,10 @@ struct GemmUse {
     // (a step's product: per call; a batched one: per work item and k block), not at every use.
     bool a_converted = false;
     // A step's initial value read from memory where its tiles add it (the input projection's rows
-    // of the step): given, it prefetches the region of the next row tile that the initial value
-    // reads, at the loop of the row tiles (prefetch_init(stage, row_tiles) calls stage.prefetch
-    // on the input), so that its lines arrive during the tile's k loop.
-    std::function<void(Halide::Stage, const Halide::VarOrRVar &)> prefetch_init;
+    // of the step): given, it prefetches the region of the row tile `ahead` tiles on that the
+    // initial value reads, at the loop of the row tiles (prefetch_init(stage, row_tiles, ahead)
+    // calls stage.prefetch on the input), so that its lines arrive during the tile's k loop.
+    std::function<void(Halide::Stage, const Halide::VarOrRVar &, Halide::Expr)> prefetch_init;
 };
 
 // Register-blocked, packed, K-blocked GEMM. B is packed in panels of the tile's columns x
@@ -203,15 +206,29 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
                 blocks_in_one_loop(short_tiles);
             }
         }
+        // A step's row block: the table's, or as many row tiles as its rows fill where fewer. Each
+        // iteration of a block's tile loop runs the next tile's prefetch (prefetch_init), also those
+        // past the rows, whose tiles a guard skips: at 8 rows, 14 of a block's 16 on AVX2.
+        Expr row_block = tuning.gemm_row_block_tiles;
+        if (!batched && use.rows.defined())
+            row_block = clamp((use.rows + tile_rows - 1) / tile_rows, 1, tuning.gemm_row_block_tiles);
         s.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
-            .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
+            .split(yo, yb, yo, row_block, TailStrategy::GuardWithIf);
         short_loops(s, yi, tile_rows);
         // The table's tiles' rows unrolled as before (a loop measured 1-6 % slower at B = 16 and 32,
         // H = 256 and 512, at the edge of this VM's noise).
         for (const Var &v : ys) s.unroll(v);
         if (batched) s.reorder(xi, yi, yo, xo, yb, g.blocks);
         else step_tiles_of(s, 1);
-        if (!batched && use.prefetch_init) use.prefetch_init(s, yo);
+        // The prefetch only where a row block has more than two row tiles: with two (8 rows on AVX2)
+        // its one useful prefetch a task cost more than it saved. Elsewhere `ahead` points past the
+        // rows, which the prefetch's guard (Halide's GuardWithIf) skips. Both measured on an AMD
+        // Zen 3: BlockLSTM 0.88x the time at 50,8,128, 0.97-0.99x at B = 8 to 32 of H = 128 and
+        // 256, level at 100,64,512 (docs/performance.md, "The step's row blocks").
+        if (!batched && use.prefetch_init) {
+            const Expr past_the_rows = 1 << 20;
+            use.prefetch_init(s, yo, use.rows.defined() ? select(use.rows > 2 * tile_rows, 1, past_the_rows) : Expr(1));
+        }
         s.split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
             .vectorize(xv)
             .unroll(yi);
