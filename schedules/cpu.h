@@ -223,7 +223,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
         // The prefetch only where a row block has more than two row tiles: with two (8 rows on AVX2)
         // its one useful prefetch a task cost more than it saved. Elsewhere `ahead` points past the
         // rows, which the prefetch's guard (Halide's GuardWithIf) skips. Both measured on an AMD
-        // Zen 3: BlockLSTM 0.88x the time at 50,8,128, 0.97-0.99x at B = 8 to 32 of H = 128 and
+        // Zen 3: BlockLSTM 0.88-0.95x the time at 50,8,128, 0.97-0.99x at B = 8 to 32 of H = 128 and
         // 256, level at 100,64,512 (docs/performance.md, "The step's row blocks").
         if (!batched && use.prefetch_init) {
             const Expr past_the_rows = 1 << 20;
