@@ -9,8 +9,8 @@
 // ratios differ and the median of all pairs falls between them.
 //   g++ -O2 -std=c++17 -Iruntime/include bench/builds_ab.cpp -Lbuild/runtime -lblocklstm -ldl
 //       -Wl,-rpath,$PWD/build/runtime -o build/builds_ab      (one command)
-//   cp -a build/runtime/libblocklstm.so.0.1.0 /tmp/a.so      # build A, then rebuild with the change
-//   build/builds_ab /tmp/a.so build/runtime/libblocklstm.so.0.1.0 forward 50 8 128 300 [spread]
+//   cp build/runtime/libblocklstm.so.0.1.0 build/a.so        # build A; then rebuild with the change
+//   build/builds_ab build/a.so build/runtime/libblocklstm.so.0.1.0 forward 50 8 128 300 [spread]
 // OP: forward (BlockLSTM), backward (BlockLSTMGrad) or cell (LSTMBlockCell, 100 calls a sample, T
 // unused); T B H (I = H); PAIRS; lengths: none (TF's op), spread (each row's length uniform in
 // [ceil(T/4), T]) or sorted (the same, longest first). A copy of a build against itself reads
