@@ -316,7 +316,11 @@ inline schedules::GemmFuncs matrix_product(const std::string &name,
         }
     }
     if (blocking.single_row) p.single = rows <= step_tiles::kOneRowTilesMax;
-    for (const step_tiles::ShortTileRows &range : step_tiles::short_tile_rows(blocking.short_tiles_below)) {
+    // Tall tiles only where b is padded: in the other branches a tall twin's narrower tiles reach
+    // past their branch's tile by up to a tile's width less a vector (schedules/cpu.h), which b's
+    // panels hold (their slack), and a copy of b per tile would have to be that much wider.
+    const int tall_rows = b_padded ? blocking.tall_tiles_up_to : 0;
+    for (const step_tiles::ShortTileRows &range : step_tiles::short_tile_rows(blocking.short_tiles_below, tall_rows)) {
         auto twin = std::find_if(p.short_tiles.begin(), p.short_tiles.end(), [&](const auto &t) { return t.rows == range.height; });
         if (twin == p.short_tiles.end()) twin = p.short_tiles.insert(twin, {.rows = range.height});
         twin->when.push_back(step_tiles::in_range(rows, range));

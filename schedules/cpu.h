@@ -6,6 +6,7 @@
 // own unless the build names another.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <optional>
 #include <stdexcept>
@@ -123,19 +124,56 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // tallest outermost; those loops only add a tile's accumulators into sum.
     std::vector<Var> ys;
     for (const GemmFuncs::ShortTiles &t : g.short_tiles) ys.emplace_back("y" + std::to_string(t.rows));
+    // Tall twins (taller than the table's tiles, schedules/step_tiles.h) are narrower than the
+    // others, and a twin's columns must fit its bound in every branch too. So where there are
+    // any, every branch also splits its tile's columns, `xc`: the tall twins' loops go inside it,
+    // the others' (the table's tiles' own then too, at `y_tile`) outside it. A branch of tall
+    // tiles takes all its columns in one xc and puts the tall loops outermost; any other branch
+    // takes one vector an xc and puts the others' loops outermost.
+    const bool tall_tiles = !batched && std::any_of(g.short_tiles.begin(), g.short_tiles.end(),
+                                                    [&](const auto &t) { return t.rows > tile_rows; });
+    Var y_tile("y" + std::to_string(tile_rows)), xc("xc");
+    auto twin_cols = [&](int rows) { return rows > tile_rows ? tuning.gemm_step_tall_tile_cols(rows) : tile_cols; };
+    // The row loops of the tall twins (tall) or of the others (!tall), by increasing height.
+    auto row_loops = [&](bool tall) {
+        std::vector<std::pair<Var, int>> loops;
+        for (std::size_t i = 0; i < ys.size(); ++i)
+            if ((g.short_tiles[i].rows > tile_rows) == tall) loops.emplace_back(ys[i], g.short_tiles[i].rows);
+        if (tall_tiles && !tall) {
+            loops.emplace_back(y_tile, tile_rows);
+            std::sort(loops.begin(), loops.end(), [](const auto &a, const auto &b) { return a.second < b.second; });
+        }
+        return loops;
+    };
     // In a branch of tiles of `rows` rows, a height's loop covers all of them where they fit its
     // height, one at a time where not: splits that divide exactly, so no loop needs a guard (splits
     // by each height, guarded, made 64 unrolled copies of an 8-row tile's rows to prune). In the
     // short tiles' branches the rows are a loop, not unrolled: they only add a tile's accumulators
     // into sum, once a k block, and unrolled in every branch they doubled the kernels' code and
     // build time.
-    auto short_loops = [&](Stage s, Var yi, int rows) {
-        for (std::size_t i = ys.size(); i-- > 0;) s.split(yi, ys[i], yi, g.short_tiles[i].rows >= rows ? rows : 1);
+    auto short_loops = [&](Stage s, Var xi, Var yi, int rows, int cols) {
+        const bool tall_branch = rows > tile_rows;
+        int inner = rows;
+        for (const bool tall : {tall_branch, !tall_branch}) {
+            const std::vector<std::pair<Var, int>> loops = row_loops(tall);
+            for (std::size_t i = loops.size(); i-- > 0;) {
+                inner = loops[i].second >= inner ? inner : 1;
+                s.split(yi, loops[i].first, yi, inner);
+            }
+        }
+        if (tall_tiles) s.split(xi, xc, xi, tall_branch ? cols : vec);
     };
     // The loops innermost first: `inner`, the short tiles' loops, then `outer`.
-    auto rows_then = [&](std::vector<VarOrRVar> inner, std::vector<VarOrRVar> outer) {
+    auto rows_then = [&](int rows, std::vector<VarOrRVar> inner, std::vector<VarOrRVar> outer) {
         std::vector<VarOrRVar> order = inner;
-        order.insert(order.end(), ys.begin(), ys.end());
+        if (!tall_tiles) {
+            order.insert(order.end(), ys.begin(), ys.end());
+        } else {
+            const bool tall_branch = rows > tile_rows;
+            for (const auto &[var, height] : row_loops(!tall_branch)) order.push_back(var);
+            order.push_back(xc);
+            for (const auto &[var, height] : row_loops(tall_branch)) order.push_back(var);
+        }
         order.insert(order.end(), outer.begin(), outer.end());
         return order;
     };
@@ -151,13 +189,13 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // tiles' loops, the column tiles of a one-row group (`group` of them in the one-row branch,
     // one elsewhere), the row tiles, then the parallel tasks (column tiles or groups x row blocks)
     // and the k blocks.
-    auto step_tiles_of = [&](Stage s, int group) {
+    auto step_tiles_of = [&](Stage s, int group, int rows) {
         if (one_row_groups) {
             if (group > 1) s.split(xo, xoo, xo2, group, TailStrategy::GuardWithIf);
             else s.split(xo, xoo, xo2, group);
-            s.reorder(rows_then({xi, yi}, {xo2, yo, xoo, yb, g.blocks})).fuse(xoo, yb, tile);
+            s.reorder(rows_then(rows, {xi, yi}, {xo2, yo, xoo, yb, g.blocks})).fuse(xoo, yb, tile);
         } else {
-            s.reorder(rows_then({xi, yi}, {yo, xo, yb, g.blocks})).fuse(xo, yb, tile);
+            s.reorder(rows_then(rows, {xi, yi}, {yo, xo, yb, g.blocks})).fuse(xo, yb, tile);
         }
     };
     // A short or one-row branch's k blocks in one loop: Halide would otherwise split off the first
@@ -171,8 +209,8 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     auto one_row_loops = [&](Stage s, int group, bool parallel) {
         s.tile(x, y, xo, yo, xi, yi, tile_cols, 1, TailStrategy::GuardWithIf)
             .split(yo, yb, yo, tuning.gemm_row_block_tiles, TailStrategy::GuardWithIf);
-        short_loops(s, yi, 1);
-        step_tiles_of(s, group);
+        short_loops(s, xi, yi, 1, tile_cols);
+        step_tiles_of(s, group, 1);
         s.split(xi, xl, xv, vec).vectorize(xv);
         if (parallel) s.parallel(tile);
         blocks_in_one_loop(s);
@@ -196,10 +234,11 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
                 // in two of 5 to 7; a step of spread lengths as its rows end) reads that twin, laid
                 // out as the general tiles below, as many more tiles a row block as it has fewer rows.
                 Stage short_tiles = s.specialize(when);
-                short_tiles.tile(x, y, xo, yo, xi, yi, tile_cols, t.rows, TailStrategy::GuardWithIf)
-                    .split(yo, yb, yo, tuning.gemm_row_block_tiles * tile_rows / t.rows, TailStrategy::GuardWithIf);
-                short_loops(short_tiles, yi, t.rows);
-                step_tiles_of(short_tiles, 1);
+                short_tiles.tile(x, y, xo, yo, xi, yi, twin_cols(t.rows), t.rows, TailStrategy::GuardWithIf)
+                    .split(yo, yb, yo, std::max(1, tuning.gemm_row_block_tiles * tile_rows / t.rows),
+                           TailStrategy::GuardWithIf);
+                short_loops(short_tiles, xi, yi, t.rows, twin_cols(t.rows));
+                step_tiles_of(short_tiles, 1, t.rows);
                 short_tiles.split(xi, xl, xv, vec, TailStrategy::GuardWithIf)
                     .vectorize(xv)
                     .parallel(tile);
@@ -214,12 +253,12 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
             row_block = clamp((use.rows + tile_rows - 1) / tile_rows, 1, tuning.gemm_row_block_tiles);
         s.tile(x, y, xo, yo, xi, yi, tile_cols, tile_rows, TailStrategy::GuardWithIf)
             .split(yo, yb, yo, row_block, TailStrategy::GuardWithIf);
-        short_loops(s, yi, tile_rows);
+        short_loops(s, xi, yi, tile_rows, tile_cols);
         // The table's tiles' rows unrolled as before (a loop measured 1-6 % slower at B = 16 and 32,
         // H = 256 and 512, at the edge of this VM's noise).
         for (const Var &v : ys) s.unroll(v);
         if (batched) s.reorder(xi, yi, yo, xo, yb, g.blocks);
-        else step_tiles_of(s, 1);
+        else step_tiles_of(s, 1, tile_rows);
         // The prefetch only where a row block has more than two row tiles: with two (8 rows on AVX2)
         // its one useful prefetch a task cost more than it saved. Elsewhere `ahead` points past the
         // rows, which the prefetch's guard (Halide's GuardWithIf) skips. Both measured on an AMD
@@ -345,14 +384,14 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
     // from the panels; a converted a with b copied per tile (the cell's w, past one row tile) has none.
     const bool partition_k = !batched && (use.b_in_panels || !use.a_converted);
     auto accumulators = [&](Func part, Func single, Func GemmFuncs::ShortTiles::*twin, bool partition) {
-        schedule_accumulators(g, part, one_row_groups ? xo2 : inner_tiles, tile_cols, tile_rows, batched,
-                              /*single_row=*/false, vec, partition);
+        schedule_accumulators(g, part, tall_tiles ? y_tile : one_row_groups ? xo2 : inner_tiles, tile_cols, tile_rows,
+                              batched, /*single_row=*/false, vec, partition);
         if (single.defined())
             schedule_accumulators(g, single, inner_tiles, one_row_tiles * tile_cols, 1, false, /*single_row=*/true,
                                   vec, partition);
         for (std::size_t i = 0; i < ys.size(); ++i)
-            schedule_accumulators(g, g.short_tiles[i].*twin, ys[i], tile_cols, g.short_tiles[i].rows, false,
-                                  /*single_row=*/false, vec, partition);
+            schedule_accumulators(g, g.short_tiles[i].*twin, ys[i], twin_cols(g.short_tiles[i].rows),
+                                  g.short_tiles[i].rows, false, /*single_row=*/false, vec, partition);
     };
     accumulators(g.part, g.part_single, &GemmFuncs::ShortTiles::part, partition_k);
     // The twins reading b in place have edges again: their k is clamped. They are tiles of the same

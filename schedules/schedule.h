@@ -83,6 +83,8 @@ struct GemmBlocking {
     // height, each run on the ranges of a step's rows that go into tiles of that height (a
     // specialization per range; schedules/step_tiles.h: short_tile_rows); 0: none.
     int short_tiles_below = 0;
+    // And in tall tiles of all their rows, where they are more than that and at most this many.
+    int tall_tiles_up_to = 0;
     // A step's product reads b, a weight matrix, in place (not a copy per column tile) where its
     // rows are at most in_place_rows (one register tile) and its columns a multiple of
     // in_place_cols (whole tiles); 0: never (generators/common.h: matrix_product).
@@ -106,7 +108,7 @@ inline GemmBlocking gemm_blocking(GemmShape shape, const Machine &m, bool bf16_o
     const bool pairs = bf16_operands && m.bf16_dot_products;
     if (shape == GemmShape::step)
         return {.k_block = m.cpu.gemm_step_k_block, .bf16_pairs = pairs, .single_row = true,
-                .short_tiles_below = m.cpu.gemm_step_tile_rows};
+                .short_tiles_below = m.cpu.gemm_step_tile_rows, .tall_tiles_up_to = m.cpu.gemm_step_tall_tile_rows};
     const int k_block = projection && m.cpu.gemm_projection_k_block > 0 ? m.cpu.gemm_projection_k_block
                                                                         : m.cpu.gemm_k_block;
     return {.k_block = k_block, .panel_rows = m.cpu.gemm_tile_rows,

@@ -54,28 +54,38 @@ constexpr int shortest_tile_rows(int tile_rows) {
     return tile_rows > kFewRowsMax + 1 ? std::max(kFewRowsMax + 1, (tile_rows + 1) / 2) : 0;
 }
 
+// Tall tiles: a step of more rows than the table's tiles hold, up to `tall_rows` (the table's
+// gemm_step_tall_tile_rows; 0: none), runs in one register tile of all its rows, as many vectors
+// wide as the table's tile has accumulators (CpuTuning::gemm_step_tall_tile_vectors): W_h's
+// panels are read once for all the rows, not once for each of two short tiles. AVX2's 4 x 3
+// vectors: 5 rows in a tile of 2 vectors (10 accumulators) where they ran in two tiles of 3 rows,
+// BlockLSTM 0.86-0.88x and BlockLSTMGrad 0.85-0.90x the time at B = 5 (AMD Zen 3). Not 6 rows:
+// LLVM spilled two of that tile's 12 accumulators in its k loop (1.19x the time; docs/tuning.md).
+
 // The height of the register tiles a step of `rows` rows runs in (1: one-row tiles; 2: two-row
-// tiles, where the table's are taller).
-constexpr int64_t step_tile_height(int64_t rows, int tile_rows) {
+// tiles, where the table's are taller; `rows` itself in a tall tile).
+constexpr int64_t step_tile_height(int64_t rows, int tile_rows, int tall_rows = 0) {
     if (rows <= kOneRowTilesMax) return 1;
     if (rows <= kFewRowsMax && tile_rows > kFewRowsMax) return kFewRowsMax;
+    if (rows > tile_rows && rows <= tall_rows) return rows;
     const int shortest = shortest_tile_rows(tile_rows);
     if (shortest == 0 || rows >= 2 * tile_rows) return tile_rows;
     const int64_t tiles = (rows + tile_rows - 1) / tile_rows;
     return std::max<int64_t>((rows + tiles - 1) / tiles, shortest);
 }
 
-// The steps that run in short tiles: rows first..last in tiles of `height` rows, one range of rows
-// each, in order of rows (8-row tiles: 2 in 2, 3-4 in 4, 5, 6, 7, then 9-10 in 5, 11-12 in 6, 13-14
-// in 7).
+// The steps that run in short (or tall) tiles: rows first..last in tiles of `height` rows, one
+// range of rows each, in order of rows (8-row tiles: 2 in 2, 3-4 in 4, 5, 6, 7, then 9-10 in 5,
+// 11-12 in 6, 13-14 in 7; AVX2's 4-row tiles with tall ones of up to 6 rows: 2, 3, 5, 6). Tall
+// tiles hold fewer than two of the table's tiles' rows (CpuTuning's rule).
 struct ShortTileRows {
     int first, last;  // ints, as Halide's Exprs compare with them
     int height;
 };
-inline std::vector<ShortTileRows> short_tile_rows(int tile_rows) {
+inline std::vector<ShortTileRows> short_tile_rows(int tile_rows, int tall_rows = 0) {
     std::vector<ShortTileRows> ranges;
     for (int rows = kOneRowTilesMax + 1; rows < 2 * tile_rows; ++rows) {
-        const auto height = static_cast<int>(step_tile_height(rows, tile_rows));
+        const auto height = static_cast<int>(step_tile_height(rows, tile_rows, tall_rows));
         if (height == tile_rows) continue;
         if (!ranges.empty() && ranges.back().height == height && ranges.back().last == rows - 1) ranges.back().last = rows;
         else ranges.push_back({rows, rows, height});

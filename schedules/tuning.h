@@ -32,6 +32,9 @@ struct CpuTuning {
     // small) x vectors of accumulators, under the same register rule.
     int gemm_step_tile_rows = 0;
     int gemm_step_tile_vectors = 0;
+    // A step of more rows than that tile's, up to this many, in one tall tile of all its rows
+    // (schedules/step_tiles.h), gemm_step_tall_tile_vectors wide; 0: none (two short tiles).
+    int gemm_step_tall_tile_rows = 0;
     // Steps of k per block of a batched product: its B panel (tile columns x k block) is meant
     // to stay in L1.
     int gemm_k_block = 0;
@@ -57,6 +60,9 @@ struct CpuTuning {
 
     int gemm_tile_cols() const { return vector_floats * gemm_tile_vectors; }
     int gemm_step_tile_cols() const { return vector_floats * gemm_step_tile_vectors; }
+    // A tall tile of `rows` rows: as many vectors as the step tile's accumulators fill.
+    int gemm_step_tall_tile_vectors(int rows) const { return gemm_step_tile_rows * gemm_step_tile_vectors / rows; }
+    int gemm_step_tall_tile_cols(int rows) const { return vector_floats * gemm_step_tall_tile_vectors(rows); }
     // The step tiles one task of a step's one-row product covers (schedules/step_tiles.h): the
     // fewest whose columns are whole weight panels (AVX2's 24-column tiles: two, 48 columns), if
     // their accumulators (two partial sums a vector) fit the registers and the panels' slack
@@ -178,6 +184,20 @@ inline std::string cpu_rule_broken(const CpuTuning &t) {
                    " x " + std::to_string(t.vector_floats) + " = " + std::to_string(cols) +
                    " columns do not divide a panel group of " + std::to_string(panels::kPanelGroupCols) +
                    " columns";
+    }
+    // Tall tiles (schedules/step_tiles.h): taller than the step tile, shorter than two of it (the
+    // steps of more rows run in whole tiles), at least one vector wide, in whole panel groups.
+    if (const int tall = t.gemm_step_tall_tile_rows; tall != 0) {
+        if (tall <= t.gemm_step_tile_rows || tall >= 2 * t.gemm_step_tile_rows ||
+            t.gemm_step_tall_tile_vectors(tall) < 1)
+            return "gemm_step_tall_tile_rows " + std::to_string(tall) + " is not between gemm_step_tile_rows " +
+                   std::to_string(t.gemm_step_tile_rows) + " and twice it, or its tiles hold no vector";
+        for (int rows = t.gemm_step_tile_rows + 1; rows <= tall; ++rows)
+            if (panels::kPanelGroupCols % t.gemm_step_tall_tile_cols(rows) != 0)
+                return "tall tiles of " + std::to_string(rows) + " rows are " +
+                       std::to_string(t.gemm_step_tall_tile_cols(rows)) +
+                       " columns wide, which do not divide a panel group of " +
+                       std::to_string(panels::kPanelGroupCols) + " columns";
     }
     // The accumulators, a vector of B per column vector and a broadcast live in registers.
     for (const Tile &tile : tiles) {

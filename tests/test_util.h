@@ -299,6 +299,15 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
                 if (2 * h - 1 > tile) at.push_back({"two_short", 2 * h - 1});
                 add_at(n("step_short_tile_rows", h), at, batch);
             }
+            // Tall tiles: each height's one tile at H = 9 (4H = 36, a partial last tile), at 4H of
+            // one tall tile's width and of one more vector.
+            for (int h = tile + 1; h <= g.gemm_step_tall_tile_rows; ++h) {
+                const int64_t cols = g.gemm_step_tall_tile_cols(h);
+                add_at(n("step_tall_tile_rows", h), {{"one", h}}, batch);
+                add_at(n("step_tall_tile_rows", h) + n("_cols", cols),
+                       {{"one_tile", cols / 4}, {"and_a_vector", (cols + g.vector_floats) / 4}},
+                       [h](Shape &s, int64_t v) { s.B = h, s.H = v; });
+            }
             // Two rows in two-row tiles: a step of two, and two past two whole tiles (a call of
             // their own: step_tiles::rows_in_whole_tiles).
             if (tile > blocklstm::step_tiles::kFewRowsMax)

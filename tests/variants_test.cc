@@ -355,6 +355,33 @@ TEST(KnobRows, ConsistentAndFallbacksTaken) {
     EXPECT_EQ(blocklstm::schedules::parse_knobs<CpuTuning>("t", without_chunks, knobs, +none).gemm_column_chunks, 3);
 }
 
+// Tall step tiles (schedules/step_tiles.h): taller than the step tile and shorter than two of it,
+// as many vectors as its accumulators fill; a table outside that is refused, naming the knob.
+TEST(KnobRows, TallStepTilesBetweenOneAndTwoTiles) {
+    namespace sch = blocklstm::schedules;
+    auto with_tall = [](int rows) {  // the AVX2 table's knobs
+        return "vector_floats:8,gemm_tile_rows:6,gemm_tile_vectors:2,gemm_step_tile_rows:4,gemm_step_tile_vectors:3,"
+               "gemm_step_tall_tile_rows:" + std::to_string(rows) +
+               ",gemm_k_block:512,gemm_projection_k_block:1024,gemm_step_k_block:2048,gemm_row_block_tiles:16,"
+               "gemm_column_chunks:2,gemm_columns_inner:0,column_sum_vectors:8";
+    };
+    const sch::CpuTuning five = sch::parse_cpu_tuning("t", with_tall(5));
+    EXPECT_EQ(five.gemm_step_tall_tile_vectors(5), 2) << "12 accumulators in 5 rows: 2 vectors";
+    EXPECT_EQ(five.gemm_step_tall_tile_cols(5), 16);
+    EXPECT_EQ(five.gemm_step_tall_tile_vectors(7), 1);
+    EXPECT_NO_THROW(sch::parse_cpu_tuning("t", with_tall(0)));
+    EXPECT_NO_THROW(sch::parse_cpu_tuning("t", with_tall(7)));
+    for (const int rows : {4, 3, 8, 12}) {
+        try {
+            sch::parse_cpu_tuning("t", with_tall(rows));
+            ADD_FAILURE() << "tall tiles of " << rows << " rows beside 4-row tiles were accepted";
+        } catch (const std::invalid_argument &e) {
+            EXPECT_NE(std::string(e.what()).find("gemm_step_tall_tile_rows " + std::to_string(rows)), std::string::npos)
+                << e.what();
+        }
+    }
+}
+
 // bfloat16's CUDA kernels: built wherever float16's are (one per float16 line), and switched on by
 // BLOCKLSTM_CUDA_BF16=1 alone, read at every call of cuda_bfloat16().
 TEST(VariantTable, BfloatSixteenCudaKernelsBesideFloatSixteensAndSwitched) {
@@ -767,6 +794,12 @@ TEST(StepTiles, ShortTilesSpreadTheRowsEvenly) {
     EXPECT_EQ(st::step_tile_height(5, 3), 3) << "no short tiles: the table's";
     EXPECT_EQ(st::step_tile_height(2, 3), 2) << "two rows in two-row tiles below taller ones";
     EXPECT_EQ(st::step_tile_height(2, 2), 2) << "the table's own";
+    EXPECT_EQ(st::step_tile_height(5, 4, 5), 5) << "4-row tiles with tall ones of up to 5 rows";
+    EXPECT_EQ(st::step_tile_height(6, 4, 5), 3) << "past the tall ones: two short tiles";
+    EXPECT_EQ(st::step_tile_height(4, 4, 5), 4);
+    EXPECT_EQ(st::step_tile_height(3, 4, 5), 3);
+    EXPECT_EQ(st::step_tile_height(9, 8, 12), 9);
+    EXPECT_EQ(st::step_tile_height(13, 8, 12), 7);
     // The ranges are the rows of each height, in order, none of the table's height: (first, last, height).
     auto triples = [](const std::vector<st::ShortTileRows> &ranges) {
         std::vector<std::tuple<int, int, int>> t;
@@ -778,6 +811,10 @@ TEST(StepTiles, ShortTilesSpreadTheRowsEvenly) {
                                    {2, 2, 2}, {3, 4, 4}, {5, 5, 5}, {6, 6, 6}, {7, 7, 7}, {9, 10, 5}, {11, 12, 6},
                                    {13, 14, 7}}));
     EXPECT_EQ(triples(st::short_tile_rows(4)), (std::vector<std::tuple<int, int, int>>{{2, 2, 2}, {3, 3, 3}, {5, 6, 3}}));
+    EXPECT_EQ(triples(st::short_tile_rows(4, 5)),
+              (std::vector<std::tuple<int, int, int>>{{2, 2, 2}, {3, 3, 3}, {5, 5, 5}, {6, 6, 3}}));
+    EXPECT_EQ(triples(st::short_tile_rows(4, 6)),
+              (std::vector<std::tuple<int, int, int>>{{2, 2, 2}, {3, 3, 3}, {5, 5, 5}, {6, 6, 6}}));
     EXPECT_EQ(triples(st::short_tile_rows(3)), (std::vector<std::tuple<int, int, int>>{{2, 2, 2}}));
     EXPECT_TRUE(st::short_tile_rows(2).empty());
     for (int64_t rows = 1; rows <= 64; ++rows) {
