@@ -192,12 +192,21 @@ inline std::string cpu_rule_broken(const CpuTuning &t) {
             t.gemm_step_tall_tile_vectors(tall) < 1)
             return "gemm_step_tall_tile_rows " + std::to_string(tall) + " is not between gemm_step_tile_rows " +
                    std::to_string(t.gemm_step_tile_rows) + " and twice it, or its tiles hold no vector";
+        // One width for all of them: a tall twin is computed inside the column split of every branch,
+        // the tall branches' one split their whole tile, so a narrower twin there would be asked for
+        // more columns than its bound (a bounds error at run time: AVX2's 5 rows of 2 vectors beside
+        // 7 rows of one).
+        const int cols = t.gemm_step_tall_tile_cols(tall);
         for (int rows = t.gemm_step_tile_rows + 1; rows <= tall; ++rows)
-            if (panels::kPanelGroupCols % t.gemm_step_tall_tile_cols(rows) != 0)
-                return "tall tiles of " + std::to_string(rows) + " rows are " +
-                       std::to_string(t.gemm_step_tall_tile_cols(rows)) +
-                       " columns wide, which do not divide a panel group of " +
-                       std::to_string(panels::kPanelGroupCols) + " columns";
+            if (t.gemm_step_tall_tile_cols(rows) != cols)
+                return "gemm_step_tall_tile_rows " + std::to_string(tall) + ": tall tiles of " +
+                       std::to_string(rows) + " rows are " + std::to_string(t.gemm_step_tall_tile_cols(rows)) +
+                       " columns wide, those of " + std::to_string(tall) + " rows " + std::to_string(cols) +
+                       "; all must be as wide";
+        if (panels::kPanelGroupCols % cols != 0)
+            return "gemm_step_tall_tile_rows " + std::to_string(tall) + ": tall tiles " + std::to_string(cols) +
+                   " columns wide do not divide a panel group of " + std::to_string(panels::kPanelGroupCols) +
+                   " columns";
     }
     // The accumulators, a vector of B per column vector and a broadcast live in registers.
     for (const Tile &tile : tiles) {
