@@ -76,8 +76,8 @@ constexpr int64_t step_tile_height(int64_t rows, int tile_rows, int tall_rows = 
 
 // The steps that run in short (or tall) tiles: rows first..last in tiles of `height` rows, one
 // range of rows each, in order of rows (8-row tiles: 2 in 2, 3-4 in 4, 5, 6, 7, then 9-10 in 5,
-// 11-12 in 6, 13-14 in 7; AVX2's 4-row tiles with tall ones of up to 6 rows: 2, 3, 5, 6). Tall
-// tiles hold fewer than two of the table's tiles' rows (CpuTuning's rule).
+// 11-12 in 6, 13-14 in 7; AVX2's 4-row tiles with its tall ones of 5 rows: 2 in 2, 3 in 3, 5 in 5,
+// 6 in 3). Tall tiles hold fewer than two of the table's tiles' rows (CpuTuning's rule).
 struct ShortTileRows {
     int first, last;  // ints, as Halide's Exprs compare with them
     int height;
