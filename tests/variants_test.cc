@@ -472,6 +472,27 @@ TEST(CpuTargets, ListedWithWhatThisCpuRuns) {
     }
 }
 
+// Every production target's table (with its bfloat16 and AMX product flags) runs on this CPU:
+// natively, or as a check target's tiles on an instruction set it has. A test build leaves out the
+// check targets whose table the configuring machine runs natively (CMakeLists.txt), so a build
+// carried to a CPU with less would otherwise leave a table untested without a word.
+TEST(CpuTargets, EveryTableRunsHere) {
+    const std::vector<blocklstm::CpuTarget> ts = blocklstm::cpu_targets();
+    auto same_tiles = [](const blocklstm::CpuTarget &a, const blocklstm::CpuTarget &b) {
+        return a.tuning_table == b.tuning_table && a.bf16_dot_products == b.bf16_dot_products &&
+               a.amx_products == b.amx_products;
+    };
+    for (const blocklstm::CpuTarget &t : ts) {
+        if (t.check_only || t.runs_here) continue;
+        bool checked = false;
+        for (const blocklstm::CpuTarget &c : ts) checked |= c.check_only && c.runs_here && same_tiles(c, t);
+        EXPECT_TRUE(checked) << t.name << " (table " << t.tuning_table << (t.bf16_dot_products ? ", bf16 pairs" : "")
+                             << (t.amx_products ? ", AMX" : "") << ") cannot run here (" << t.missing
+                             << ") and no check target of its table runs here: configure the build on this "
+                                "machine, or name its check target in BLOCKLSTM_CPU_CHECK_TARGETS";
+    }
+}
+
 // Unpinned, a call runs the first production target this CPU supports whose table is for it.
 TEST(CpuTargets, AutomaticIsTheBestRunnableProductionTarget) {
     RestorePin restore;

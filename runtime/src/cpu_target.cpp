@@ -10,11 +10,6 @@
 #include <mutex>
 #include <utility>
 
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
-
 #include "runtime/src/exec.h"
 #include "runtime/src/validate.h"
 #include "runtime/src/x86_features.h"
@@ -79,19 +74,6 @@ bool uses_amx(const std::vector<std::pair<int, const char *>> &features) {
     return false;
 }
 
-// Asks Linux for AMX's tile data state (8 KiB more per thread's signal frame), once.
-bool amx_tile_state_granted() {
-#if defined(__linux__) && defined(__x86_64__)
-    static const bool granted = [] {
-        constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // <asm/prctl.h>
-        return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-    }();
-    return granted;
-#else
-    return false;
-#endif
-}
-
 // Each compiled target and what this CPU makes of it.
 const std::vector<CpuTarget> &compiled() {
     static const std::vector<CpuTarget> targets = [] {
@@ -113,7 +95,7 @@ const std::vector<CpuTarget> &compiled() {
             }
             // AMX's tile registers are state that Linux hands a process only when asked (else the
             // first tile instruction dies with SIGILL): asked once, for the whole process, here.
-            if (t.missing.empty() && uses_amx(s.features) && !amx_tile_state_granted())
+            if (t.missing.empty() && uses_amx(s.features) && !x86_amx_tile_state_granted())
                 t.missing = "the AMX tile state (Linux refused arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA))";
             t.runs_here = t.missing.empty();
             out.push_back(std::move(t));

@@ -18,6 +18,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace blocklstm {
 namespace detail {
@@ -159,6 +163,20 @@ inline X86State read_x86_state() {
     }
 #endif
     return s;
+}
+
+// Asks Linux for AMX's tile data state (8 KiB more per thread's signal frame), once: without it the
+// first AMX instruction is SIGILL.
+inline bool x86_amx_tile_state_granted() {
+#if defined(__linux__) && defined(__x86_64__)
+    static const bool granted = [] {
+        constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // <asm/prctl.h>
+        return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+    }();
+    return granted;
+#else
+    return false;
+#endif
 }
 
 }  // namespace detail
