@@ -308,8 +308,9 @@ inline std::vector<ShapeCase> tile_boundary_shapes(Products products) {
                        {{"one_tile", cols / 4}, {"and_a_vector", (cols + g.vector_floats) / 4}},
                        [h](Shape &s, int64_t v) { s.B = h, s.H = v; });
             }
-            // Two rows in two-row tiles: a step of two, and two past two whole tiles (a call of
-            // their own: step_tiles::rows_in_whole_tiles).
+            // Two rows in two-row tiles: a step of two, and two past two whole tiles (the
+            // backward's step: a call of their own, step_tiles::rows_in_whole_tiles; the forward's
+            // on the caller's rows: in its tiles, one call).
             if (tile > blocklstm::step_tiles::kFewRowsMax)
                 add_at(n("step_two_row_tiles_below", tile), {{"alone", 2}, {"past_two_tiles", 2 * tile + 2}}, batch);
             // Rows of at most one tile read a weight matrix in place where its 4H columns fill

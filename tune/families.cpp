@@ -147,9 +147,16 @@ Call input_grad(const LstmShape &s, std::mt19937 &rng, bool panels) {
     return c;
 }
 
-Call forward_step(const LstmShape &s, std::mt19937 &rng, bool panels) {
+// caller_rows (the CPU's seq_fwd_step_rows): each row read and written at its caller row, here
+// the identity, as the runtime passes it where the rows are in length order.
+Call forward_step(const LstmShape &s, std::mt19937 &rng, bool panels, bool caller_rows) {
     namespace n = kernel::args::seq_fwd_step;
     Call c;
+    if (caller_rows) {
+        Buffer<int32_t> order(s.B);
+        order.for_each_element([&](int b) { order(b) = b; });
+        c.buffers[n::order] = order;
+    }
     c.buffers[n::xw] = random(rng, {4 * s.H, s.B});
     c.buffers[n::h_prev] = random(rng, {s.H, s.B});
     c.buffers[n::w_h] = panels ? random_panels(rng, 4 * s.H, s.H) : random(rng, {4 * s.H, s.H});  // W_h [H, 4H]
@@ -212,7 +219,8 @@ std::vector<Family> cpu_families() {
     return {
         family("gemm_nn_bias", Family::gemm_nn_bias, false, {Site::input_projection},
                std::bind(input_projection, _1, _2, true)),
-        family("seq_fwd_step", Family::seq_fwd_step, false, {Site::forward_step}, std::bind(forward_step, _1, _2, true)),
+        family("seq_fwd_step", Family::seq_fwd_step_rows, false, {Site::forward_step},
+               std::bind(forward_step, _1, _2, true, true)),
         family("seq_bwd_step", Family::seq_bwd_step_rows, false, {Site::backward_step},
                std::bind(backward_step, _1, _2, true, true)),
         family("gemm_nn", Family::gemm_nn, false, {Site::x_grad}, std::bind(input_grad, _1, _2, true)),
@@ -245,7 +253,8 @@ std::vector<Family> gpu_families() {
     using plan::Site;
     return {
         // The per-step products with their gate math: the recurrence, T launches per op.
-        family("seq_fwd_step", Family::seq_fwd_step, true, {Site::forward_step}, std::bind(forward_step, _1, _2, false)),
+        family("seq_fwd_step", Family::seq_fwd_step, true, {Site::forward_step},
+               std::bind(forward_step, _1, _2, false, false)),
         family("seq_bwd_step", Family::seq_bwd_step, true, {Site::backward_step},
                std::bind(backward_step, _1, _2, false, false)),
         // After the recurrence: b_grad and cs_prev_grad, and with peepholes their three sums.

@@ -30,9 +30,9 @@ inline void bind(KernelCall &call, const SeqFwdStepArgs &x) {
     call.buffer(a::gates, x.gates).gate_order(x.layout);
 }
 
-// seq_fwd_step_rows: the step on the caller's rows (seq_lengths, rows not in length order):
-// xw and gates hold the rows run in length order, h_prev, cs_prev and lstm the caller's B rows (the
-// step writes the rows it runs only).
+// seq_fwd_step_rows (the CPU's every step): the step on the caller's rows (with seq_lengths on
+// rows not in length order; otherwise `order` is the identity): xw and gates hold the rows run in
+// length order, h_prev, cs_prev and lstm the caller's B rows (the step writes the rows it runs only).
 struct SeqFwdStepRowsArgs {
     SeqFwdStepArgs step;
     Buf &order;  // int32: the caller's row of each row run

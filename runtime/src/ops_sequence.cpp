@@ -355,9 +355,9 @@ struct ForwardLayout {
     // included) as each chunk ended: on a Zen 4 (BlockLSTM, lengths spread over [T/4, T], time /
     // the padded run's, two runs each) 0.74-0.80x at 200,16,256,
     // 0.68-0.75x at 100,32,256, 0.89-0.92x at 50,8,128; now 0.72-0.75x, 0.66-0.69x, 0.84-0.85x,
-    // as the same lengths in length order (0.72-0.73x, 0.67x, 0.85-0.87x). Rows in length order
-    // run seq_fwd_step itself: this kernel on them (the zeros in its gate math, not a pass of
-    // their own) was level or slower (0.71-0.75x, 0.68-0.69x, 0.87-0.89x).
+    // as the same lengths in length order (0.72-0.73x, 0.67x, 0.85-0.87x). Unset on the CPU, the
+    // rows are the caller's own (in length order, `caller` the identity): the CPU has no other step
+    // kernel (forward_steps).
     const StepRows *caller = nullptr;
 };
 
@@ -370,7 +370,12 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     const int64_t B = dims.B, I = dims.I, H = dims.H, S = rows.steps, N = rows.total();
     const int64_t es = static_cast<int64_t>(size_of(dt));
     const bool split = kernels.has(Family::seq_fwd_gates);
-    const StepRows *caller = layout.caller;
+    // The CPU's steps always run seq_fwd_step_rows, on rows in length order with the identity for
+    // order: seq_fwd_step's CPU kernels, a quarter of the CPU kernels' build time, are gone. On a
+    // Zen 3 (bench: two settings of a switch alternated call by call, new / old time) BlockLSTM
+    // 0.97-1.00x at 100,64,512, 200,16,256, 100,32,256, 50,8,128, 100,9,256 and 100,13,256, 0.99x
+    // with lengths in length order, within +-1.5 % at B = 1, 1.01x at B = 5 (docs/performance.md).
+    const StepRows *caller = layout.caller ? layout.caller : dev == Device::cpu && !split ? &rows : nullptr;
 
     // Every output is zero where no step writes: past a row's length (TF leaves i, f, o, ci, co
     // unwritten past seq_len_max). Written once the workspaces are held, so that running out of
@@ -532,20 +537,13 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     else
         bind(step, step_args);
 
-    // A step's last one or two rows past its whole register tiles in a call of their own (on the
-    // caller's rows each call writes all B rows, so a step is one call).
-    const int tile_rows = step_tile_rows(exec, step_kernel);
+    // A step is one call: on the caller's rows each call writes all B rows, and on a GPU a step's
+    // kernel takes any rows (the CPU's step kernels run a step's rows past their whole tiles in
+    // short or one-row tiles of their own: schedules/step_tiles.h).
     zero_idle();  // the first write to an output
     auto run_step = [&](int64_t t) {
-        auto call = [&](int64_t r0, int64_t count) {
-            gates_buf.set_data(gates.floats() + r0 * 4 * H);
-            step_at(t, gates_buf, r0, count);
-            step.run();
-        };
-        if (caller)
-            call(0, rows.n[t]);
-        else
-            step_tiles::each_call(rows.n[t], tile_rows, call);
+        step_at(t, gates_buf);
+        step.run();
         keep_final_cs(t);
     };
     if (side_by_side > 0 && chunks.count() > 1) {  // a chunk's steps beside the next chunk's projection

@@ -82,14 +82,14 @@ inline constexpr Step w_grad_h{Site::w_grad_h, Family::gemm_tn, Times::once, "w_
 inline constexpr Step reductions{Site::reductions, Family::seq_bwd_reduce, Times::once, "the peephole grads, cs_prev_grad, b_grad where w_grad's product has not"};
 inline constexpr Step forward_gates{Site::forward_step, Family::seq_fwd_gates, Times::per_step, "the gate math on xw[t] += h . W_h (cuBLAS, in place)"};
 inline constexpr Step length_order{Site::length_order, Family::gather_rows, Times::once, "with seq_lengths: rows put in length order and back, packed by step"};
-inline constexpr Step forward_step_rows{Site::forward_step, Family::seq_fwd_step_rows, Times::per_step, "with seq_lengths on rows not in length order: the step on the caller's rows"};
+inline constexpr Step forward_step_rows{Site::forward_step, Family::seq_fwd_step_rows, Times::per_step, "gates = xw[t] + h . W_h, then the gate math, each row at its caller row (rows in length order: their own)"};
 inline constexpr Step backward_gates{Site::backward_step, Family::seq_bwd_gates, Times::per_step, "dgates[t] (in the dtype): the cell's backward math after cuBLAS's dgates[t+1] . W_h^T"};
 inline constexpr Step split_reductions{Site::reductions, Family::seq_bwd_reduce_split, Times::once, "the peephole grads, cs_prev_grad and b_grad from dgates in the dtype"};
 // clang-format on
 }  // namespace steps
 
-inline constexpr Step kForwardCpu[] = {steps::w_x_panels,   steps::input_projection, steps::w_h_panels,
-                                       steps::forward_step, steps::length_order,     steps::forward_step_rows};
+inline constexpr Step kForwardCpu[] = {steps::w_x_panels, steps::input_projection, steps::w_h_panels,
+                                       steps::forward_step_rows, steps::length_order};
 inline constexpr Step kForwardCuda[] = {steps::input_projection, steps::forward_step, steps::length_order};
 inline constexpr Step kCellCpuFloat32[] = {steps::cell_forward};
 inline constexpr Step kCellGrad[] = {steps::cell_backward};
