@@ -10,10 +10,10 @@
 //   g++ -O2 -std=c++17 -Iruntime/include bench/builds_ab.cpp -Lbuild/runtime -lblocklstm -ldl
 //       -Wl,-rpath,$PWD/build/runtime -o build/builds_ab      (one command)
 //   cp build/runtime/libblocklstm.so.0.1.0 build/a.so        # build A; then rebuild with the change
-//   build/builds_ab build/a.so build/runtime/libblocklstm.so.0.1.0 forward 50 8 128 300 [spread]
+//   build/builds_ab build/a.so build/runtime/libblocklstm.so.0.1.0 forward 50 8 128 300 [spread] [f16]
 // OP: forward (BlockLSTM), backward (BlockLSTMGrad) or cell (LSTMBlockCell, 100 calls a sample, T
 // unused); T B H (I = H); PAIRS; lengths: none (TF's op), spread (each row's length uniform in
-// [ceil(T/4), T]) or sorted (the same, longest first). A copy of a build against itself reads
+// [ceil(T/4), T]) or sorted (the same, longest first); the dtype: f32 (the default), f16 or bf16. A copy of a build against itself reads
 // 0.99-1.00 on an AMD Zen 3 VM at 50,8,128.
 #include <blocklstm/blocklstm.h>
 
@@ -88,10 +88,17 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char **argv) {
-    if (argc < 8 || argc > 9) {
-        std::fprintf(stderr, "usage: builds_ab LIB_A LIB_B forward|backward|cell T B H PAIRS [none|spread|sorted]\n");
+    if (argc < 8 || argc > 10) {
+        std::fprintf(stderr,
+                     "usage: builds_ab LIB_A LIB_B forward|backward|cell T B H PAIRS [none|spread|sorted] [f32|f16|bf16]\n");
         return 2;
     }
+    const std::string dtype_name = argc > 9 ? argv[9] : "f32";
+    if (dtype_name != "f32" && dtype_name != "f16" && dtype_name != "bf16") {
+        std::fprintf(stderr, "builds_ab: dtype: expected f32, f16 or bf16, got %s\n", dtype_name.c_str());
+        return 2;
+    }
+    const DType dt = dtype_name == "f16" ? DType::f16 : dtype_name == "bf16" ? DType::bf16 : DType::f32;
     const Build builds[2] = {load(argv[1]), load(argv[2])};
     const std::string op = argv[3], lengths = argc > 8 ? argv[8] : "none";
     const int64_t T = std::atoll(argv[4]), B = std::atoll(argv[5]), H = std::atoll(argv[6]), I = H;
@@ -105,8 +112,12 @@ int main(int argc, char **argv) {
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> u(-0.1f, 0.1f);
     auto random = [&](std::vector<int64_t> shape) {
-        Tensor t(DType::f32, std::move(shape));
-        for (int64_t k = 0; k < t.num_elements(); ++k) t.data_as<float>()[k] = u(rng);
+        Tensor t(dt, std::move(shape));
+        for (int64_t k = 0; k < t.num_elements(); ++k) {
+            const float v = u(rng);
+            if (dt == DType::f32) t.data_as<float>()[k] = v;
+            else t.data_as<uint16_t>()[k] = dt == DType::f16 ? float_to_half(v) : float_to_bfloat16(v);
+        }
         return t;
     };
     // x, cs_prev, h_prev, w, wci, wcf, wco, b; their gradients; the activations; the output gradients.
@@ -114,11 +125,11 @@ int main(int argc, char **argv) {
     std::vector<Tensor> in, grads, act, out_grads, cell_act;
     for (const auto &shape : shapes) {
         in.push_back(random(shape));
-        grads.emplace_back(DType::f32, shape);
+        grads.emplace_back(dt, shape);
     }
     for (int k = 0; k < 7; ++k) {
-        act.emplace_back(DType::f32, std::vector<int64_t>{T, B, H});
-        cell_act.emplace_back(DType::f32, std::vector<int64_t>{B, H});
+        act.emplace_back(dt, std::vector<int64_t>{T, B, H});
+        cell_act.emplace_back(dt, std::vector<int64_t>{B, H});
     }
     for (int k = 0; k < 2; ++k) out_grads.push_back(random({T, B, H}));
     const Tensor x_step = random({B, I});
@@ -160,9 +171,9 @@ int main(int argc, char **argv) {
         ratio[b_first].push_back(b.back() / a.back());
     }
     const double a_first = median(ratio[0]), b_first = ratio[1].empty() ? a_first : median(ratio[1]);
-    std::printf("%s %lld,%lld,%lld lengths %s: A %.3f ms, B %.3f ms; B / A (median of %d pairs) A first %.3f, B "
+    std::printf("%s %s %lld,%lld,%lld lengths %s: A %.3f ms, B %.3f ms; B / A (median of %d pairs) A first %.3f, B "
                 "first %.3f, geometric mean %.3f\n",
-                op.c_str(), static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(H),
+                op.c_str(), dtype_name.c_str(), static_cast<long long>(T), static_cast<long long>(B), static_cast<long long>(H),
                 lengths.c_str(), median(a), median(b), pairs, a_first, b_first, std::sqrt(a_first * b_first));
     return 0;
 }
