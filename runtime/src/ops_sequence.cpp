@@ -478,17 +478,17 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
     if (caller)
         for (int64_t j = 0; j < B; ++j) order32.push_back(static_cast<int32_t>(caller->order[j]));
     Buf order(Device::cpu, order32.data(), DType::i32, {B});
-    // Every argument of step t at its rows [r0, r0 + count) (all it runs by default), set whatever
-    // an earlier pass over the steps left (run_loop's fingerprint pass runs them all before the
-    // steps that launch). On the caller's rows the state and the outputs are all B rows.
-    auto step_at = [&](int64_t t, Buf &gates_rows, int64_t r0 = 0, int64_t count = -1) {
-        if (count < 0) count = rows.n[t];
-        auto prev = [&](int k) { return (t == 0 ? 0 : step_row(k, t - 1)) + r0; };
+    // Every argument of step t at the rows it runs, set whatever an earlier pass over the steps
+    // left (run_loop's fingerprint pass runs them all before the steps that launch). On the
+    // caller's rows the state and the outputs are all B rows.
+    auto step_at = [&](int64_t t, Buf &gates_rows) {
+        const int64_t count = rows.n[t];
+        auto prev = [&](int k) { return t == 0 ? 0 : step_row(k, t - 1); };
         h_prev.set_data(offset_bytes(t == 0 ? in.h_prev.data : written_to[kH], prev(kH) * H, dt));
         cs_prev.set_data(offset_bytes(t == 0 ? in.cs_prev.data : written_to[kCs], prev(kCs) * H, dt));
-        for (int k = 0; k < 7; ++k) slices[k].set_data(offset_bytes(written_to[k], (step_row(k, t) + r0) * H, dt));
+        for (int k = 0; k < 7; ++k) slices[k].set_data(offset_bytes(written_to[k], step_row(k, t) * H, dt));
         const int b = xw_buffer(t);
-        xw_t.set_data(xw.floats() + b * xw_rows * 4 * H + (rows.packed[t] - xw_first[b] + r0) * 4 * H);
+        xw_t.set_data(xw.floats() + b * xw_rows * 4 * H + (rows.packed[t] - xw_first[b]) * 4 * H);
         const int64_t state_rows = caller ? B : count;
         for (Buf *b : {&h_prev, &cs_prev}) b->set_rows(state_rows);
         for (Buf *b : {&xw_t, &gates_rows, &order}) b->set_rows(count);
