@@ -1,6 +1,6 @@
 // How a CPU step product's rows go into register tiles: the one contract between the kernels
 // (generators/common.h: matrix_product's one-row twin and short-tile twins, which a step kernel
-// runs where its rows are few) and the runtime's time loops (runtime/src/ops_sequence.cpp), which
+// runs where its rows are few) and the runtime's backward loop and cell ops (runtime/src/), which
 // give a step's last rows a call of their own where that pays. Free of Halide, so that the
 // runtime includes it too.
 #pragma once
