@@ -103,7 +103,7 @@ struct GemmUse {
 // pack per work item or per call (see the two loop orders below); the per-step products read A
 // in place and B from the weight panels packed once per call.
 inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int tile_cols, int tile_rows, bool batched,
-                                  bool single_row, int vec, bool partition_k);
+                                  bool single_row, int vec, bool partition_k, int partial_sums = 1);
 
 inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &tuning) {
     const bool batched = use.shape == GemmShape::batched;
@@ -388,7 +388,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
                               batched, /*single_row=*/false, vec, partition);
         if (single.defined())
             schedule_accumulators(g, single, inner_tiles, one_row_tiles * tile_cols, 1, false, /*single_row=*/true,
-                                  vec, partition);
+                                  vec, partition, tuning.gemm_one_row_partial_sums(one_row_tiles));
         for (std::size_t i = 0; i < ys.size(); ++i)
             schedule_accumulators(g, g.short_tiles[i].*twin, ys[i], twin_cols(g.short_tiles[i].rows),
                                   g.short_tiles[i].rows, false, /*single_row=*/false, vec, partition);
@@ -423,7 +423,7 @@ inline void schedule_gemm_cpu(GemmFuncs g, const GemmUse &use, const CpuTuning &
 // part (or, single_row, part_single; or a short twin, whose rows are those of one short tile): a
 // register tile of tile_cols x tile_rows accumulators, at `at`.
 inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int tile_cols, int tile_rows, bool batched,
-                                  bool single_row, int vec, bool partition_k) {
+                                  bool single_row, int vec, bool partition_k, int partial_sums) {
     Var x = g.x, y = g.y, xl("xl"), xv("xv");
     part.compute_at(g.sum, at).bound_extent(x, tile_cols);
     // The single-row twin's rows are left to bounds inference: the general branch of the
@@ -446,8 +446,9 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
             .unroll(y);
         return;
     }
-    if (single_row) {
-        // One row: two partial sums per vector (even and odd k), so twice the FMA chains run at once.
+    if (single_row && partial_sums == 2) {
+        // One row: two partial sums per vector (even and odd k), so twice the FMA chains run at once
+        // (CpuTuning::gemm_one_row_partial_sums).
         RVar ko("ko"), ki("ki");
         Var u("u");
         Func partial = part.update().split(g.k, ko, ki, 2, TailStrategy::GuardWithIf).rfactor(ki, u);
@@ -463,6 +464,7 @@ inline void schedule_accumulators(const GemmFuncs &g, Func part, Var at, int til
         .vectorize(xv)
         .unroll(xl)
         .unroll(y);
+    if (single_row) return;  // one row has no partial tile (below)
     // A step's partial tile (its rows past the whole tiles, GuardWithIf) runs outside the tile
     // loop's steady state, whose k loop Halide does not partition by itself: there every k step
     // kept its clamps and masked loads (BlockLSTMV2 at T,I,H 100,0,256, B = 12: 9.4 -> 6.2 ms,

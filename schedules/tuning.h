@@ -65,18 +65,32 @@ struct CpuTuning {
     int gemm_step_tall_tile_cols(int rows) const { return vector_floats * gemm_step_tall_tile_vectors(rows); }
     // The step tiles one task of a step's one-row product covers (schedules/step_tiles.h): the
     // fewest whose columns are whole weight panels (AVX2's 24-column tiles: two, 48 columns), if
-    // their accumulators (two partial sums a vector) fit the registers and the panels' slack
-    // (panels::kOneRowSlackCols) covers them. One row streams W_h's panels from L3 at every step,
-    // and a tile that ends inside a panel reads both of its panels in part: on a Zen 3 one-row
-    // tasks of 48 columns made BlockLSTM 0.86-0.88x and BlockLSTMGrad 0.87-0.90x the time of
-    // 24-column ones at 100,1,512 (docs/tuning.md).
+    // their accumulators fit the registers and the panels' slack (panels::kOneRowSlackCols)
+    // covers them. One row streams W_h's panels from L3 at every step, and a tile that ends
+    // inside a panel reads both of its panels in part: on a Zen 3 one-row tasks of 48 columns
+    // made BlockLSTM 0.86-0.88x and BlockLSTMGrad 0.87-0.90x the time of 24-column ones at
+    // 100,1,512 (docs/tuning.md).
     int gemm_one_row_task_tiles() const {
         const int cols = gemm_step_tile_cols();
         int tiles = 1;
         while (tiles * cols % panels::kPanelCols != 0) ++tiles;
-        const bool fits = 2 * tiles * gemm_step_tile_vectors + 2 <= registers() &&
+        const bool fits = tiles * gemm_step_tile_vectors + 1 <= registers() &&
                           (tiles - 1) * cols <= panels::kOneRowSlackCols;
         return fits ? tiles : 1;
+    }
+    // The partial sums each vector of a one-row task of `task_tiles` step tiles keeps (the
+    // runtime's panels: gemm_one_row_task_tiles; a copy of b per tile: one): two (even and odd
+    // k, twice the FMA chains in flight) where their accumulators and a broadcast for each leave
+    // LLVM three registers for the k loop's invariants, else one. AVX2's 48-column task in two
+    // sums was 12 accumulators and 2 broadcasts of 16 registers, and LLVM spilled two
+    // accumulators to the stack and back at every step of k; in one sum the loop is 6 FMAs
+    // reading W_h's panels and a broadcast, chains enough for a row whose every FMA loads its
+    // vector of W_h: BlockLSTM 0.88x the time at 500,1,128, 0.97x at 100,1,256 (AMD Zen 3,
+    // docs/performance.md). The cell's copy of w per tile is one tile, 3 vectors: two sums.
+    int gemm_one_row_partial_sums(int task_tiles) const {
+        const int vectors = task_tiles * gemm_step_tile_vectors;
+        constexpr int kLoopInvariants = 3;
+        return 2 * vectors + 2 + kLoopInvariants <= registers() ? 2 : 1;
     }
     // Vector registers of the instruction set whose vectors these are.
     int registers() const { return vector_floats >= 16 ? 32 : 16; }
