@@ -13,8 +13,8 @@
 //   build/builds_ab build/a.so build/runtime/libblocklstm.so.0.1.0 forward 50 8 128 300 [spread] [f16]
 // OP: forward (BlockLSTM), backward (BlockLSTMGrad) or cell (LSTMBlockCell, 100 calls a sample, T
 // unused); T B H (I = H); PAIRS; lengths: none (TF's op), spread (each row's length uniform in
-// [ceil(T/4), T]) or sorted (the same, longest first); the dtype: f32 (the default), f16 or bf16. A copy of a build against itself reads
-// 0.99-1.00 on an AMD Zen 3 VM at 50,8,128.
+// [ceil(T/4), T]) or sorted (the same, longest first); the dtype: f32 (the default), f16 or
+// bf16. A copy of a build against itself reads 0.99-1.00 on an AMD Zen 3 VM at 50,8,128.
 #include <blocklstm/blocklstm.h>
 
 #include <dlfcn.h>
