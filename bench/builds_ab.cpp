@@ -12,7 +12,7 @@
 //   cp build/runtime/libblocklstm.so.0.1.0 build/a.so        # build A; then rebuild with the change
 //   build/builds_ab build/a.so build/runtime/libblocklstm.so.0.1.0 forward 50 8 128 300 [spread] [f16]
 // OP: forward (BlockLSTM), backward (BlockLSTMGrad) or cell (LSTMBlockCell, 100 calls a sample, T
-// unused); T B H (I = H); PAIRS; lengths: none (TF's op), spread (each row's length uniform in
+// unused); T B H (I = H, or AB_INPUT=I in the environment); PAIRS; lengths: none (TF's op), spread (each row's length uniform in
 // [ceil(T/4), T]) or sorted (the same, longest first); the dtype: f32 (the default), f16 or
 // bf16. A copy of a build against itself reads 0.99-1.00 on an AMD Zen 3 VM at 50,8,128.
 #include <blocklstm/blocklstm.h>
@@ -101,7 +101,7 @@ int main(int argc, char **argv) {
     const DType dt = dtype_name == "f16" ? DType::f16 : dtype_name == "bf16" ? DType::bf16 : DType::f32;
     const Build builds[2] = {load(argv[1]), load(argv[2])};
     const std::string op = argv[3], lengths = argc > 8 ? argv[8] : "none";
-    const int64_t T = std::atoll(argv[4]), B = std::atoll(argv[5]), H = std::atoll(argv[6]), I = H;
+    const int64_t T = std::atoll(argv[4]), B = std::atoll(argv[5]), H = std::atoll(argv[6]), I = std::getenv("AB_INPUT") ? std::atoll(std::getenv("AB_INPUT")) : H;
     const int pairs = std::atoi(argv[7]);
     if ((op != "forward" && op != "backward" && op != "cell") || T < 1 || B < 1 || H < 1 || pairs < 1 ||
         (lengths != "none" && lengths != "spread" && lengths != "sorted")) {

@@ -57,6 +57,11 @@ struct CpuTuning {
     int gemm_columns_inner = 0;
     // A column sum's parallel chunk, in vectors of one row (summed in groups that fit the registers).
     int column_sum_vectors = 0;
+    // The runtime's, read by no kernel: the most cells H at which a forward step of at most 8 rows
+    // runs on one thread, without a fork, beside the input projection on the other (2 loop
+    // threads; runtime/src/weight_grad_chunks.h: steps_on_one_thread). Where one core's L2 feeds
+    // W_h slower than two forks a step cost, the steps of larger H are split over both threads.
+    int one_thread_forward_cells = 0;
 
     int gemm_tile_cols() const { return vector_floats * gemm_tile_vectors; }
     int gemm_step_tile_cols() const { return vector_floats * gemm_step_tile_vectors; }

@@ -15,6 +15,7 @@
 #include <blocklstm/ops.h>
 
 #include "test_util.h"
+#include "runtime/src/weight_grad_chunks.h"
 #include "runtime/src/x86_features.h"
 
 namespace blt {
@@ -316,8 +317,9 @@ TEST(VariantShapes, ClipActiveWhereIntended) {
 }
 
 // The knob rows (schedules/tuning.h): every candidate a search tries is in the knob's range, the
-// descent's places are distinct, every knob is read by some product's schedule, every product kind
-// that families.inc tiles reads some knob; and a knob with a fallback may be left out of a table.
+// descent's places are distinct, every knob the search tries is read by some product's schedule (one
+// no kernel reads is the runtime's, never searched), every product kind that families.inc tiles
+// reads some knob; and a knob with a fallback may be left out of a table.
 template <typename Tuning>
 void expect_rows_consistent(const std::vector<blocklstm::schedules::Knob<Tuning>> &knobs) {
     std::set<int> places;
@@ -325,7 +327,7 @@ void expect_rows_consistent(const std::vector<blocklstm::schedules::Knob<Tuning>
         SCOPED_TRACE(k.name);
         for (int v : k.candidates) EXPECT_TRUE(v >= k.min && v <= k.max) << v;
         if (k.priority > 0) EXPECT_TRUE(places.insert(k.priority).second) << "place " << k.priority << " twice";
-        EXPECT_FALSE(k.read_by.empty());
+        if (k.read_by.empty()) EXPECT_TRUE(k.priority == 0 && k.candidates.empty()) << "the runtime's, searched";
     }
     for (const auto &f : blocklstm::kernel::kFamilies) {
         if (f.products == Products::none) continue;
@@ -873,6 +875,31 @@ TEST(StepTiles, RowsPastTheTilesRunAloneWhereCheaperThanATile) {
     std::vector<std::pair<int64_t, int64_t>> calls;
     st::each_call(13, 4, [&](int64_t r0, int64_t n) { calls.emplace_back(r0, n); });
     EXPECT_EQ(calls, (std::vector<std::pair<int64_t, int64_t>>{{0, 12}, {12, 1}}));
+}
+
+// Which calls run their steps on one thread beside the batched products (2 loop threads): at most
+// 8 rows, up to the table's one_thread_forward_cells in the forward and 128 in the backward, and
+// H <= 64 up to 4096 units a step (2048 in the backward) whatever the table says; a table that
+// leaves the knob out gets 128.
+TEST(StepsOnOneThread, TheTablesCellsBoundTheSmallForwardSteps) {
+    using blocklstm::detail::steps_on_one_thread;
+    EXPECT_TRUE(steps_on_one_thread(8, 128, false, 128));
+    EXPECT_FALSE(steps_on_one_thread(9, 128, false, 128));
+    EXPECT_FALSE(steps_on_one_thread(1, 128, false, 64)) << "B = 1, H = 128 split where the table says 64";
+    EXPECT_FALSE(steps_on_one_thread(8, 96, false, 64));
+    EXPECT_TRUE(steps_on_one_thread(8, 128, true, 64)) << "the backward's 128, whatever the table";
+    EXPECT_FALSE(steps_on_one_thread(8, 192, true, 256));
+    EXPECT_TRUE(steps_on_one_thread(64, 64, false, 0)) << "4096 units of H = 64, whatever the table";
+    EXPECT_FALSE(steps_on_one_thread(64, 64, true, 0)) << "the backward's 2048";
+    std::string without;  // the AVX2 table's knobs but one_thread_forward_cells
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (t.tuning_table != "x86-64-avx2") continue;
+        std::stringstream items(t.tuning);
+        for (std::string item; std::getline(items, item, ',');)
+            if (item.rfind("one_thread_forward_cells:", 0) != 0) without += (without.empty() ? "" : ",") + item;
+    }
+    if (without.empty()) GTEST_SKIP() << "no CPU target of this build runs the table x86-64-avx2";
+    EXPECT_EQ(blocklstm::schedules::parse_cpu_tuning("x86-64-avx2", without).one_thread_forward_cells, 128);
 }
 
 // In one process, every CPU target this CPU runs computes the sequence ops within the tolerance

@@ -13,6 +13,7 @@
 #include "runtime/src/exec.h"
 #include "runtime/src/validate.h"
 #include "runtime/src/x86_features.h"
+#include "schedules/tuning.h"
 
 #include "cpu_targets.inc"  // generated: BLOCKLSTM_CPU_TARGET_SPECS
 
@@ -218,6 +219,8 @@ int cpu_target_knob(int index, const std::string &knob) {
         if (knobs.compare(at, key.size(), key) == 0) return std::stoi(knobs.substr(at + key.size(), end - at - key.size()));
         at = end + 1;
     }
+    for (const auto &row : schedules::cpu_knobs())  // left out of the table: its row's fallback
+        if (row.name == knob && row.fallback) return *row.fallback;
     throw Error("CPU target " + compiled().at(index).name + ": its tuning table has no knob " + knob);
 }
 

@@ -61,7 +61,8 @@ bool cpu_target_amx_products(int index);
 // The index of the target whose float32 and float16 kernels that target runs (its
 // other_dtypes_as), or -1.
 int cpu_target_other_dtypes_as(int index);
-// A knob of that target's tuning table (schedules/tuning.h), as its kernels were compiled with.
+// A knob of that target's tuning table (schedules/tuning.h), as its kernels were compiled with (a
+// knob the table leaves out: its row's fallback, schedules/cpu_knobs.inc).
 int cpu_target_knob(int index, const std::string &knob);
 
 // Scratch memory of one call on its device (CUDA: stream-ordered, cuMemAllocAsync /

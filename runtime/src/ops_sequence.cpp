@@ -250,7 +250,9 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
 // BlockLSTM, float32, T,B,I=H): 500,1,128 0.79x the time, 200,4,128 0.75x, 50,8,128 0.89x; level
 // at 100,16,128 and 100,8,192; slower at 100,1,256 (1.05x) and 100,2,384 (2.3x). So on 2 loop
 // threads (the pool's, or the OpenMP team's), steps_on_one_thread (weight_grad_chunks.h: at most
-// 8 rows of H <= 128, or H <= 64 up to 4096 units a step) and, on AMX, amx_steps_on_one_thread.
+// 8 rows of H <= 128, in the forward of H <= the table's one_thread_forward_cells, 64 on AVX2, whose
+// split steps were the faster on a Zen 3; or H <= 64 up to 4096 units a step) and, on AMX,
+// amx_steps_on_one_thread.
 // A chunk is 32 rows' steps (16 and 64 rows were slower at 500,1,128 and 200,4,128). The backward
 // runs its steps on one thread the same way, beside x_grad's product of the rows they have
 // written, in runs of a chunk's rows or more, and at most 4 rows beside w_grad's chunks too
@@ -290,12 +292,15 @@ bool amx_steps_on_one_thread(int64_t B, int64_t H, bool backward) {
     return 4 * H * H * 2 <= l2_cache_bytes() * 3 / 5 && B * H <= 32768;
 }
 
-// `amx`: the steps run on AMX's tiles; `backward`: the steps of a grad op.
-int64_t side_by_side_chunk_steps(int64_t B, int64_t H, int64_t S, bool amx, bool backward) {
+// `exec`: the call's (its CPU target's table); `amx`: the steps run on AMX's tiles; `backward`: the
+// steps of a grad op.
+int64_t side_by_side_chunk_steps(const Exec &exec, int64_t B, int64_t H, int64_t S, bool amx, bool backward) {
     const SideBySide mode = side_by_side_mode();
     if (mode == SideBySide::off || loop_threads() != 2) return 0;
     const int64_t steps = mode == SideBySide::always ? 2 : (kSideBySideChunkRows + B - 1) / std::max<int64_t>(1, B);
-    const bool fits = mode == SideBySide::always || mode == SideBySide::on || steps_on_one_thread(B, H, backward) ||
+    const int64_t forward_cells = cpu_target_knob(exec.cpu_target(), "one_thread_forward_cells");
+    const bool fits = mode == SideBySide::always || mode == SideBySide::on ||
+                      steps_on_one_thread(B, H, backward, forward_cells) ||
                       (amx && amx_steps_on_one_thread(B, H, backward));
     return fits && steps < S ? steps : 0;
 }
@@ -417,7 +422,7 @@ void forward_steps(Exec &exec, const PlanKernels &kernels, DType dt, const SeqDi
         x_rows = x_packed->data();
     }
     const int64_t side_by_side =
-        dev == Device::cpu && !split ? side_by_side_chunk_steps(B, H, S, steps_on_amx(exec, dt), false) : 0;
+        dev == Device::cpu && !split ? side_by_side_chunk_steps(exec, B, H, S, steps_on_amx(exec, dt), false) : 0;
     const int64_t chunk = side_by_side > 0            ? side_by_side
                           : dev == Device::cpu && !split ? projection_chunk_steps(B, H)
                                                          : S;
@@ -990,7 +995,7 @@ public:
         const int64_t B = d_.B, I = d_.I, H = d_.H, N = rows_.total();
         dgates_.emplace(exec_, N * 4 * H * static_cast<int64_t>(size_of(gate_grads_)), Scratch::Fill::none);
         if (dev_ == Device::cpu && !split_)
-            beside_steps_ = side_by_side_chunk_steps(B, H, rows_.steps, steps_on_amx(exec_, dt_), true);
+            beside_steps_ = side_by_side_chunk_steps(exec_, B, H, rows_.steps, steps_on_amx(exec_, dt_), true);
         const bool w_grad_beside = side_by_side_mode() == SideBySide::always || weight_grads_beside_steps(B, H);
         if (beside_steps_ > 0 && w_grad_beside) prepare_weight_grad_chunks();
         x_grad_from_ = N;

@@ -10,14 +10,21 @@ namespace blocklstm::detail {
 // Steps on the FMAs small enough that, on 2 loop threads, a call runs them on one thread, without a
 // fork, and its batched products on the other beside them (ops_sequence.cpp:
 // side_by_side_chunk_steps; docs/performance.md): at most 8 rows of H <= 128 (W_h's 256 KiB, 512
-// Ki multiply-adds a step), or H <= 64 and up to B * H = 4096 units a step in the forward, 2048 in
-// the backward. Measured on an Intel Xeon 6 VM (2 vCPUs, float32, BLOCKLSTM_SIDE_BY_SIDE=on against
-// the default, least of 3, T = 100): BlockLSTM 0.75x the time at B,H = 16,64, 0.89x at 32,64,
-// 0.94x at 64,64, 0.78x at 64,32, 0.85x at 128,32, but 1.10x at 12,128 and 1.03x at 24,128;
-// BlockLSTMGrad 0.84x at 16,64, 0.96x at 32,64, 0.92x at 64,32, but 1.04x at 64,64 (float16
-// 0.69-0.87x at those that gain).
-constexpr bool steps_on_one_thread(int64_t batch, int64_t cells, bool backward) {
-    return (batch <= 8 && cells <= 128) || (cells <= 64 && batch * cells <= (backward ? 2048 : 4096));
+// Ki multiply-adds a step at 8 rows), or H <= 64 and up to B * H = 4096 units a step in the
+// forward, 2048 in the backward. Measured on an Intel Xeon 6 VM (2 vCPUs, float32,
+// BLOCKLSTM_SIDE_BY_SIDE=on against the default, least of 3, T = 100): BlockLSTM 0.75x the time at
+// B,H = 16,64, 0.89x at 32,64, 0.94x at 64,64, 0.78x at 64,32, 0.85x at 128,32, but 1.10x at 12,128
+// and 1.03x at 24,128; BlockLSTMGrad 0.84x at 16,64, 0.96x at 32,64, 0.92x at 64,32, but 1.04x at
+// 64,64 (float16 0.69-0.87x at those that gain). The forward's 8 rows go up to the table's
+// one_thread_forward_cells instead of 128 (`forward_cells`): on an AMD Zen 3 (the AVX2 table's 64)
+// BlockLSTM's steps of H = 96 and 128 split over both threads, each core reading half of W_h from
+// its own L2, took 0.91-0.97x the time at B = 1 to 8 (the two rules' builds alternated in one
+// process, docs/performance.md); BlockLSTMGrad's 0.82-0.98x at T = 100 to 300 but 1.01-1.10x at
+// T = 500 (B = 1, 2), where the steps' thread had w_grad's chunks beside it: it keeps 128.
+constexpr int64_t kOneThreadBackwardCells = 128;
+constexpr bool steps_on_one_thread(int64_t batch, int64_t cells, bool backward, int64_t forward_cells) {
+    return (batch <= 8 && cells <= (backward ? kOneThreadBackwardCells : forward_cells)) ||
+           (cells <= 64 && batch * cells <= (backward ? 2048 : 4096));
 }
 
 // Where the backward's recurrence is as long as its batched products (at most 4 rows of H <= 128;
