@@ -18,9 +18,10 @@ namespace blocklstm::detail {
 // 64,64 (float16 0.69-0.87x at those that gain). The forward's 8 rows go up to the table's
 // one_thread_forward_cells instead of 128 (`forward_cells`): on an AMD Zen 3 (the AVX2 table's 64)
 // BlockLSTM's steps of H = 96 and 128 split over both threads, each core reading half of W_h from
-// its own L2, took 0.91-0.97x the time at B = 1 to 8 (the two rules' builds alternated in one
-// process, docs/performance.md); BlockLSTMGrad's 0.82-0.98x at T = 100 to 300 but 1.01-1.10x at
-// T = 500 (B = 1, 2), where the steps' thread had w_grad's chunks beside it: it keeps 128.
+// its own L2, took 0.85-0.91x the time at 100,1,128, 500,1,128 and 50,8,128 (the two rules'
+// builds alternated in one process, docs/performance.md); BlockLSTMGrad's 0.82-0.98x at T = 100
+// to 300 but 1.01-1.10x at T = 500 (B = 1, 2), where the steps' thread had w_grad's chunks beside
+// it: it keeps 128.
 constexpr int64_t kOneThreadBackwardCells = 128;
 constexpr bool steps_on_one_thread(int64_t batch, int64_t cells, bool backward, int64_t forward_cells) {
     return (batch <= 8 && cells <= (backward ? kOneThreadBackwardCells : forward_cells)) ||
