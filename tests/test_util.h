@@ -213,6 +213,10 @@ inline const std::vector<Shape> &variant_shapes() {
         // chunks; with B = 600 the second chunk starts inside h_prev's rows of h_prev_seq.
         {40, 17, 5, 16, 35, 1, 0.0, 1.0, "w_grad over two chunks"},
         {2, 600, 3, 2, 2, 1, 0.0, 1.0, "a w_grad chunk starting inside h_prev"},
+        // With 2 loop threads a backward of at most 8 rows of H <= 128 sums w_grad's chunks of 256
+        // rows (counted from the last) beside its steps (runtime/src/weight_grad_chunks.h): 288
+        // rows are two, the second summed after the steps.
+        {40, 8, 5, 16, 36, 1, 0.0, 1.0, "8 rows, w_grad's chunks beside the steps"},
     };
     return s;
 }

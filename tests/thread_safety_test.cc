@@ -228,6 +228,7 @@ void expect_every_thread_count_gives_the_bits(const Shape &shape) {
 TEST(Threads, SetNumThreadsKeepsEveryBit) {
     expect_every_thread_count_gives_the_bits({6, 16, 40, 48, 6, 1, 3.0, 1.0, "threads"});
     expect_every_thread_count_gives_the_bits({40, 4, 24, 32, 37, 1, 3.0, 1.0, "steps on one thread"});
+    expect_every_thread_count_gives_the_bits({40, 8, 24, 32, 37, 1, 3.0, 1.0, "w_grad's two chunks beside the steps"});
     EXPECT_THROW(blocklstm::set_num_threads(-1), blocklstm::Error);
 }
 

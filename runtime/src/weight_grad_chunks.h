@@ -28,10 +28,14 @@ constexpr bool steps_on_one_thread(int64_t batch, int64_t cells, bool backward, 
            (cells <= 64 && batch * cells <= (backward ? 2048 : 4096));
 }
 
-// Where the backward's recurrence is as long as its batched products (at most 4 rows of H <= 128;
-// with 8 the products took twice the steps' time at 50,8,128), w_grad's chunks are summed beside it
-// too.
-constexpr bool weight_grads_beside_steps(int64_t batch, int64_t cells) { return batch <= 4 && cells <= 128; }
+// Where the backward's steps run on one thread and are small (at most 8 rows of H <= 128), w_grad's
+// chunks are summed beside them too, on the thread that has x_grad's product of the rows done:
+// the chunks it has not summed when the steps end run after them, as all did before. Up to 4 rows
+// on an Intel Xeon 6 (0.77-0.88x the time at 500,1,128, 200,4,128 and 100,2,128; level at
+// 50,8,128); on an AMD Zen 3 with 5-8 rows 0.89-0.93x at 100,6,128, 0.95x at 300,7,96, 0.95-0.99x
+// at 100,8,128 and 200,8,96, 0.97-0.99x at 200,8,128 and 500,8,128, level at 50,8,128 (0.98-1.02x),
+// 100,8,64, 50,5,128 and with spread lengths (bench/builds_ab.cpp, two runs; docs/performance.md).
+constexpr bool weight_grads_beside_steps(int64_t batch, int64_t cells) { return batch <= 8 && cells <= 128; }
 
 // Rows of dgates per chunk of the CPU's float32 w_grad (ops_sequence.cpp: WeightGradChunks): one
 // k block of its product in the AVX2 table (schedules/tuned/x86-64-avx2.json: gemm_k_block);
