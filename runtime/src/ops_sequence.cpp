@@ -255,9 +255,9 @@ int64_t projection_chunk_steps(int64_t B, int64_t H) {
 // amx_steps_on_one_thread.
 // A chunk is 32 rows' steps (16 and 64 rows were slower at 500,1,128 and 200,4,128). The backward
 // runs its steps on one thread the same way, beside x_grad's product of the rows they have
-// written, in runs of a chunk's rows or more, and at most 8 rows of H <= 128 beside w_grad's chunks too
-// (GradPass::reverse_recurrence; weight_grad_chunks.h: BlockLSTMGrad 0.88x at 50,8,128, 0.77x at
-// 500,1,128, 0.78x at 200,4,128).
+// written, in runs of a chunk's rows or more, and at most 8 rows of H <= 128 beside w_grad's
+// chunks too (GradPass::reverse_recurrence; weight_grad_chunks.h: BlockLSTMGrad 0.88x at
+// 50,8,128, 0.77x at 500,1,128, 0.78x at 200,4,128).
 // BLOCKLSTM_SIDE_BY_SIDE=always: every CPU call on 2 loop threads, in chunks of 2 steps (the
 // tests'); =on: every CPU call on 2 loop threads in the usual chunks (for measuring where it
 // pays); =off: never.
