@@ -34,22 +34,30 @@ inline Expr gate_block(Layout layout, Gate gate, const Expr &gate_order) {
 }
 
 // Halide 21's exp is inlined and vectorised (max relative error 1.3e-7 on [-5, 5]); fast_exp
-// (1.7e-6) failed TF's 1e-6 tolerance, and Halide's tanh calls libm's tanhf once per lane.
-// Large |z|: exp(-z) -> inf gives sigmoid 0, and the tanh form below never overflows.
+// (1.7e-6) failed TF's 1e-6 tolerance, and Halide's tanh calls libm's tanhf once per lane. Its
+// 2^k comes from x / ln 2 converted to int, which saturates past 2^31: exp gave 0 for x = +inf, x
+// past about 1.5e9 and NaN, so sigmoid(-inf) was 1 and a NaN in x or w came out as finite outputs,
+// where TF's kernels and torch's give 0 and NaN. So sigmoid caps exp's argument at 89 (exp(89) is
+// already inf in float32) and both activations pass a NaN through: the same bits for every
+// other z (the cap and the selects cost BlockLSTM 2-4 % of its time at 50,8,128, 0-2 % at
+// 200,16,256 and nothing measurable at 100,64,512 on an AMD Zen 3: docs/performance.md).
+// z far below 0: exp(-z) -> inf gives sigmoid 0.
 inline Expr sigmoid(const Expr &z) {
-    return 1.0f / (1.0f + Halide::exp(-z));
+    return Halide::select(Halide::is_nan(z), z, 1.0f / (1.0f + Halide::exp(Halide::min(-z, 89.0f))));
 }
 
 // tanh(z) = sign(z) (1 - e) / (1 + e), e = exp(-2|z|) <= 1: no overflow, absolute error ~1e-7.
 inline Expr tanh_act(const Expr &z) {
     Expr e = Halide::exp(-2.0f * Halide::abs(z));
     Expr t = (1.0f - e) / (1.0f + e);
-    return Halide::select(z < 0.0f, -t, t);
+    return Halide::select(Halide::is_nan(z), z, Halide::select(z < 0.0f, -t, t));
 }
 
-// Clip the new cell state only when cell_clip > 0 (TF: clip disabled for cell_clip <= 0).
+// Clip the new cell state only when cell_clip > 0 (TF: clip disabled for cell_clip <= 0). A NaN
+// stays NaN, as through TF's min and max (Halide's clamp made it the clip).
 inline Expr clip_cell(const Expr &cs, const Expr &cell_clip) {
-    return Halide::select(cell_clip > 0.0f, Halide::clamp(cs, -cell_clip, cell_clip), cs);
+    return Halide::select(cell_clip > 0.0f,
+                          Halide::select(Halide::is_nan(cs), cs, Halide::clamp(cs, -cell_clip, cell_clip)), cs);
 }
 
 struct CellForward {

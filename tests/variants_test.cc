@@ -986,6 +986,95 @@ TEST(CpuTargets, Bfloat16CallsRunOffAmxWhereItDoesNotPay) {
     if (ran == 0) GTEST_SKIP() << "no target with amx_products runs on this CPU (none compiled, or none runnable)";
 }
 
+// Where the reference has a NaN ours has one, where it has an infinity ours has the same one, and
+// elsewhere max |ours - ref| <= tol * max(1, max finite |ref|).
+::testing::AssertionResult close_with_non_finites(const std::string &name, const Tensor &ours_t, const Array &want,
+                                                  double tol) {
+    const Array ours = ref::to_array(ours_t.view());
+    if (ours.shape != want.shape) return ::testing::AssertionFailure() << name << ": shape " << shape_str(ours.shape);
+    double scale = 1;
+    for (double v : want.data)
+        if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
+    for (std::size_t k = 0; k < want.data.size(); ++k) {
+        const double o = ours.data[k], w = want.data[k];
+        const bool ok = std::isnan(w) ? std::isnan(o) : std::isinf(w) ? o == w : std::abs(o - w) <= tol * scale;
+        if (!ok)
+            return ::testing::AssertionFailure() << name << " " << shape_str(want.shape) << " at flat index " << k
+                                                 << ": ours " << o << ", ref " << w << " (tol " << tol << " * " << scale
+                                                 << ")";
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// Non-finite inputs give what TF's kernels and the float64 reference give: a NaN in x reaches
+// every output of its row from its step on (and the weight gradients that sum over it), +-inf and
+// huge values saturate the gates to exactly 0, 1 or +-1. (Halide's exp gave 0 for +inf, for x past
+// about 1.5e9 and for NaN, so a NaN came out finite and sigmoid(-inf) as 1: generators/lstm_math.h.)
+// Every CPU target that runs here (the check targets' geometries too), each dtype, the cell and
+// sequence ops and their gradients, with and without peepholes and the cell clip.
+TEST(CpuTargets, NonFiniteInputsGiveTheReferencesNonFinites) {
+    RestorePin restore;
+    int ran = 0;
+    for (const blocklstm::CpuTarget &t : blocklstm::cpu_targets()) {
+        if (!t.runs_here) continue;
+        blocklstm::set_cpu_target(t.name);
+        for (DType dtype : {DType::f32, DType::f16, DType::bf16})
+            for (bool cell : {false, true})
+                for (bool peephole : {false, true})
+                    for (double clip : {0.0, 3.0}) {
+                        const Shape s{4, 4, 3, 8, 4, 1.0, clip, 1.0, "non-finite x"};
+                        SCOPED_TRACE(t.name + " " + blocklstm::to_string(dtype) + (cell ? " cell" : " sequence") +
+                                     (peephole ? " peephole" : "") + " clip " + std::to_string(clip));
+                        BLT_SEED(seed, "CpuTargets/non_finite");
+                        Problem p = make_problem(seed, s, dtype, cell, peephole, Layout::icfo);
+                        // Row b's first input at step 1 (the cell: its only step): NaN, +inf, -inf, 1e12
+                        // (+inf in float16).
+                        const double values[] = {NAN, INFINITY, -INFINITY, 1e12};
+                        for (int64_t b = 0; b < s.B; ++b) p.x.data[((cell ? 0 : s.B) + b) * s.I] = values[b];
+                        p.x = rounded(p.x, dtype);
+                        p.fwd = cell ? ref::lstm_block_cell(p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b,
+                                                            p.fb(), clip, peephole)
+                                     : ref::block_lstm(s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b,
+                                                       p.fb(), clip, peephole, Layout::icfo);
+                        for (Array *a : {&p.fwd.i, &p.fwd.cs, &p.fwd.f, &p.fwd.o, &p.fwd.ci, &p.fwd.co, &p.fwd.h})
+                            *a = rounded(*a, dtype);
+                        ASSERT_TRUE(std::isnan(p.fwd.h.data[(cell ? 0 : s.B) * s.H])) << "the reference's NaN row";
+                        const Inputs in(p);
+                        const double ft = fwd_tol(dtype), gt = grad_tol(dtype);
+                        const blocklstm::LSTMOutputs<Tensor> f = run_fwd(p, in);
+                        EXPECT_TRUE(close_with_non_finites("i", f.i, p.fwd.i, ft));
+                        EXPECT_TRUE(close_with_non_finites("cs", f.cs, p.fwd.cs, ft));
+                        EXPECT_TRUE(close_with_non_finites("f", f.f, p.fwd.f, ft));
+                        EXPECT_TRUE(close_with_non_finites("o", f.o, p.fwd.o, ft));
+                        EXPECT_TRUE(close_with_non_finites("ci", f.ci, p.fwd.ci, ft));
+                        EXPECT_TRUE(close_with_non_finites("co", f.co, p.fwd.co, ft));
+                        EXPECT_TRUE(close_with_non_finites("h", f.h, p.fwd.h, ft));
+                        if (cell) {
+                            const auto g = run_cell_grad(p, in);
+                            const ref::CellGradOut want = ref_cell_grad(p);
+                            EXPECT_TRUE(close_with_non_finites("cs_prev_grad", g.cs_prev_grad, want.cs_prev_grad, gt));
+                            EXPECT_TRUE(close_with_non_finites("dicfo", g.dicfo, want.dicfo, gt));
+                            EXPECT_TRUE(close_with_non_finites("wci_grad", g.wci_grad, want.wci_grad, gt));
+                            EXPECT_TRUE(close_with_non_finites("wcf_grad", g.wcf_grad, want.wcf_grad, gt));
+                            EXPECT_TRUE(close_with_non_finites("wco_grad", g.wco_grad, want.wco_grad, gt));
+                        } else {
+                            const auto g = run_seq_grad(p, in);
+                            const ref::SeqGradOut want = ref_seq_grad(p);
+                            EXPECT_TRUE(close_with_non_finites("x_grad", g.x_grad, want.x_grad, gt));
+                            EXPECT_TRUE(close_with_non_finites("cs_prev_grad", g.cs_prev_grad, want.cs_prev_grad, gt));
+                            EXPECT_TRUE(close_with_non_finites("h_prev_grad", g.h_prev_grad, want.h_prev_grad, gt));
+                            EXPECT_TRUE(close_with_non_finites("w_grad", g.w_grad, want.w_grad, gt));
+                            EXPECT_TRUE(close_with_non_finites("wci_grad", g.wci_grad, want.wci_grad, gt));
+                            EXPECT_TRUE(close_with_non_finites("wcf_grad", g.wcf_grad, want.wcf_grad, gt));
+                            EXPECT_TRUE(close_with_non_finites("wco_grad", g.wco_grad, want.wco_grad, gt));
+                            EXPECT_TRUE(close_with_non_finites("b_grad", g.b_grad, want.b_grad, gt));
+                        }
+                    }
+        ++ran;
+    }
+    EXPECT_GT(ran, 0);
+}
+
 // cuda_release_memory gives back the cuBLAS handles, the kernels' cached intermediates and the
 // pools' memory; the calls after it allocate again and give the same bits (the CUDA kernels and
 // cuBLAS's default algorithm are deterministic on one GPU). Its name has "cuda" in it, so that it

@@ -122,6 +122,23 @@ def test_unbatched_input_of_a_two_layer_bidirectional_module():
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("grad", [False, True])
+def test_nan_and_infinite_inputs_give_what_nn_lstm_gives(grad, device):
+    """A NaN in the input reaches its row's outputs from its step on (and every later layer's), as
+    in nn.LSTM and TF, and +-inf or huge values saturate the gates as there: the kernels' exp had
+    turned NaN and +inf into 0 (finite outputs from a NaN, sigmoid(-inf) = 1)."""
+    torch.manual_seed(2)
+    ref, ours = twins(3, 5, device=device, num_layers=2, bidirectional=True)
+    x = torch.randn(4, 4, 3, device=device)
+    x[1, 0, 0], x[2, 1, 1], x[1, 2, 2], x[0, 3, 0] = float("nan"), float("inf"), -float("inf"), 1e12
+    with torch.set_grad_enabled(grad):
+        (y1, (h1, c1)), (y2, (h2, c2)) = ref(x), ours(x)
+    assert y2[:, 0].isnan().any() and not y2[:, 1:].isnan().any()
+    for a, b in ((y1, y2), (h1, h2), (c1, c2)):
+        torch.testing.assert_close(b, a, atol=TOL, rtol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("enforce_sorted", [False, True])
 def test_packed_sequence_in_and_out_as_nn_lstm(enforce_sorted, device):
     torch.manual_seed(2)
