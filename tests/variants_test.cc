@@ -986,26 +986,6 @@ TEST(CpuTargets, Bfloat16CallsRunOffAmxWhereItDoesNotPay) {
     if (ran == 0) GTEST_SKIP() << "no target with amx_products runs on this CPU (none compiled, or none runnable)";
 }
 
-// Where the reference has a NaN ours has one, where it has an infinity ours has the same one, and
-// elsewhere max |ours - ref| <= tol * max(1, max finite |ref|).
-::testing::AssertionResult close_with_non_finites(const std::string &name, const Tensor &ours_t, const Array &want,
-                                                  double tol) {
-    const Array ours = ref::to_array(ours_t.view());
-    if (ours.shape != want.shape) return ::testing::AssertionFailure() << name << ": shape " << shape_str(ours.shape);
-    double scale = 1;
-    for (double v : want.data)
-        if (std::isfinite(v)) scale = std::max(scale, std::abs(v));
-    for (std::size_t k = 0; k < want.data.size(); ++k) {
-        const double o = ours.data[k], w = want.data[k];
-        const bool ok = std::isnan(w) ? std::isnan(o) : std::isinf(w) ? o == w : std::abs(o - w) <= tol * scale;
-        if (!ok)
-            return ::testing::AssertionFailure() << name << " " << shape_str(want.shape) << " at flat index " << k
-                                                 << ": ours " << o << ", ref " << w << " (tol " << tol << " * " << scale
-                                                 << ")";
-    }
-    return ::testing::AssertionSuccess();
-}
-
 // Non-finite inputs give what TF's kernels and the float64 reference give: a NaN in x reaches
 // every output of its row from its step on (and the weight gradients that sum over it), +-inf and
 // huge values saturate the gates to exactly 0, 1 or +-1. (Halide's exp gave 0 for +inf, for x past
@@ -1040,35 +1020,8 @@ TEST(CpuTargets, NonFiniteInputsGiveTheReferencesNonFinites) {
                             *a = rounded(*a, dtype);
                         ASSERT_TRUE(std::isnan(p.fwd.h.data[(cell ? 0 : s.B) * s.H])) << "the reference's NaN row";
                         const Inputs in(p);
-                        const double ft = fwd_tol(dtype), gt = grad_tol(dtype);
-                        const blocklstm::LSTMOutputs<Tensor> f = run_fwd(p, in);
-                        EXPECT_TRUE(close_with_non_finites("i", f.i, p.fwd.i, ft));
-                        EXPECT_TRUE(close_with_non_finites("cs", f.cs, p.fwd.cs, ft));
-                        EXPECT_TRUE(close_with_non_finites("f", f.f, p.fwd.f, ft));
-                        EXPECT_TRUE(close_with_non_finites("o", f.o, p.fwd.o, ft));
-                        EXPECT_TRUE(close_with_non_finites("ci", f.ci, p.fwd.ci, ft));
-                        EXPECT_TRUE(close_with_non_finites("co", f.co, p.fwd.co, ft));
-                        EXPECT_TRUE(close_with_non_finites("h", f.h, p.fwd.h, ft));
-                        if (cell) {
-                            const auto g = run_cell_grad(p, in);
-                            const ref::CellGradOut want = ref_cell_grad(p);
-                            EXPECT_TRUE(close_with_non_finites("cs_prev_grad", g.cs_prev_grad, want.cs_prev_grad, gt));
-                            EXPECT_TRUE(close_with_non_finites("dicfo", g.dicfo, want.dicfo, gt));
-                            EXPECT_TRUE(close_with_non_finites("wci_grad", g.wci_grad, want.wci_grad, gt));
-                            EXPECT_TRUE(close_with_non_finites("wcf_grad", g.wcf_grad, want.wcf_grad, gt));
-                            EXPECT_TRUE(close_with_non_finites("wco_grad", g.wco_grad, want.wco_grad, gt));
-                        } else {
-                            const auto g = run_seq_grad(p, in);
-                            const ref::SeqGradOut want = ref_seq_grad(p);
-                            EXPECT_TRUE(close_with_non_finites("x_grad", g.x_grad, want.x_grad, gt));
-                            EXPECT_TRUE(close_with_non_finites("cs_prev_grad", g.cs_prev_grad, want.cs_prev_grad, gt));
-                            EXPECT_TRUE(close_with_non_finites("h_prev_grad", g.h_prev_grad, want.h_prev_grad, gt));
-                            EXPECT_TRUE(close_with_non_finites("w_grad", g.w_grad, want.w_grad, gt));
-                            EXPECT_TRUE(close_with_non_finites("wci_grad", g.wci_grad, want.wci_grad, gt));
-                            EXPECT_TRUE(close_with_non_finites("wcf_grad", g.wcf_grad, want.wcf_grad, gt));
-                            EXPECT_TRUE(close_with_non_finites("wco_grad", g.wco_grad, want.wco_grad, gt));
-                            EXPECT_TRUE(close_with_non_finites("b_grad", g.b_grad, want.b_grad, gt));
-                        }
+                        expect_op_matches_reference(p, in, false);  // close(): NaN for NaN, inf for inf
+                        expect_op_matches_reference(p, in, true);
                     }
         ++ran;
     }
