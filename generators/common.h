@@ -40,6 +40,13 @@ inline Expr f32(const Expr &e, bool bf16_by_bits = false) {
 // NaN kept a quiet NaN; elsewhere Halide's cast, which Halide 21 lowers to integer operations on
 // every CPU target (AVX512-BF16's vcvtneps2bf16 too is not matched: about 6 instructions a vector).
 inline Expr stored_as(Type t, const Expr &e, const Target &target) {
+    if (t == Float(16) && !target.has_gpu_feature() && !target.has_feature(Target::F16C)) {
+        // Without F16C (the SSE4.1 target) Halide 21 casts to float16 by integer operations that
+        // turn a NaN into an infinity: a NaN is stored a quiet NaN of its sign, as vcvtps2ph does.
+        Expr f = cast<float>(e);
+        Expr nan = reinterpret(t, cast<uint16_t>(((reinterpret<uint32_t>(f) >> 16) & 0x8000) | 0x7E00));
+        return select(is_nan(f), nan, cast(t, f));
+    }
     if (!t.is_bfloat() || !target.has_gpu_feature()) return cast(t, e);
     Expr f = cast<float>(e), u = reinterpret<uint32_t>(f);
     Expr nearest_even = (u + 0x7FFF + ((u >> 16) & 1)) >> 16;
