@@ -38,7 +38,8 @@ inline Expr f32(const Expr &e, bool bf16_by_bits = false) {
 
 // A value stored as t; on a GPU target a bfloat16 by bits (f32's reason), rounded to nearest even,
 // NaN kept a quiet NaN; elsewhere Halide's cast, which Halide 21 lowers to integer operations on
-// every CPU target (AVX512-BF16's vcvtneps2bf16 too is not matched: about 6 instructions a vector).
+// every CPU target (AVX512-BF16's vcvtneps2bf16 too is not matched: about 6 instructions a vector),
+// but for float16 without F16C a NaN kept a NaN (below).
 inline Expr stored_as(Type t, const Expr &e, const Target &target) {
     if (t == Float(16) && !target.has_gpu_feature() && !target.has_feature(Target::F16C)) {
         // Without F16C (the SSE4.1 target) Halide 21 casts to float16 by integer operations that
