@@ -413,6 +413,18 @@ struct Problem {
     Tensor t(const Array &a) const { return ref::to_tensor(a, dtype); }
 };
 
+// p.fwd: the reference forward of p's inputs, rounded to p's dtype (again after a test changes them).
+inline void set_reference_forward(Problem &p) {
+    if (p.cell)
+        p.fwd = ref::lstm_block_cell(p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
+                                     p.s.cell_clip, p.peephole);
+    else
+        p.fwd = ref::block_lstm(p.s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
+                                p.s.cell_clip, p.peephole, p.layout);
+    for (Array *a : {&p.fwd.i, &p.fwd.cs, &p.fwd.f, &p.fwd.o, &p.fwd.ci, &p.fwd.co, &p.fwd.h})
+        *a = rounded(*a, p.dtype);
+}
+
 inline Problem make_problem(uint64_t seed, const Shape &s, DType dtype, bool cell, bool peephole,
                             Layout layout) {
     Rng rng(seed);
@@ -430,14 +442,7 @@ inline Problem make_problem(uint64_t seed, const Shape &s, DType dtype, bool cel
     p.b = r({4 * H}, 1);
     p.cs_grad = cell ? r({B, H}, 1) : r({T, B, H}, 1);
     p.h_grad = cell ? r({B, H}, 1) : r({T, B, H}, 1);
-    if (cell)
-        p.fwd = ref::lstm_block_cell(p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
-                                     s.cell_clip, peephole);
-    else
-        p.fwd = ref::block_lstm(s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b, p.fb(),
-                                s.cell_clip, peephole, layout);
-    for (Array *a : {&p.fwd.i, &p.fwd.cs, &p.fwd.f, &p.fwd.o, &p.fwd.ci, &p.fwd.co, &p.fwd.h})
-        *a = rounded(*a, dtype);
+    set_reference_forward(p);
     return p;
 }
 

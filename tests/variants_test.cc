@@ -1012,12 +1012,7 @@ TEST(CpuTargets, NonFiniteInputsGiveTheReferencesNonFinites) {
                         const double values[] = {NAN, INFINITY, -INFINITY, 1e12};
                         for (int64_t b = 0; b < s.B; ++b) p.x.data[((cell ? 0 : s.B) + b) * s.I] = values[b];
                         p.x = rounded(p.x, dtype);
-                        p.fwd = cell ? ref::lstm_block_cell(p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b,
-                                                            p.fb(), clip, peephole)
-                                     : ref::block_lstm(s.L, p.x, p.cs_prev, p.h_prev, p.w, p.wci, p.wcf, p.wco, p.b,
-                                                       p.fb(), clip, peephole, Layout::icfo);
-                        for (Array *a : {&p.fwd.i, &p.fwd.cs, &p.fwd.f, &p.fwd.o, &p.fwd.ci, &p.fwd.co, &p.fwd.h})
-                            *a = rounded(*a, dtype);
+                        set_reference_forward(p);
                         ASSERT_TRUE(std::isnan(p.fwd.h.data[(cell ? 0 : s.B) * s.H])) << "the reference's NaN row";
                         const Inputs in(p);
                         expect_op_matches_reference(p, in, false);  // close(): NaN for NaN, inf for inf
