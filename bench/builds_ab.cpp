@@ -14,7 +14,8 @@
 // OP: forward (BlockLSTM), backward (BlockLSTMGrad) or cell (LSTMBlockCell, 100 calls a sample, T
 // unused); T B H (I = H, or AB_INPUT=I in the environment); PAIRS; lengths: none (TF's op), spread (each row's length uniform in
 // [ceil(T/4), T]) or sorted (the same, longest first); the dtype: f32 (the default), f16 or
-// bf16. A copy of a build against itself reads 0.99-1.00 on an AMD Zen 3 VM at 50,8,128.
+// bf16. AB_PEEPHOLE=1: the sequence ops with peepholes; AB_THREADS: the loops' threads (default 2).
+// A copy of a build against itself reads 0.99-1.00 on an AMD Zen 3 VM at 50,8,128.
 #include <blocklstm/blocklstm.h>
 
 #include <dlfcn.h>
@@ -76,7 +77,7 @@ Build load(const char *path) {
         std::fprintf(stderr, "builds_ab: %s lacks the C++ API's symbols\n", path);
         std::exit(1);
     }
-    threads(2);
+    threads(std::getenv("AB_THREADS") ? std::atoi(std::getenv("AB_THREADS")) : 2);
     return b;
 }
 
@@ -146,20 +147,24 @@ int main(int argc, char **argv) {
                                    cell_act[4], cell_act[5], cell_act[6]};
     const BlockLSTMGradOutputs<TV> grad_out{grads[0], grads[1], grads[2], grads[3],
                                             grads[4], grads[5], grads[6], grads[7]};
+    const bool peephole = std::getenv("AB_PEEPHOLE") && std::string(std::getenv("AB_PEEPHOLE")) == "1";
+    BlockLSTMAttrs forward_attrs;
+    GradAttrs grad_attrs;
+    forward_attrs.use_peephole = grad_attrs.use_peephole = peephole;
     auto call = [&](const Build &b) {
         usleep(300);
         const auto t0 = std::chrono::steady_clock::now();
-        if (op == "forward") b.forward(T, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], out, {}, lp);
+        if (op == "forward") b.forward(T, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], out, forward_attrs, lp);
         if (op == "backward")
             b.backward(T, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], act[0], act[1], act[2], act[3],
-                       act[4], act[5], act[6], out_grads[0], out_grads[1], grad_out, {}, lp);
+                       act[4], act[5], act[6], out_grads[0], out_grads[1], grad_out, grad_attrs, lp);
         if (op == "cell")
             for (int k = 0; k < 100; ++k)
                 b.cell(x_step, in[1], in[2], in[3], in[4], in[5], in[6], in[7], cell_out, {});
         return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     };
     // The backward's inputs: a forward's activations. Then a warm-up of both builds.
-    builds[0].forward(T, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], out, {}, lp);
+    builds[0].forward(T, in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], out, forward_attrs, lp);
     for (int k = 0; k < 3; ++k)
         for (const Build &b : builds) call(b);
     std::vector<double> a, b, ratio[2];  // ratio[0]: A called first in the pair; ratio[1]: B first

@@ -53,8 +53,9 @@ endforeach ()
 message(STATUS "ok: every family's kernels run and write their outputs")
 
 # From a table with 1 x 1-vector register tiles (a third of the FMAs in flight), the grid's first
-# wider tile beats it by far: the move must be timed side by side with the best before it is
-# kept, and the final report timed the same way; a second run resumes with the verdicts of the
+# wider tile beats it by far: the move must be timed in the ops, alternated with the best, before
+# it is kept (the ops run with each table's kernels swapped in and checked against the library's
+# own), and the final report timed the same way; a second run resumes with the verdicts of the
 # first from the log. (SSE4.1: any x86-64 machine runs it.)
 file(WRITE "${WORK}/poor.json" [=[{
   "table": "x86-64-sse41",
@@ -65,21 +66,43 @@ file(WRITE "${WORK}/poor.json" [=[{
 set(args tune --minutes 0.3 --target x86-64-linux-sse41 --from "${WORK}/poor.json" --shapes 4,16,64,64
          --families gemm_nn --threads 1 --out "${WORK}/from_poor.json")
 execute_process(COMMAND "${CLI}" ${args} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if (NOT code EQUAL 0 OR NOT out MATCHES "side by side with the best: 0\\.[0-9]+x its time \\(kept\\)\n"
-    OR NOT out MATCHES "Wrote [^\n]*, timed side by side")
-    message(FATAL_ERROR "a better table was not confirmed side by side (${code}):\n${out}\n${err}")
+if (NOT code EQUAL 0 OR NOT out MATCHES "in the ops, alternated with the best: 0\\.[0-9]+x its time \\(kept\\)\n"
+    OR NOT out MATCHES "In the ops, [^\n]*\n[^\n]*\n  4,16,64,64 +[0-9.]+ -> [0-9.]+ ms [0-9.]+x"
+    OR NOT out MATCHES "Wrote [^\n]*, the ops timed with each table's kernels, alternated")
+    message(FATAL_ERROR "a better table was not confirmed in the ops (${code}):\n${out}\n${err}")
 endif ()
 blocklstm_read_tuning("${WORK}/from_poor.json" p)
 if (p_KNOBS MATCHES "gemm_tile_rows:1,gemm_tile_vectors:1")
     message(FATAL_ERROR "the tuned table kept the poor register tile: ${p_KNOBS}")
 endif ()
-message(STATUS "ok: a move is kept only after a side-by-side timing (${p_KNOBS})")
+message(STATUS "ok: a move is kept only after a timing in the ops (${p_KNOBS})")
 execute_process(COMMAND "${CLI}" ${args} RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
 if (NOT code EQUAL 0 OR NOT out MATCHES "Resuming: [0-9]+ measurements and [1-9][0-9]* side-by-side verdicts"
-    OR NOT out MATCHES "side by side with the best: 0\\.[0-9]+x its time \\(kept\\) \\(from the log\\)")
-    message(FATAL_ERROR "a second run did not reuse the side-by-side verdicts of its log (${code}):\n${out}\n${err}")
+    OR NOT out MATCHES "in the ops, alternated with the best: 0\\.[0-9]+x its time \\(kept\\) \\(from the log\\)")
+    message(FATAL_ERROR "a second run did not reuse the verdicts of its log (${code}):\n${out}\n${err}")
 endif ()
-message(STATUS "ok: a resumed run reuses the side-by-side verdicts")
+message(STATUS "ok: a resumed run reuses the verdicts")
+
+# --verdicts kernels: the kernels a move changes timed side by side instead; a log's verdicts in
+# the ops are not its verdicts (the same log, not resumed from them).
+execute_process(COMMAND "${CLI}" ${args} --verdicts kernels RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if (NOT code EQUAL 0 OR NOT out MATCHES "Resuming: [0-9]+ measurements and 0 side-by-side verdicts"
+    OR NOT out MATCHES "side by side with the best: 0\\.[0-9]+x its time \\(kept\\)\n"
+    OR NOT out MATCHES "Wrote [^\n]*, estimated from the kernels, timed side by side")
+    message(FATAL_ERROR "--verdicts kernels did not time the kernels side by side (${code}):\n${out}\n${err}")
+endif ()
+message(STATUS "ok: --verdicts kernels times the kernels side by side")
+
+# --compare: the poor table against the tuned one, each kernel and then the ops, no table
+# written; the poor one's 1 x 1 tiles are slower in the ops too.
+execute_process(COMMAND "${CLI}" tune --compare "${WORK}/poor.json" --from "${WORK}/from_poor.json"
+                        --target x86-64-linux-sse41 --shapes 4,16,64,64 --threads 1 --out "${WORK}/compare.json"
+                RESULT_VARIABLE code OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if (NOT code EQUAL 0 OR NOT out MATCHES "In the ops, [^\n]*\n[^\n]*\n  4,16,64,64 +[0-9.]+ -> [0-9.]+ ms 0\\.[0-9]+x"
+    OR NOT out MATCHES "poor.json: [1-9][0-9]*\\.[0-9]+x the base table's time" OR EXISTS "${WORK}/compare.json")
+    message(FATAL_ERROR "--compare did not time the poor table as slower in the ops (${code}):\n${out}\n${err}")
+endif ()
+message(STATUS "ok: --compare times two tables in the ops")
 
 # Runs the tool with ARGN: it must stop before any search (no "Base:" line) with an error on
 # stderr matching `pattern`.
@@ -116,6 +139,11 @@ expect_refused("a fractional knob is refused" "knob gemm_k_block is '256.5', exp
 expect_refused("an unknown option is a usage error" "^blocklstm tune: .*--bogus.*see blocklstm tune --help" tune --bogus)
 expect_refused("--minutes nan is refused" "--minutes: 'nan' is not a number of minutes" tune --minutes nan)
 expect_refused("an unknown --target is named" "--target: 'bogus' is not a Halide target" tune --target bogus)
+expect_refused("verdicts in the ops are the CPU's" "--verdicts ops: only on the CPU" tune --device cuda --verdicts ops)
+expect_refused("--compare of the base's own knobs is refused" "--compare: .*from_poor.json has the base table's knobs"
+               tune --compare "${WORK}/from_poor.json" --from "${WORK}/from_poor.json" --target x86-64-linux-sse41)
+expect_refused("--compare of another table is refused" "--compare: the table is x86-64-avx2, the base x86-64-sse41"
+               tune --compare "${SOURCE}/schedules/tuned/x86-64-avx2.json" --target x86-64-linux-sse41)
 
 # A target whose instructions this CPU lacks cannot be timed here: refused, naming the feature.
 file(READ "/proc/cpuinfo" cpuinfo)

@@ -1,9 +1,10 @@
 // The op registry (blocklstm/ops.h): the table against the typed API, the call by name against the
-// typed call, and the errors of a call by name.
+// typed call, and the errors of a call by name; and the tuner's kernel replacements in the ops.
 #include <blocklstm/ops.h>
 
 #include <set>
 
+#include "runtime/src/kernel_overrides.h"
 #include "test_util.h"
 
 namespace blt {
@@ -121,6 +122,60 @@ TEST(OpRegistry, EveryOpIsAvailableOnTheCpu) {
         for (DType dtype : blocklstm::kFloatDTypes)
             for (bool peephole : {false, true})
                 EXPECT_TRUE(blocklstm::op_available(op.name, blocklstm::Device::cpu, dtype, peephole)) << op.name;
+}
+
+// `blocklstm tune` times a table in the ops with its kernels swapped in (runtime/src/kernel_overrides.h):
+// the ops must run the replacement, with the buffers the compiled kernel gets, until it is cleared.
+// A replaced input projection writing zeros gives the forward of x = 0 and b = 0 (xw = x W_x + b),
+// which the library's own kernels compute from such inputs; cleared, the op is its own again.
+TEST(TunerHooks, TheOpsRunAReplacedKernelUntilItIsCleared) {
+    const Shape s{6, 3, 5, 4, 6, 1.0, -1.0, 1.0, "hooks"};
+    BLT_SEED(seed, "TunerHooks");
+    Problem p = make_problem(seed, s, DType::f32, false, false, Layout::icfo);
+    const Inputs in(p);
+    const auto before = run_fwd(p, in);
+    for (std::size_t k = 0; k < p.x.data.size(); ++k) p.x.data[k] = 0;
+    for (std::size_t k = 0; k < p.b.data.size(); ++k) p.b.data[k] = 0;
+    const auto without_input = run_fwd(p, Inputs(p));
+
+    struct Clear {
+        ~Clear() { blocklstm::detail::clear_overrides(); }
+    } clear;
+    int calls = 0;
+    auto zeros = [&calls](void **args) {  // gemm_nn_bias(a, b, bias, c): c [rows, 4H] = 0
+        ++calls;
+        const auto *c = static_cast<const halide_buffer_t *>(args[3]);
+        for (int r = 0; r < c->dim[1].extent; ++r)
+            for (int k = 0; k < c->dim[0].extent; ++k)
+                reinterpret_cast<float *>(c->host)[int64_t(r) * c->dim[1].stride + int64_t(k) * c->dim[0].stride] = 0;
+        return 0;
+    };
+    try {
+        blocklstm::detail::override_cpu_kernel("gemm_nn_bias", false, 5, zeros);
+        ADD_FAILURE() << "a replacement of another argument count was taken";
+    } catch (const blocklstm::Error &e) {
+        EXPECT_NE(std::string(e.what()).find("takes 4 arguments, the code 5"), std::string::npos) << e.what();
+    }
+    blocklstm::detail::override_cpu_kernel("gemm_nn_bias", false, 4, zeros);
+    const auto replaced = run_fwd(p, in);
+    EXPECT_GT(calls, 0);
+    const std::pair<const char *, std::pair<const Tensor *, const Tensor *>> outputs[] = {
+        {"i", {&replaced.i, &without_input.i}}, {"cs", {&replaced.cs, &without_input.cs}},
+        {"f", {&replaced.f, &without_input.f}}, {"o", {&replaced.o, &without_input.o}},
+        {"ci", {&replaced.ci, &without_input.ci}}, {"co", {&replaced.co, &without_input.co}},
+        {"h", {&replaced.h, &without_input.h}}};
+    for (const auto &[name, pair] : outputs) {
+        SCOPED_TRACE(name);
+        const float *got = pair.first->data_as<float>(), *want = pair.second->data_as<float>();
+        for (int64_t k = 0; k < pair.first->num_elements(); ++k) ASSERT_EQ(got[k], want[k]) << "element " << k;
+    }
+
+    blocklstm::detail::clear_overrides();
+    const int replaced_calls = calls;
+    const auto after = run_fwd(p, in);
+    EXPECT_EQ(calls, replaced_calls);
+    EXPECT_TRUE(same_bits("h", after.h, before.h));
+    EXPECT_TRUE(same_bits("cs", after.cs, before.cs));
 }
 
 }  // namespace

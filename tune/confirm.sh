@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Confirms a tuned table on the real ops, since `blocklstm tune`'s end-to-end figures are
-# estimates from kernels timed one at a time: builds the library with the table (the table's CPU
-# target only, no CUDA, no tests: about 3 minutes on 2 cores), then times BlockLSTM and
-# BlockLSTMGrad (plain and with peepholes) with that build and with the current one, alternated,
-# at each shape, both pinned to the table's CPU target.
-#   tune/confirm.sh TABLE.json [--shapes 'T,B,I,H;...'] [--rounds N] [--threads N]
+# Confirms a tuned table on a build with it (the kernels compiled ahead of time, as shipped;
+# `blocklstm tune` times the ops with its kernels JIT-compiled): builds the library with the table
+# (the table's CPU target only, no CUDA, no tests: about 3 minutes on 2 cores), then times
+# BlockLSTM and BlockLSTMGrad (plain and with peepholes) with that build and with the current one
+# in pairs of calls in one process at each shape, both pinned to the table's CPU target.
+#   tune/confirm.sh TABLE.json [--shapes 'T,B,I,H;...'] [--pairs N] [--threads N]
 #                         [--build DIR] [--tuned-build DIR]
 # --build: the current build (default build/); --tuned-build: where to build with the table
-# (default build-tuned/; an existing build there is updated). Prints each build's best time per
-# op and shape and tuned / current: below 1 the tuned table is faster.
+# (default build-tuned/; an existing build there is updated); --pairs: pairs of calls at
+# 100,64,512,512 (default 10), more at smaller shapes. Prints each build's median time per op and
+# shape and tuned / current: below 1 the tuned table is faster.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -18,7 +19,7 @@ usage() { sed -n '7,8p' "${BASH_SOURCE[0]}" | sed 's/^# *//' >&2; exit 2; }
 table_file=$(realpath "$1")
 shift
 shapes="100,64,512,512;200,16,256,256;100,32,256,256;50,8,128,128"
-rounds=3
+pairs=10
 threads=$(nproc)
 build=$root/build
 tuned_build=$root/build-tuned
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
     [ $# -ge 2 ] || { echo "confirm.sh: $1 needs a value" >&2; usage; }
     case "$1" in
     --shapes) shapes=$2 ;;
-    --rounds) rounds=$2 ;;
+    --pairs) pairs=$2 ;;
     --threads) threads=$2 ;;
     --build) build=$(realpath "$2") ;;
     --tuned-build) tuned_build=$(realpath -m "$2") ;;
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
     esac
     shift 2
 done
-[[ $rounds =~ ^[1-9][0-9]*$ ]] || { echo "confirm.sh: --rounds: expected a positive integer, got '$rounds'" >&2; exit 2; }
+[[ $pairs =~ ^[1-9][0-9]*$ ]] || { echo "confirm.sh: --pairs: expected a positive integer, got '$pairs'" >&2; exit 2; }
 [ -x "$build/tools/blocklstm" ] || { echo "confirm.sh: --build: no built tool at $build/tools/blocklstm" >&2; exit 2; }
 
 python=$root/.venv/bin/python
@@ -65,29 +66,43 @@ if ! PATH=$root/.venv/bin:$PATH cmake --build "$tuned_build" --target blocklstm_
     exit 1
 fi
 
+# Both libraries in one process (bench/builds_ab.cpp): the same call through the current one and
+# then the tuned one, the order swapped every pair, an op's ratio the geometric mean of the two
+# orders' median ratios. Builds timed in processes of their own, the least of 3 alternations,
+# moved a row by up to 15 % on a 2-vCPU VM (docs/tuning.md, 2026-12-08): the pairs meet the same
+# spells of the machine. Each build's library copied apart, as builds_ab loads each once.
 bench_log=$tuned_build/confirm-bench.log
-best_ms() {  # best_ms BIN OP ARGS...: the fastest call of one `blocklstm bench`
-    "$1" bench "${@:2}" --threads "$threads" --cpu-target "$pin" 2>"$bench_log" | awk '/^  min /{print $2}'
-}
-echo "Tuned ($tuned_build) against current ($build), $target, $threads threads, best of $rounds alternations, ms:"
-printf '  %-24s %-16s %10s %10s %8s\n' op "T,B,I,H" current tuned ratio
+ab=$tuned_build/builds_ab
+cp "$(readlink -f "$build/runtime/libblocklstm.so")" "$tuned_build/ab_current.so"
+cp "$(readlink -f "$tuned_build/runtime/libblocklstm.so")" "$tuned_build/ab_tuned.so"
+if ! "${CXX:-c++}" -O2 -std=c++17 -I"$root/runtime/include" "$root/bench/builds_ab.cpp" -L"$build/runtime" -lblocklstm \
+        -ldl -Wl,-rpath,"$build/runtime" -o "$ab" 2>"$bench_log"; then
+    cat "$bench_log" >&2
+    echo "confirm.sh: compiling bench/builds_ab.cpp failed" >&2
+    exit 1
+fi
+echo "Tuned ($tuned_build) against current ($build), $target, $threads threads, in pairs of calls (medians, ms;"
+echo "ratio: tuned / current, the geometric mean of the two orders' median ratios):"
+printf '  %-24s %-16s %10s %10s %8s %6s\n' op "T,B,I,H" current tuned ratio pairs
 read -r -a shape_list <<<"${shapes//;/ }"  # separated by ';' or spaces, as `blocklstm tune` takes them
-for op in BlockLSTM BlockLSTMGrad "BlockLSTMGrad --use-peephole"; do
+for op in BlockLSTM BlockLSTMGrad "BlockLSTMGrad peephole"; do
     for shape in "${shape_list[@]}"; do
         IFS=',' read -r T B I H <<<"$shape"
-        args=($op --time "$T" --batch "$B" --input "$I" --cell "$H")
-        cur=inf tun=inf
-        for _ in $(seq "$rounds"); do
-            c=$(best_ms "$build/tools/blocklstm" "${args[@]}") || c=
-            [ -n "$c" ] && t=$(best_ms "$tuned_build/tools/blocklstm" "${args[@]}") || t=
-            if [ -z "$c" ] || [ -z "$t" ]; then
-                cat "$bench_log" >&2
-                echo "confirm.sh: blocklstm bench ${args[*]} failed" >&2
-                exit 1
-            fi
-            read -r cur tun <<<"$("$python" -c 'import sys; a = sys.argv[1:]; print(min(float(a[0]), float(a[2])), min(float(a[1]), float(a[3])))' "$cur" "$tun" "$c" "$t")"
-        done
-        "$python" -c 'import sys; o, s, c, t = sys.argv[1:]; print("  %-24s %-16s %10.3f %10.3f %7.3fx" % (o, s, float(c), float(t), float(t) / float(c)))' \
-            "${op/ --use-peephole/ peephole}" "$shape" "$cur" "$tun"
+        # --pairs at 100,64,512,512, more where a call is smaller (up to 25 times: 50,8,128,128)
+        n=$("$python" -c 'import sys; p, T, B, I, H = map(int, sys.argv[1:]); print(p * min(25, max(1, 100 * 64 * 512 * 1024 // (T * B * H * (I + H)))))' \
+            "$pairs" "$T" "$B" "$I" "$H")
+        kind=forward
+        [ "$op" = BlockLSTM ] || kind=backward
+        peephole=0
+        [ "$op" = "BlockLSTMGrad peephole" ] && peephole=1
+        if ! line=$(BLOCKLSTM_CPU_TARGET=$pin AB_INPUT=$I AB_THREADS=$threads AB_PEEPHOLE=$peephole \
+                    "$ab" "$tuned_build/ab_current.so" "$tuned_build/ab_tuned.so" "$kind" "$T" "$B" "$H" "$n" 2>"$bench_log"); then
+            cat "$bench_log" >&2
+            echo "confirm.sh: builds_ab $kind $T $B $H failed" >&2
+            exit 1
+        fi
+        # "...: A <ms> ms, B <ms> ms; ... geometric mean <ratio>"
+        read -r cur tun ratio <<<"$(sed -E 's/.*: A ([0-9.]+) ms, B ([0-9.]+) ms;.*geometric mean ([0-9.]+)$/\1 \2 \3/' <<<"$line")"
+        printf '  %-24s %-16s %10.3f %10.3f %7.3fx %6d\n' "$op" "$shape" "$cur" "$tun" "$ratio" "$n"
     done
 done

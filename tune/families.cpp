@@ -93,6 +93,8 @@ Family family(const std::string &name, kernel::Family id, bool gpu, std::vector<
     const kernel::FamilyRecord &r = kernel::record(id);
     Family f;
     f.name = name;
+    f.kernel = kernel::name(id);
+    f.peephole = peephole.value_or(false);
     f.generator = r.generator();
     std::string params = r.generator_params;
     std::stringstream words(params.substr(std::min(params.size(), f.generator.size() + 1)));
@@ -245,6 +247,24 @@ std::vector<Family> cpu_families() {
         family("seq_bwd_reduce", Family::seq_bwd_reduce, false, {Site::reductions},
                std::bind(reductions, _1, _2, true, true), true),
     };
+}
+
+std::vector<Family> cpu_op_kernels() {
+    std::vector<Family> out;
+    auto add = [&](kernel::Family id) {
+        const kernel::FamilyRecord &r = kernel::record(id);
+        if (knobs_of(r.products, false).empty()) return;  // the same kernel in every table
+        for (bool peephole : {false, true}) {
+            if (peephole && !r.has_peephole_variants()) break;
+            const std::string name = std::string(kernel::name(id)) + (peephole ? "_peephole" : "");
+            const std::optional<bool> variant = r.has_peephole_variants() ? std::optional(peephole) : std::nullopt;
+            if (std::none_of(out.begin(), out.end(), [&](const Family &f) { return f.name == name; }))
+                out.push_back(family(name, id, false, {}, nullptr, variant));
+        }
+    };
+    for (plan::Kind kind : {plan::Kind::forward, plan::Kind::sequence_grad})
+        for (const plan::Step &step : plan::plan_of(kind, Device::cpu, DType::f32)) add(step.family);
+    return out;
 }
 
 std::vector<Family> gpu_families() {

@@ -29,6 +29,8 @@ struct Call {
 
 struct Family {
     std::string name;       // e.g. "gemm_nn_bias", or "seq_bwd_reduce_peephole" for a family's peephole variant
+    std::string kernel;     // the runtime's family (families.inc), e.g. "seq_fwd_step_rows"
+    bool peephole = false;  // compiled with peepholes
     std::string generator;  // e.g. "gemm" (families.inc)
     Halide::GeneratorParamsMap params;
     std::vector<std::string> knobs;  // the knobs its schedule reads: others leave it unchanged
@@ -40,6 +42,11 @@ struct Family {
 
 // The CPU families (float32): the products and the steps, and the peephole reduction.
 std::vector<Family> cpu_families();
+
+// Every float32 CPU kernel that BlockLSTM and BlockLSTMGrad run (with and without peepholes)
+// whose schedule reads a knob, each variant apart: what the tuner swaps into the ops to time a
+// table there (tune/ops_timing.cpp). Only name, kernel, peephole, generator, params and knobs set.
+std::vector<Family> cpu_op_kernels();
 
 // The GPU families (float32, the CUDA kernels' schedules): the steps and the reductions by
 // default; the batched products, which cuBLAS does where it loads, when asked for.

@@ -160,18 +160,19 @@ int Tuner::run_search() {
         auto it = verdicts_.find(pair);
         std::string from = "";
         if (it == verdicts_.end()) {
-            const std::optional<Times> fresh = side_by_side(best, t);
-            if (!fresh && interrupted) return false;
+            const std::optional<double> ratio = verdict(best, t);
+            if (!ratio && interrupted) return false;
             // A failed timing (said why) refuses the candidate for good.
-            const double r = fresh ? relative(best, t, *fresh) : std::numeric_limits<double>::infinity();
+            const double r = ratio.value_or(std::numeric_limits<double>::infinity());
             it = verdicts_.emplace(pair, Verdict{r, false}).first;
-            if (fresh) log_verdict(pair, r);
+            if (ratio) log_verdict(pair, r);
         } else if (!it->second.shown) {
             from = " (from the log)";
         }
-        const bool kept = it->second.ratio < 0.99;
+        const bool kept = improves_by_margin(it->second.ratio);
         if (!it->second.shown && std::isfinite(it->second.ratio))
-            fmt::print("        side by side with the best: {:.3f}x its time{}{}\n", it->second.ratio,
+            fmt::print("        {} with the best: {:.3f}x its time{}{}\n",
+                       in_ops() ? "in the ops, alternated" : "side by side", it->second.ratio,
                        kept ? " (kept)" : ", not kept", from);
         it->second.shown = true;
         std::fflush(stdout);
@@ -200,12 +201,40 @@ int Tuner::run_search() {
                    o_.out);
         return interrupted ? 130 : 0;
     }
-    fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, estimated from the kernels{}).\n",
-               o_.out, timed.value_or(best_cost_), timed ? ", timed side by side" : "");
-    if (!best.gpu) fmt::print("Confirm it on the real ops (builds with it, times both builds): tune/confirm.sh {}\n", file);
+    fmt::print("\nWrote {}: {:.3f}x the base table's time (geometric mean over the shapes, {}).\n", o_.out,
+               timed.value_or(best_cost_),
+               !timed     ? "estimated from the kernels"
+               : in_ops() ? "the ops timed with each table's kernels, alternated"
+                          : "estimated from the kernels, timed side by side");
+    if (!best.gpu)
+        fmt::print("Confirm it on a build with it (its kernels compiled ahead of time, both builds timed): "
+                   "tune/confirm.sh {}\n", file);
     if (!target_.has_feature(Halide::Target::OpenCL))  // an OpenCL check's table is not for building
         fmt::print("Build with it: cmake -B build -DBLOCKLSTM_TUNING={0} && cmake --build build\n", file);
     return interrupted ? 130 : 0;  // as --baseline: a Ctrl-C ends with 128 + SIGINT
+}
+
+int Tuner::run_compare() {
+    deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o_.minutes * 60));
+    const Table other = read_table_file(o_.compare, base_.gpu);
+    if (other.table != base_.table)
+        throw std::invalid_argument("--compare: the table is " + other.table + ", the base " + base_.table);
+    if (knob_string(other) == knob_string(base_))
+        throw std::invalid_argument("--compare: " + o_.compare + " has the base table's knobs: nothing to compare");
+    load_log();
+    fmt::print("Comparing {} with the base table {} on {}{}, shapes {}\n", o_.compare, base_.table, device_name(target_),
+               base_.gpu ? "" : fmt::format(" ({} threads)", o_.threads ? std::to_string(o_.threads) : std::string("all")),
+               o_.shapes);
+    fmt::print("Base:     {}\nCompared: {}\n\n", knob_string(base_), knob_string(other));
+    if (!cost(base_, "base") || !cost(other, "compared")) {
+        std::cerr << "blocklstm tune: " << (interrupted ? "interrupted" : "a kernel did not run (above)") << "\n";
+        return interrupted ? 130 : 1;
+    }
+    const std::optional<double> timed = report(other);
+    if (!timed) return interrupted ? 130 : 1;
+    fmt::print("\n{}: {:.3f}x the base table's time (geometric mean over the shapes, {}).\n", o_.compare, *timed,
+               in_ops() ? "the ops timed with each table's kernels, alternated" : "its kernels timed side by side");
+    return 0;
 }
 
 }  // namespace blocklstm::tune
@@ -253,6 +282,13 @@ int main(int argc, char **argv) {
         }()))
         ->group("");
     app.add_option("--schedule-file", o.schedule_file)->group("");
+    app.add_option("--verdicts", o.verdicts, "what keeps a move: ops (the CPU's default: BlockLSTM and BlockLSTMGrad "
+                                             "timed with each table's kernels swapped in, alternated) or kernels (the "
+                                             "kernels it changes timed side by side; the GPU's only way)")
+        ->check(CLI::IsMember({"ops", "kernels"}));
+    app.add_option("--compare", o.compare, "a table file to time against the base table (--from, or the built one) "
+                                           "instead of searching: each kernel, then the ops with each table's kernels; "
+                                           "nothing written but the log");
     app.add_flag("--fresh", o.fresh, "ignore an existing log (start over)");
     app.add_option("--seed", o.seed, "seed of the random inputs");
     app.add_option("--device", o.device, "cpu, cuda (the CUDA table, on this machine's NVIDIA GPU), or opencl (the "
@@ -284,6 +320,16 @@ int main(int argc, char **argv) {
         // The GPU schedules (CUDA, and their OpenCL twins) read one table; a CPU target its own.
         std::optional<blocklstm::CpuTarget> cpu_target;
         if (!gpu) cpu_target = cpu_target_to_tune(o.target);
+        if (o.verdicts.empty()) o.verdicts = gpu ? "kernels" : "ops";
+        if (gpu && o.verdicts == "ops")
+            throw std::invalid_argument("--verdicts ops: only on the CPU (--device " + o.device +
+                                        " times its kernels side by side: --verdicts kernels)");
+        if (!gpu && o.verdicts == "ops" && o.autoscheduler.empty() && o.baseline.empty()) {
+            // The ops run the tuned target's kernels where the tuner has not replaced them, on the
+            // tuner's threads.
+            blocklstm::set_cpu_target(cpu_target->name);
+            if (o.threads > 0) blocklstm::set_num_threads(o.threads);
+        }
         std::string target_text = gpu ? o.target : cpu_target->halide_target;
         if (target_text == "host" && o.device == "cuda") target_text = "host-cuda-cuda_capability_80";
         if (target_text == "host" && o.device == "opencl") target_text = "host-opencl";
@@ -324,7 +370,7 @@ int main(int argc, char **argv) {
         // resumes a CUDA run's files.
         if (o.out.empty()) o.out = table + (o.device == "opencl" ? "-opencl-check" : "") + ".json";
         if (o.log.empty()) o.log = o.out + ".csv";
-        if (o.autoscheduler.empty() && o.baseline.empty()) check_writable("--out", o.out + ".tmp");
+        if (o.autoscheduler.empty() && o.baseline.empty() && o.compare.empty()) check_writable("--out", o.out + ".tmp");
         if (o.autoscheduler.empty()) check_writable("--log", o.log);
         if (o.autoscheduler.empty()) std::signal(SIGINT, [](int) { interrupted = true; });  // a child just ends
         // As the runtime does (runtime/src/cuda_driver.cpp): device memory is kept between calls,
@@ -337,6 +383,7 @@ int main(int argc, char **argv) {
         } release;
         Tuner tuner(o, target, families, shapes, base);
         if (!o.autoscheduler.empty()) tuner.run_one_autoscheduler();
+        if (!o.compare.empty()) return tuner.run_compare();
         return o.baseline.empty() ? tuner.run_search() : tuner.run_autoscheduler_baselines();
     } catch (const Halide::Error &e) {
         std::cerr << "blocklstm tune: " << e.what() << "\n";

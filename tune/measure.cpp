@@ -13,9 +13,6 @@
 
 namespace blocklstm::tune {
 
-namespace {
-
-// The knobs a family reads, as a string: the key of its compiled kernels and timings.
 std::string relevant(const Family &f, const Table &t) {
     std::string s;
     for (const auto &[k, v] : t.knobs) {
@@ -24,6 +21,8 @@ std::string relevant(const Family &f, const Table &t) {
     }
     return s;
 }
+
+namespace {
 
 // The buffers of one call in the generator's order: inputs bound to its Parameters, outputs
 // (a Tuple output's buffers named <output>.<k>) returned as a Realization's buffers.
@@ -363,7 +362,7 @@ std::optional<double> Tuner::report(const Table &best) {
     Times fresh;
     const bool differs = std::any_of(families_.begin(), families_.end(),
                                      [&](const Family &f) { return relevant(f, base_) != relevant(f, best); });
-    if (differs && !interrupted) {
+    if (differs && !interrupted && !in_ops()) {
         fmt::print("\nTiming the tuned kernels side by side with the base ones ...\n");
         std::fflush(stdout);
         fresh = side_by_side(base_, best).value_or(Times{});
@@ -391,6 +390,23 @@ std::optional<double> Tuner::report(const Table &best) {
             cols += fmt::format("{:<30} ", b > 0 ? fmt::format("{:.2f} -> {:.2f} ms {:.3f}x", b, t, b / t) : "-");
         }
         fmt::print("  {:<16} {}\n", s.text(), cols);
+    }
+    if (in_ops()) {  // the time loops read knobs too (one_thread_forward_cells): any knob that differs
+        if (knob_string(base_) == knob_string(best) || interrupted) return std::nullopt;
+        fmt::print("\nIn the ops, with the tuned table's kernels and knobs and with the base's in pairs of calls "
+                   "(least times, ms; speedup: base / tuned from the pairs' medians) ...\n");
+        std::fflush(stdout);
+        const std::optional<OpsVerdict> v = ops_side_by_side(base_, best);
+        if (!v) return std::nullopt;
+        fmt::print("  {:<16} {:<30} {:<30} {}\n", "T,B,I,H", "BlockLSTM", "BlockLSTMGrad", "BlockLSTMGrad peephole");
+        for (const LstmShape &s : shapes_) {
+            std::string cols;
+            for (int k = 0; k < kOps; ++k)
+                cols += fmt::format("{:<30} ", fmt::format("{:.2f} -> {:.2f} ms {:.3f}x", v->a_ms.at(s.text())[k],
+                                                           v->b_ms.at(s.text())[k], 1 / v->ratio.at(s.text())[k]));
+            fmt::print("  {:<16} {}\n", s.text(), cols);
+        }
+        return v->relative;
     }
     if (fresh.empty()) return std::nullopt;
     return relative(base_, best, fresh);

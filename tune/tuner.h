@@ -3,20 +3,26 @@
 // (schedules/tuning.h), checks every candidate's outputs against the current table's kernel on
 // the same random inputs, times the kernel families (tune/families.h) on the shapes given,
 // and searches the knobs: a coarse grid over the register (or GPU thread) tile, then coordinate descent around
-// the best, until the time budget is spent. Every candidate is logged to CSV; a run given the
+// the best, until the time budget is spent. A move whose estimate (its kernels' times) gains is
+// kept only when the ops gain too, timed with each table's kernels swapped into the library
+// (tune/ops_timing.cpp; on the GPU, its kernels side by side). Every candidate is logged to CSV; a run given the
 // same log resumes where it stopped. The best table so far is written after every improvement.
 // With --baseline autoschedulers it times Halide's own autoschedulers on the same algorithms
 // instead. Only this tool links libHalide; the library and apps do not.
 //
 // The tool by job: main.cpp (its options, the target and table it tunes, the tuning run),
 // search.{h,cpp} (the search, pure), measure.cpp (compiling, checking and timing the kernels, the
-// CSV log), table.{h,cpp} (the table files), autoschedulers.cpp (--baseline autoschedulers),
+// CSV log), ops_timing.cpp (the verdicts in the ops), table.{h,cpp} (the table files),
+// autoschedulers.cpp (--baseline autoschedulers),
 // families.{h,cpp} (the kernel families it times). This header: what they share.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,6 +31,8 @@
 #include <vector>
 
 #include <fmt/format.h>
+
+#include <blocklstm/ops.h>
 
 #include "Halide.h"
 #include "tune/families.h"
@@ -50,7 +58,14 @@ struct Options {
     bool fresh = false;
     unsigned seed = 1;
     std::string device = "cpu";  // cpu | cuda | opencl (the GPU schedules on an OpenCL device)
+    // What keeps a move: "ops" (the CPU's default), the ops timed with each table's kernels in
+    // them (tune/ops_timing.cpp); "kernels", the kernels a move changes timed alone.
+    std::string verdicts;
+    std::string compare;  // a table file to time against the base instead of searching
 };
+
+// The knobs a family reads, as a string: the key of its compiled kernels and timings.
+std::string relevant(const Family &f, const Table &t);
 
 // One family compiled with one set of knobs (or one autoscheduler).
 struct Compiled {
@@ -73,6 +88,9 @@ public:
           base_(std::move(base)) {}
 
     int run_search();
+    // --compare: the base and another table of the same name, each kernel timed and checked, then
+    // timed together as a search's final report does; no table written.
+    int run_compare();
     int run_autoscheduler_baselines();
     // The child of run_autoscheduler_baselines: one autoscheduler, one family, one shape; ends
     // the process.
@@ -126,7 +144,8 @@ private:
     void log_verdict(const std::pair<std::string, std::string> &pair, double ratio);
     // What a verdict depends on besides the two tables: the shapes, the families, the threads.
     std::string verdict_scope() const {
-        std::string scope = fmt::format("threads:{}", o_.threads);
+        // "ops": verdicts in the ops; before them the kernels' (a log of then is read as such)
+        std::string scope = fmt::format("{}threads:{}", in_ops() ? "ops;" : "", o_.threads);
         // append, not ";" + text: GCC 12 warns (-Wrestrict) about inlined operator+ here.
         for (const LstmShape &s : shapes_) scope.append(";").append(s.text());
         for (const Family &f : families_) scope.append("|").append(f.name);
@@ -134,6 +153,38 @@ private:
     }
     void write_table(const Table &t, int tried) const;
     std::optional<double> report(const Table &best);
+
+    // In-op timing (tune/ops_timing.cpp). The three ops a table is timed on at a shape, bound to
+    // random inputs: BlockLSTM, BlockLSTMGrad, BlockLSTMGrad with peepholes.
+    static constexpr int kOps = 3;
+    struct OpBench {
+        struct Op {
+            std::string label;
+            std::function<void()> call;
+            std::vector<TensorView> outputs;
+            std::vector<std::vector<float>> expected;  // the outputs with the library's own kernels
+        };
+        std::deque<Tensor> keep;  // owns every tensor the calls read and write
+        std::array<Op, kOps> ops;
+    };
+    // Two tables timed in the ops: by shape, each op's least time (ms) with a's kernels and with
+    // b's, and the median of b's time over a's in pairs of calls; `relative`: b's time over a's,
+    // the geometric mean over the shapes of the three ops' total (each op's a time x its ratio).
+    struct OpsVerdict {
+        std::map<std::string, std::array<double, kOps>> a_ms, b_ms, ratio;
+        double relative = 1;
+    };
+    OpBench &op_bench(const LstmShape &s);
+    // The library's CPU kernels replaced by t's (compiled on first use) and its knobs in place.
+    void install(const Table &t);
+    // a's and b's ops in pairs of calls at every shape; nullopt when interrupted or a kernel
+    // failed (said why): a wrong output, checked once per table and shape against the library's
+    // own kernels.
+    std::optional<OpsVerdict> ops_side_by_side(const Table &a, const Table &b);
+    // The verdict of a move from a to b: timed in the ops or, with --verdicts kernels, its kernels
+    // side by side; nullopt as side_by_side's.
+    std::optional<double> verdict(const Table &a, const Table &b);
+    bool in_ops() const { return o_.verdicts == "ops"; }
     // Whether a family being tuned reads the knob: the others leave every kernel unchanged, so
     // the search does not move them.
     bool read(const std::string &knob) const {
@@ -144,7 +195,9 @@ private:
     // A candidate is kept when it beats the best by more than the timing noise (1 %): first by
     // its estimate (both estimates from the stored times, relative to the base), then timed side
     // by side with the best. The base (cost 1) is the first best.
-    bool improves(double c) const { return c < best_cost_ * 0.99; }
+    bool improves(double c) const { return improves_by_margin(c / best_cost_); }
+    // A verdict's time over the best's that keeps a move.
+    static bool improves_by_margin(double ratio) { return ratio < 0.99; }
     bool out_of_time() const { return interrupted || Clock::now() >= deadline_; }
     double minutes_left() const {
         return std::max(0.0, std::chrono::duration<double>(deadline_ - Clock::now()).count() / 60);
@@ -171,6 +224,14 @@ private:
     };
     std::map<std::pair<std::string, std::string>, Verdict> verdicts_;
     int tried_ = 0;
+    std::vector<Family> op_kernels_;                      // what install() replaces
+    struct Replacement {
+        int arguments;
+        std::function<int(void **)> code;  // the JIT-compiled kernel called as the AOT one is
+    };
+    std::map<std::string, Replacement> replacements_;      // family + knobs -> its kernel
+    std::map<std::string, OpBench> op_benches_;           // by shape
+    std::map<std::string, bool> op_checked_;              // knob string @ shape -> outputs right
 };
 
 }  // namespace blocklstm::tune

@@ -8,9 +8,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <utility>
 
 #include "runtime/src/exec.h"
+#include "runtime/src/kernel_overrides.h"
 #include "runtime/src/validate.h"
 #include "runtime/src/x86_features.h"
 #include "schedules/tuning.h"
@@ -211,14 +213,39 @@ int cpu_target_other_dtypes_as(int index) {
     return -1;
 }
 
-int cpu_target_knob(int index, const std::string &knob) {
-    const std::string &knobs = compiled().at(index).tuning;  // "name:value,..."
+namespace {
+
+// A knob's value in "name:value,...", or nullopt.
+std::optional<int> knob_in(const std::string &knobs, const std::string &knob) {
     const std::string key = knob + ":";
     for (std::size_t at = 0; at < knobs.size();) {
         const std::size_t end = std::min(knobs.find(',', at), knobs.size());
         if (knobs.compare(at, key.size(), key) == 0) return std::stoi(knobs.substr(at + key.size(), end - at - key.size()));
         at = end + 1;
     }
+    return std::nullopt;
+}
+
+// override_cpu_knobs' (kernel_overrides.h); `any` spares the time loops the lock while there is
+// none (always, but in the tuner).
+std::mutex knob_override_mutex;
+std::string knob_override;
+std::atomic<bool> any_knob_override{false};
+
+}  // namespace
+
+void override_cpu_knobs(const std::string &knobs) {
+    std::lock_guard<std::mutex> lock(knob_override_mutex);
+    knob_override = knobs;
+    any_knob_override.store(!knobs.empty(), std::memory_order_release);
+}
+
+int cpu_target_knob(int index, const std::string &knob) {
+    if (any_knob_override.load(std::memory_order_acquire)) {
+        std::lock_guard<std::mutex> lock(knob_override_mutex);
+        if (const std::optional<int> v = knob_in(knob_override, knob)) return *v;
+    }
+    if (const std::optional<int> v = knob_in(compiled().at(index).tuning, knob)) return *v;  // "name:value,..."
     for (const auto &row : schedules::cpu_knobs())  // left out of the table: its row's fallback
         if (row.name == knob && row.fallback) return *row.fallback;
     throw Error("CPU target " + compiled().at(index).name + ": its tuning table has no knob " + knob);

@@ -4,6 +4,7 @@
 #include <blocklstm/blocklstm.h>
 
 #include <array>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "generators/interface.h"
 #include "runtime/src/buf.h"
 #include "runtime/src/exec.h"
+#include "runtime/src/kernel_overrides.h"
 #include "runtime/src/plans.h"
 
 namespace blocklstm::detail {
@@ -71,6 +73,7 @@ private:
     const KernelEntry &kernel_;
     int cpu_target_;  // -1: not a CPU kernel
     const KernelCode &code_;
+    std::shared_ptr<const KernelOverride> override_;  // the tuner's code in place of code_ (kernel_overrides.h)
     std::vector<std::string> names_;
     std::vector<void *> args_;
     void *user_context_ = nullptr;

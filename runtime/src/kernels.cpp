@@ -3,11 +3,15 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <atomic>
+#include <map>
+#include <memory>
 #include <mutex>
 #include <utility>
 #include <vector>
 #include <string_view>
 
+#include "runtime/src/kernel_overrides.h"
 #include "runtime/src/kernel_table.h"
 #include "runtime/src/thread_pool.h"
 #include "runtime/src/validate.h"
@@ -207,10 +211,64 @@ const KernelEntry &find_kernel(Family family, Device backend, DType dtype) {
     return find(family, backend, dtype, nullptr);
 }
 
+namespace {
+
+// override_cpu_kernel's code by kernel (kernel_overrides.h); `any` spares every KernelCall the
+// lock while there is none (always, but in the tuner).
+std::mutex overrides_mutex;
+std::map<const KernelEntry *, std::shared_ptr<const KernelOverride>> overrides;
+std::atomic<bool> any_override{false};
+
+std::shared_ptr<const KernelOverride> override_of(const KernelEntry &kernel) {
+    if (!any_override.load(std::memory_order_acquire)) return nullptr;
+    std::lock_guard<std::mutex> lock(overrides_mutex);
+    const auto it = overrides.find(&kernel);
+    return it == overrides.end() ? nullptr : it->second;
+}
+
+}  // namespace
+
+void override_cpu_kernel(const std::string &family, bool peephole, int arguments, KernelOverride code) {
+    std::vector<const KernelEntry *> replaced;
+    const int targets = static_cast<int>(cpu_targets().size());  // a CPU kernel's functions, one per target
+    for (const KernelEntry &k : kernel_table) {
+        if (k.backend != Device::cpu || k.dtype != DType::f32 || kernel::name(k.family) != family) continue;
+        if (kernel::record(k.family).has_peephole_variants() && k.peephole != peephole) continue;
+        for (int t = 0; t < targets; ++t)
+            if (const int n = k.code[t].metadata()->num_arguments; n != arguments)
+                throw Error(std::string("override_cpu_kernel: ") + k.name + " (CPU target " + cpu_target_name(t) +
+                            ") takes " + std::to_string(n) + " arguments, the code " + std::to_string(arguments));
+        replaced.push_back(&k);
+    }
+    if (replaced.empty())
+        throw Error("override_cpu_kernel: no float32 CPU kernel of family '" + family + "'" +
+                    (peephole ? " with peepholes" : ""));
+    std::lock_guard<std::mutex> lock(overrides_mutex);
+    auto shared = code ? std::make_shared<const KernelOverride>(std::move(code)) : nullptr;
+    for (const KernelEntry *k : replaced)
+        if (shared) overrides[k] = shared;
+        else overrides.erase(k);
+    any_override.store(!overrides.empty(), std::memory_order_release);
+}
+
+void clear_overrides() {
+    {
+        std::lock_guard<std::mutex> lock(overrides_mutex);
+        overrides.clear();
+        any_override.store(false, std::memory_order_release);
+    }
+    override_cpu_knobs("");
+}
+
+int ops_do_par_for(void *user_context, halide_task_t task, int min, int size, uint8_t *closure) {
+    return halide_do_par_for(user_context, task, min, size, closure);  // the pool install_thread_pool installed
+}
+
 KernelCall::KernelCall(const KernelEntry &kernel, Exec &exec)
     : kernel_(kernel),
       cpu_target_(kernel.backend == Device::cpu ? exec.cpu_target() : -1),
-      code_(kernel.code[std::max(cpu_target_, 0)]) {
+      code_(kernel.code[std::max(cpu_target_, 0)]),
+      override_(override_of(kernel)) {
     if (kernel.backend != exec.device()) {
         throw Error(std::string("blocklstm internal error: kernel ") + kernel.name + " run on " +
                     to_string(exec.device()) + " tensors");
@@ -300,7 +358,7 @@ void KernelCall::run() {
         return;
     }
     (void)error_handler_installed;
-    if (int code = code_.argv(args_.data())) {
+    if (int code = override_ ? (*override_)(args_.data()) : code_.argv(args_.data())) {
         std::lock_guard<std::mutex> lock(halide_error_mutex);
         const std::string where = cpu_target_ >= 0 ? " (CPU target " + cpu_target_name(cpu_target_) + ")" : "";
         const std::string what = last_halide_error + " (Halide error " + std::to_string(code) + ")";
