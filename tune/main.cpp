@@ -324,12 +324,11 @@ int main(int argc, char **argv) {
         if (gpu && o.verdicts == "ops")
             throw std::invalid_argument("--verdicts ops: only on the CPU (--device " + o.device +
                                         " times its kernels side by side: --verdicts kernels)");
-        if (!gpu && o.verdicts == "ops" && o.autoscheduler.empty() && o.baseline.empty()) {
-            // The ops run the tuned target's kernels where the tuner has not replaced them, on the
-            // tuner's threads.
+        // The kernels' loops run on the library's pool (ops_pool), on the tuner's threads.
+        if (!gpu && o.threads > 0) blocklstm::set_num_threads(o.threads);
+        // The ops run the tuned target's kernels where the tuner has not replaced them.
+        if (!gpu && o.verdicts == "ops" && o.autoscheduler.empty() && o.baseline.empty())
             blocklstm::set_cpu_target(cpu_target->name);
-            if (o.threads > 0) blocklstm::set_num_threads(o.threads);
-        }
         std::string target_text = gpu ? o.target : cpu_target->halide_target;
         if (target_text == "host" && o.device == "cuda") target_text = "host-cuda-cuda_capability_80";
         if (target_text == "host" && o.device == "opencl") target_text = "host-opencl";

@@ -8,7 +8,6 @@
 #include <regex>
 #include <sstream>
 
-#include "runtime/src/thread_pool.h"
 #include "tune/tuner.h"
 
 namespace blocklstm::tune {
@@ -44,13 +43,6 @@ std::vector<Halide::Buffer<>> bind(Compiled &c, Call &call) {
     return outs;
 }
 
-// The ops' thread pool (runtime/src/thread_pool.cpp) for the JIT-compiled kernels, so that
-// their forks cost what they cost in the ops; Halide's own with BLOCKLSTM_THREAD_POOL=halide.
-int jit_do_par_for(Halide::JITUserContext *user_context, int (*task)(Halide::JITUserContext *, int, uint8_t *),
-                   int min, int size, uint8_t *closure) {
-    return detail::pool_do_par_for(user_context, reinterpret_cast<halide_task_t>(task), min, size, closure);
-}
-
 }  // namespace
 
 Compiled Tuner::compile(const Family &f, const std::string &table, const std::string &knobs,
@@ -64,8 +56,7 @@ Compiled Tuner::compile(const Family &f, const std::string &table, const std::st
     params["tuning"] = knobs;
     c.generator->set_generatorparam_values(params);
     c.pipeline = c.generator->build_pipeline();
-    if (!target_.has_gpu_feature() && !detail::thread_pool_switched_off())
-        c.pipeline.jit_handlers().custom_do_par_for = jit_do_par_for;
+    if (!target_.has_gpu_feature()) c.pipeline.jit_handlers().custom_do_par_for = ops_pool;
     for (const auto &info : c.generator->arginfos()) {
         if (info.dir != Halide::Internal::ArgInfoDirection::Output) continue;
         if (info.types.size() == 1) c.outputs.push_back(info.name);

@@ -14,13 +14,12 @@
 
 namespace blocklstm::tune {
 
-namespace {
-
-// The JIT-compiled kernels' loops on the library's pool, as its own kernels' are.
 int ops_pool(Halide::JITUserContext *user_context, int (*task)(Halide::JITUserContext *, int, uint8_t *), int min,
              int size, uint8_t *closure) {
     return detail::ops_do_par_for(user_context, reinterpret_cast<halide_task_t>(task), min, size, closure);
 }
+
+namespace {
 
 // Uniform in [-scale, scale), float32 (the tuner tunes the float32 kernels).
 Tensor random_tensor(std::mt19937 &rng, const std::vector<int64_t> &shape, float scale) {

@@ -67,6 +67,12 @@ struct Options {
 // The knobs a family reads, as a string: the key of its compiled kernels and timings.
 std::string relevant(const Family &f, const Table &t);
 
+// The JIT-compiled CPU kernels' parallel loops on the library's own pool (runtime/src/thread_pool.cpp,
+// or Halide's with BLOCKLSTM_THREAD_POOL=halide, as the ops then run), so that a fork costs what it
+// costs in an op (tune/ops_timing.cpp).
+int ops_pool(Halide::JITUserContext *user_context, int (*task)(Halide::JITUserContext *, int, uint8_t *), int min,
+             int size, uint8_t *closure);
+
 // One family compiled with one set of knobs (or one autoscheduler).
 struct Compiled {
     Halide::Internal::AbstractGeneratorPtr generator;
