@@ -123,19 +123,11 @@ Tuner::Result Tuner::measure(Compiled &c, const Family &f, const LstmShape &s, O
             // An empty output (b_grad on the CPU) has no memory to compare.
             if (outs[k].number_of_elements() == 0 || !outs[k].data() || !want[k].data()) continue;
             Halide::Buffer<float> got(outs[k]), ref(want[k]);
-            double worst = 0, scale = 1;
-            bool finite = true;
-            got.for_each_element([&](const int *pos) {
-                const double g = got(pos), e = ref(pos);
-                if (!std::isfinite(g)) finite = false;
-                scale = std::max(scale, std::fabs(e));
-                worst = std::max(worst, std::fabs(g - e));
-            });
-            // Only the order of a sum changes between schedules: float32 rounding, ~1e-6 of the
-            // largest value for K = 2048; a wrong tile or bound is off by O(1).
-            if (!finite || worst > 1e-4 * scale)
+            OutputError error;
+            got.for_each_element([&](const int *pos) { error.add(got(pos), ref(pos)); });
+            if (!error.right())
                 return {false, 0, fmt::format("wrong output {} (max error {:.3g}, largest value {:.3g})",
-                                              c.outputs[k], worst, scale)};
+                                              c.outputs[k], error.worst, error.scale)};
         }
     }
     double best = 1e30, total = 0;

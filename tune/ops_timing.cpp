@@ -133,22 +133,16 @@ void Tuner::install(const Table &t) {
 
 namespace {
 
-// Whether outputs match the library's own (`expected`): reordered sums move them by float32
-// rounding, a wrong tile or bound by O(1). Says what is wrong where not.
+// Whether outputs match the library's own (`expected`; OutputError). Says what is wrong where not.
 bool outputs_right(const std::string &op, const std::string &shape, const std::vector<TensorView> &outputs,
                    const std::vector<std::vector<float>> &expected) {
     for (std::size_t v = 0; v < outputs.size(); ++v) {
         const std::vector<float> got = values(outputs[v]);
-        double worst = 0, scale = 1;
-        bool finite = true;
-        for (std::size_t e = 0; e < got.size(); ++e) {
-            finite &= std::isfinite(got[e]);
-            scale = std::max(scale, std::fabs(double(expected[v][e])));
-            worst = std::max(worst, std::fabs(double(got[e]) - expected[v][e]));
-        }
-        if (!finite || worst > 1e-4 * scale) {
+        OutputError error;
+        for (std::size_t e = 0; e < got.size(); ++e) error.add(got[e], expected[v][e]);
+        if (!error.right()) {
             fmt::print("        in the ops: {} at {} wrong (its output {}: max error {:.3g}, largest value {:.3g})\n",
-                       op, shape, v, worst, scale);
+                       op, shape, v, error.worst, error.scale);
             return false;
         }
     }

@@ -17,8 +17,10 @@
 // families.{h,cpp} (the kernel families it times). This header: what they share.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <deque>
 #include <fstream>
@@ -62,6 +64,20 @@ struct Options {
     // them (tune/ops_timing.cpp); "kernels", the kernels a move changes timed alone.
     std::string verdicts;
     std::string compare;  // a table file to time against the base instead of searching
+};
+
+// A candidate's output against the reference's, element by element: only the order of a sum
+// changes between schedules (float32 rounding, ~1e-6 of the largest value for K = 2048); a wrong
+// tile or bound is off by O(1).
+struct OutputError {
+    double worst = 0, scale = 1;  // the largest error, and the largest reference value (at least 1)
+    bool finite = true;
+    void add(double got, double want) {
+        finite = finite && std::isfinite(got);
+        scale = std::max(scale, std::fabs(want));
+        worst = std::max(worst, std::fabs(got - want));
+    }
+    bool right() const { return finite && worst <= 1e-4 * scale; }
 };
 
 // The knobs a family reads, as a string: the key of its compiled kernels and timings.
